@@ -1,0 +1,24 @@
+"""Random: every arm (every point of X, SPEC 3.6) with equal probability."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, CONTEXTUAL, Config, Decision, Policy
+
+
+class RandomParams(Config):
+    pass
+
+
+class RandomPolicy(Policy):
+    Params = RandomParams
+    supports = frozenset({CONTEXTUAL, ADVERSARIAL_DOMAIN})
+
+    def select(self, t: int, contexts: np.ndarray) -> Decision:
+        k = self.problem.num_arms
+        uniform = np.full(k, 1.0 / k) if self.problem.interaction == ADVERSARIAL_DOMAIN else None
+        return Decision(arm=int(self.rng.integers(k)), probabilities=uniform)
+
+    def update(self, t: int, contexts: np.ndarray, arm: int, reward: float) -> None:
+        pass

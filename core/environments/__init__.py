@@ -1,0 +1,1 @@
+"""Bandit environments (SPEC 1.2, 2.3)."""

@@ -1,0 +1,93 @@
+"""Name -> class registry for algorithms and environments (lazy imports, as Ray Tune's search registry).
+
+A sweep spec names algorithms and environments only by these keys; a spec never carries code.
+Adding an algorithm is one module plus one line here. Out-of-tree algorithms register through
+plugins: modules named in ``BANDITSWEEP_PLUGINS`` (comma-separated) are imported on first lookup
+and may call :func:`register_algorithm` / :func:`register_environment`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Callable
+
+from banditsweep.core.contracts import Environment, Policy
+
+_ALGORITHMS: dict[str, str] = {
+    "random": "banditsweep.core.algorithms.random_policy:RandomPolicy",
+    "linucb": "banditsweep.core.algorithms.linear:LinUCB",
+    "lints": "banditsweep.core.algorithms.linear:LinTS",
+    "linrbmle": "banditsweep.core.algorithms.linear:LinRBMLE",
+    # NeuralRBMLE paper (SPEC 1.3-1.5)
+    "neural_rbmle_ga": "banditsweep.core.algorithms.neural_rbmle_ga:NeuralRBMLEGA",
+    "neural_rbmle_pc": "banditsweep.core.algorithms.neural_rbmle_pc:NeuralRBMLEPC",
+    "neural_ucb": "banditsweep.core.algorithms.neural_ucb:NeuralUCB",
+    "neural_ts": "banditsweep.core.algorithms.neural_ts:NeuralTS",
+    "deep_fpl": "banditsweep.core.algorithms.deep_fpl:DeepFPL",
+    "bootstrapped_nn": "banditsweep.core.algorithms.bootstrapped_nn:BootstrappedNN",
+    "neural_eps_greedy": "banditsweep.core.algorithms.neural_eps_greedy:NeuralEpsGreedy",
+    # Adversarial kernelized bandits (SPEC 3)
+    "kernel_exp3": "banditsweep.core.algorithms.kernel_exp3:KernelExp3",
+    "rls_kernel_exp3": "banditsweep.core.algorithms.rls_kernel_exp3:RLSKernelExp3",
+    "rls_kernel_exp3_amvr": "banditsweep.core.algorithms.rls_kernel_exp3:RLSKernelExp3AMVR",
+    "apg_exp3": "banditsweep.core.algorithms.apg_exp3:APGExp3",
+}
+
+_ENVIRONMENTS: dict[str, str] = {
+    "synthetic": "banditsweep.core.environments.synthetic:SyntheticBandit",
+    "classification": "banditsweep.core.environments.classification:ClassificationBandit",
+    "adversarial_kernel": "banditsweep.core.environments.adversarial_kernel:AdversarialKernelBandit",
+}
+
+_plugins_loaded = False
+
+
+def register_algorithm(name: str, target: str | type[Policy]) -> None:
+    """Register ``name`` -> ``"module:Class"`` (or the class itself)."""
+    _ALGORITHMS[name] = target  # type: ignore[assignment]
+
+
+def register_environment(name: str, target: str | type[Environment]) -> None:
+    _ENVIRONMENTS[name] = target  # type: ignore[assignment]
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for module in filter(None, (m.strip() for m in os.environ.get("BANDITSWEEP_PLUGINS", "").split(","))):
+        importlib.import_module(module)
+
+
+def _resolve(table: dict, name: str, what: str):
+    _load_plugins()
+    if name not in table:
+        raise KeyError(f"unknown {what} {name!r}; known: {', '.join(sorted(table))}")
+    target = table[name]
+    if isinstance(target, str):
+        module, _, attr = target.partition(":")
+        target = getattr(importlib.import_module(module), attr)
+        table[name] = target
+    return target
+
+
+def algorithm_class(name: str) -> type[Policy]:
+    return _resolve(_ALGORITHMS, name, "algorithm")
+
+
+def environment_class(name: str) -> type[Environment]:
+    return _resolve(_ENVIRONMENTS, name, "environment kind")
+
+
+def algorithm_names() -> list[str]:
+    _load_plugins()
+    return sorted(_ALGORITHMS)
+
+
+def environment_names() -> list[str]:
+    _load_plugins()
+    return sorted(_ENVIRONMENTS)
+
+

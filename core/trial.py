@@ -1,0 +1,159 @@
+"""A trial: (algorithm, params, environment, seed, horizon) -> per-round arrays and a summary.
+
+A trial is a pure function of its content. That is what makes resume, retries and trial batching
+safe: the same content always has the same ``trial_id`` and, on the same machine, bit-identical
+results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from banditsweep.core import registry, seeding
+from banditsweep.core.contracts import Config, Environment, Policy
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no whitespace: the same content gives the same bytes everywhere."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def resolve_algorithm(name: str, params: dict[str, Any]) -> Config:
+    return registry.algorithm_class(name).Params(**params)
+
+
+def resolve_environment(config: dict[str, Any]) -> Config:
+    settings = {k: v for k, v in config.items() if k not in ("kind", "horizon", "label")}
+    return registry.environment_class(config["kind"]).Config(**settings)
+
+
+def environment_label(config: dict[str, Any]) -> str:
+    """Short display name: the kind, its primary setting, then every value that differs from default."""
+    if config.get("label"):
+        return str(config["label"])
+    env_cls = registry.environment_class(config["kind"])
+    resolved = resolve_environment(config)
+    defaults = {name: f.default for name, f in env_cls.Config.model_fields.items()}
+    primary = getattr(env_cls, "label_field", None)
+    parts = [config["kind"]]
+    if primary:
+        parts.append(str(getattr(resolved, primary)))
+    for key, value in resolved.model_dump(mode="json").items():
+        if key != primary and value != defaults.get(key):
+            parts.append(f"{key}={value}")
+    return ":".join(parts[:2]) + "".join(f",{p}" for p in parts[2:])
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """The canonical content of one trial. ``params`` and ``environment`` are fully resolved
+    (defaults filled in), so the trial id and the recorded parameters name every choice."""
+
+    algorithm: str
+    params: dict[str, Any]
+    environment: dict[str, Any]  # includes "kind"
+    seed: int
+    horizon: int
+
+    @classmethod
+    def create(cls, algorithm: str, params: dict, environment: dict, seed: int, horizon: int) -> "TrialSpec":
+        resolved_params = resolve_algorithm(algorithm, params).model_dump(mode="json")
+        resolved_env = {"kind": environment["kind"], **resolve_environment(environment).model_dump(mode="json")}
+        return cls(algorithm, resolved_params, resolved_env, int(seed), int(horizon))
+
+    def content(self) -> dict[str, Any]:
+        return {
+            "algorithm": self.algorithm,
+            "params": self.params,
+            "environment": self.environment,
+            "seed": self.seed,
+            "horizon": self.horizon,
+        }
+
+    @property
+    def trial_id(self) -> str:
+        return hashlib.sha256(canonical_json(self.content()).encode()).hexdigest()[:20]
+
+    @property
+    def environment_label(self) -> str:
+        return environment_label(self.environment)
+
+    def build(self, device: str = "cpu") -> tuple[Environment, Policy]:
+        env_cls = registry.environment_class(self.environment["kind"])
+        env = env_cls(resolve_environment(self.environment), self.horizon,
+                      seeding.stream(self.seed, seeding.ENVIRONMENT_STREAM))
+        policy_cls = registry.algorithm_class(self.algorithm)
+        if env.interaction not in policy_cls.supports:
+            raise ValueError(
+                f"algorithm {self.algorithm!r} does not run on environment kind "
+                f"{self.environment['kind']!r} (it supports: {', '.join(sorted(policy_cls.supports))})"
+            )
+        policy = policy_cls(resolve_algorithm(self.algorithm, self.params), env.problem,
+                            seeding.stream(self.seed, seeding.POLICY_STREAM), device=device)
+        return env, policy
+
+
+@dataclass
+class TrialResult:
+    """Per-round arrays (round t = index + 1) and the trial's summary."""
+
+    arm: np.ndarray
+    reward: np.ndarray
+    regret: np.ndarray
+    cum_regret: np.ndarray
+    seconds: np.ndarray
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+    diagnostics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def final_regret(self) -> float:
+        return float(self.cum_regret[-1])
+
+    @property
+    def wall_seconds(self) -> float:
+        return float(self.seconds.sum())
+
+    @property
+    def seconds_per_round(self) -> float:
+        return float(self.seconds.mean())
+
+
+ProgressCallback = Callable[[int, float], None]
+
+
+def run_trial(spec: TrialSpec, device: str = "cpu", on_progress: ProgressCallback | None = None,
+              progress_every: int = 100) -> TrialResult:
+    """Run one trial. ``on_progress(t, cumulative_regret)`` is called every ``progress_every`` rounds
+    and at the last round."""
+    env, policy = spec.build(device)
+    horizon = spec.horizon
+    arm = np.zeros(horizon, dtype=np.int64)
+    reward = np.zeros(horizon)
+    regret = np.zeros(horizon)
+    cum_regret = np.zeros(horizon)
+    seconds = np.zeros(horizon)
+    extras: dict[str, np.ndarray] = {}
+    for index in range(horizon):
+        t = index + 1
+        start = time.perf_counter()
+        contexts = env.contexts(t)
+        decision = policy.select(t, contexts)
+        feedback = env.step(t, decision)
+        policy.update(t, contexts, decision.arm, feedback.reward)
+        seconds[index] = time.perf_counter() - start
+        arm[index] = decision.arm
+        reward[index] = feedback.reward
+        regret[index] = feedback.regret
+        cum_regret[index] = feedback.cumulative_regret
+        for key, value in feedback.extras.items():
+            extras.setdefault(key, np.zeros(horizon))[index] = value
+        if on_progress is not None and (t % progress_every == 0 or t == horizon):
+            on_progress(t, float(feedback.cumulative_regret))
+    diagnostics = {**env.diagnostics(), **policy.diagnostics()}
+    return TrialResult(arm, reward, regret, cum_regret, seconds, extras, diagnostics)
