@@ -1,0 +1,234 @@
+"""The ``banditsweep`` command: ``run``, ``status`` and ``report`` of a sweep spec.
+
+Exit codes: 0 success; 1 some trials failed (their errors are in the trials table); 2 bad input
+(spec, overrides, dataset) — reported before anything is started or written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from banditsweep.sweeps.spec import SpecError, Sweep, load_sweep, parse_overrides
+
+EXIT_FAILED_TRIALS = 1
+EXIT_BAD_INPUT = 2
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", help="sweep spec (YAML), e.g. sweeps/quickstart.yaml")
+    parser.add_argument("--results", default="results", help="results root (default: ./results)")
+    parser.add_argument("--mlflow-uri", default=None,
+                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a top-level spec value: horizon, seeds, log_every, sweep, "
+                             "resources.cpus_per_trial|gpus_per_trial|batch_trials (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="banditsweep", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run every trial of a spec not yet finished")
+    _common(run)
+    run.add_argument("--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS, else an "
+                                                     "embedded local Ray on 127.0.0.1)")
+    run.add_argument("--max-workers", type=int, default=None, help="at most this many trial actors")
+    run.add_argument("--retry-failed", action="store_true", help="also rerun trials recorded as failed")
+    run.add_argument("--data-dir", default=None, help="dataset directory (default: $BANDITSWEEP_DATA, else "
+                                                      "a per-user cache directory)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    status = commands.add_parser("status", help="done / failed / pending trial counts")
+    _common(status)
+    report = commands.add_parser("report", help="tables and figures of a sweep's results")
+    _common(report)
+    commands.add_parser("list", help="the registered algorithms and environment kinds")
+    return parser
+
+
+def _load(args) -> Sweep:
+    return load_sweep(args.spec, parse_overrides(args.overrides))
+
+
+def _store(args, sweep: Sweep):
+    from banditsweep.workers.store import SweepStore
+
+    return SweepStore.for_sweep(args.results, sweep.name)
+
+
+def _print_results(store, sweep: Sweep) -> None:
+    from banditsweep.sweeps.report import finished_trials, markdown_table, summarise
+
+    trials = finished_trials(store, [t.trial_id for t in sweep.trials])
+    if trials.empty:
+        print("no finished trials yet")
+        return
+    summary = summarise(trials, _label_order(sweep), _env_order(sweep))
+    print(f"\nMean final cumulative regret (best grid point per cell, {sweep.name}):")
+    print(markdown_table(summary.mean, 1))
+
+
+def _label_order(sweep: Sweep) -> list[str]:
+    return list(dict.fromkeys(t.label for t in sweep.trials))
+
+
+def _env_order(sweep: Sweep) -> list[str]:
+    return list(dict.fromkeys(t.environment for t in sweep.trials))
+
+
+def _ensure_data(args, sweep: Sweep) -> dict[str, str]:
+    """Resolve the data directory and make sure every dataset the sweep needs is present."""
+    env_vars = {}
+    if args.data_dir:
+        os.environ["BANDITSWEEP_DATA"] = str(Path(args.data_dir).resolve())
+    if os.environ.get("BANDITSWEEP_DATA"):
+        env_vars["BANDITSWEEP_DATA"] = os.environ["BANDITSWEEP_DATA"]
+    needs = [t.spec.environment for t in sweep.trials if t.spec.environment["kind"] == "classification"]
+    if needs:
+        from banditsweep.sweeps.datasets import ensure_datasets_for
+
+        ensure_datasets_for(list({e["dataset"]: e for e in needs}.values()), None)
+    if os.environ.get("BANDITSWEEP_PLUGINS"):
+        env_vars["BANDITSWEEP_PLUGINS"] = os.environ["BANDITSWEEP_PLUGINS"]
+    return env_vars
+
+
+def cmd_run(args) -> int:
+    from banditsweep.workers.dispatcher import Job, RunOptions, run_sweep
+    from banditsweep.workers.sink import ResultSink, resolve_tracking_uri
+    from banditsweep.workers.store import FAILED, FINISHED
+
+    sweep = _load(args)
+    env_vars = _ensure_data(args, sweep)
+    store = _store(args, sweep)
+    tracking_uri = resolve_tracking_uri(args.mlflow_uri)
+    journal = store.journal()
+    skip = {FINISHED} if args.retry_failed else {FINISHED, FAILED}
+    pending = [t for t in sweep.trials if journal.get(t.trial_id, {}).get("status") not in skip]
+    finished = sum(1 for t in sweep.trials if journal.get(t.trial_id, {}).get("status") == FINISHED)
+    failed_before = sum(1 for t in sweep.trials if journal.get(t.trial_id, {}).get("status") == FAILED)
+    print(f"{sweep.name}: {len(sweep.trials)} trials, {finished} finished, {failed_before} failed, "
+          f"{len(pending)} to run")
+    if not pending:
+        sink = ResultSink(str(store.root.parent), sweep.name, tracking_uri)
+        counts = sink.reconcile([])
+        if counts["rebuilt_runs"]:
+            print(f"restored {counts['rebuilt_runs']} MLflow runs from the Parquet results")
+        sink.close()
+        _print_results(store, sweep)
+        return EXIT_FAILED_TRIALS if failed_before else 0
+    resources = sweep.spec.resources
+    options = RunOptions(results_root=str(store.root.parent), tracking_uri=tracking_uri,
+                         log_every=sweep.spec.log_every, cpus_per_trial=resources.cpus_per_trial,
+                         gpus_per_trial=resources.gpus_per_trial, batch_trials=resources.batch_trials,
+                         max_workers=args.max_workers, address=args.address, env_vars=env_vars)
+    jobs = [Job(spec=t.spec, record=_record(sweep, t)) for t in pending]
+    bar = None
+    if not args.no_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs), unit="trial", desc=sweep.name, dynamic_ncols=True)
+
+    def show(progress) -> None:
+        if bar is None:
+            return
+        bar.n = progress.done + progress.failed
+        bar.set_postfix(done=progress.done, failed=progress.failed, running=progress.running, refresh=False)
+        bar.refresh()
+
+    try:
+        outcome = run_sweep(sweep.name, jobs, options, show)
+    finally:
+        if bar is not None:
+            bar.close()
+    print(f"{outcome.finished} finished, {outcome.failed} failed in {outcome.seconds:.1f} s "
+          f"on {outcome.workers} {outcome.device} worker(s); MLflow parent run {outcome.parent_run_id}")
+    print(f"results: {store.root}")
+    _print_results(store, sweep)
+    failures = store.read_trials()
+    failures = failures[failures["trial_id"].isin({t.trial_id for t in sweep.trials}) & (failures["status"] == FAILED)]
+    for row in failures.head(5).itertuples():
+        print(f"failed: {row.label} | {row.environment} | seed {row.seed}: {row.error}", file=sys.stderr)
+    return EXIT_FAILED_TRIALS if len(failures) else 0
+
+
+def _record(sweep: Sweep, trial) -> dict:
+    spec = trial.spec
+    return {"trial_id": trial.trial_id, "sweep": sweep.name, "algorithm": spec.algorithm, "label": trial.label,
+            "environment": trial.environment, "seed": spec.seed, "horizon": spec.horizon,
+            "params": spec.params, "environment_config": spec.environment, "log_every": sweep.spec.log_every}
+
+
+def cmd_status(args) -> int:
+    import pandas as pd
+
+    from banditsweep.workers.store import FAILED, FINISHED
+
+    sweep = _load(args)
+    journal = _store(args, sweep).journal()
+    rows = []
+    for trial in sweep.trials:
+        state = journal.get(trial.trial_id, {}).get("status")
+        rows.append({"algorithm": trial.label, "environment": trial.environment,
+                     "done": state == FINISHED, "failed": state == FAILED, "pending": state not in (FINISHED, FAILED)})
+    frame = pd.DataFrame(rows)
+    table = frame.groupby(["algorithm", "environment"], sort=False)[["done", "failed", "pending"]].sum()
+    from banditsweep.sweeps.report import markdown_table
+
+    print(markdown_table(table.reset_index(), index=False))
+    totals = frame[["done", "failed", "pending"]].sum()
+    print(f"\n{sweep.name}: {len(frame)} trials: {totals['done']} done, {totals['failed']} failed, "
+          f"{totals['pending']} pending")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from banditsweep.sweeps.report import finished_trials, log_report_to_mlflow, markdown_table, summarise, write_report
+    from banditsweep.workers.sink import resolve_tracking_uri
+
+    sweep = _load(args)
+    store = _store(args, sweep)
+    trials = finished_trials(store, [t.trial_id for t in sweep.trials])
+    if trials.empty:
+        print(f"{sweep.name}: no finished trials under {store.root}; run `banditsweep run {args.spec}` first",
+              file=sys.stderr)
+        return EXIT_FAILED_TRIALS
+    summary = summarise(trials, _label_order(sweep), _env_order(sweep))
+    files = write_report(store, summary, sweep.name)
+    run_id = log_report_to_mlflow(resolve_tracking_uri(args.mlflow_uri), sweep.name, store.report_dir)
+    print(f"Mean final cumulative regret ({sweep.name}, {len(trials)} finished trials):")
+    print(markdown_table(summary.mean, 1))
+    print(f"\nStandard deviation:\n{markdown_table(summary.std, 2)}")
+    print(f"\nwrote {len(files)} files to {store.report_dir}"
+          + (f"; logged to MLflow run {run_id}" if run_id else ""))
+    return 0
+
+
+def cmd_list(args) -> int:
+    from banditsweep.core import registry
+
+    print("algorithms:", ", ".join(registry.algorithm_names()))
+    print("environment kinds:", ", ".join(registry.environment_names()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = {"run": cmd_run, "status": cmd_status, "report": cmd_report, "list": cmd_list}[args.command]
+    try:
+        return handler(args)
+    except SpecError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except _input_errors() as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _input_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from banditsweep.core.datasets import DatasetError
+    except ImportError:
+        return (SpecError,)
+    return (DatasetError,)

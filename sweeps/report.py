@@ -1,0 +1,153 @@
+"""Aggregation of a sweep's Parquet results into the tables and figures a paper needs.
+
+The tuning rule of both papers: for each (algorithm, environment) keep the grid point with the
+lowest mean final regret over seeds; report that point's mean and standard deviation.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from banditsweep.workers.store import FINISHED, SweepStore
+
+
+@dataclass
+class Summary:
+    best: pd.DataFrame        # one row per (label, environment): params, mean, std, seeds, seconds/round
+    mean: pd.DataFrame        # algorithms x environments
+    std: pd.DataFrame
+    seconds: pd.DataFrame     # mean seconds per round, same layout
+    diagnostics: pd.DataFrame  # mean of every *_seconds diagnostic, per (label, environment)
+
+
+def finished_trials(store: SweepStore, trial_ids: list[str]) -> pd.DataFrame:
+    trials = store.read_trials()
+    return trials[trials["trial_id"].isin(set(trial_ids)) & (trials["status"] == FINISHED)].copy()
+
+
+def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]) -> Summary:
+    """Best grid point per (algorithm label, environment) by mean final regret."""
+    if trials.empty:
+        empty = pd.DataFrame()
+        return Summary(empty, empty, empty, empty, empty)
+    grouped = (trials.groupby(["label", "environment", "params"], sort=False)
+               .agg(mean=("final_regret", "mean"), std=("final_regret", "std"), seeds=("seed", "nunique"),
+                    seconds_per_round=("seconds_per_round", "mean"), trial_ids=("trial_id", list))
+               .reset_index())
+    grouped["std"] = grouped["std"].fillna(0.0)
+    best = grouped.loc[grouped.groupby(["label", "environment"], sort=False)["mean"].idxmin()].reset_index(drop=True)
+    labels = [x for x in label_order if x in set(best["label"])]
+    envs = [x for x in env_order if x in set(best["environment"])]
+
+    def layout(column: str) -> pd.DataFrame:
+        table = best.pivot(index="label", columns="environment", values=column)
+        return table.reindex(index=labels, columns=envs).rename_axis(index="algorithm", columns=None)
+
+    diag_rows = []
+    for _, row in best.iterrows():
+        chosen = trials[trials["trial_id"].isin(row["trial_ids"])]
+        values = pd.DataFrame([json.loads(d) for d in chosen["diagnostics"]])
+        timing = {c: values[c].mean() for c in values.columns if c.endswith("_seconds") and c != "batch_wall_seconds"}
+        diag_rows.append({"algorithm": row["label"], "environment": row["environment"],
+                          "seconds_per_round": row["seconds_per_round"], **timing})
+    return Summary(best, layout("mean"), layout("std"), layout("seconds_per_round"), pd.DataFrame(diag_rows))
+
+
+def markdown_table(table: pd.DataFrame, digits: int = 2, index: bool = True) -> str:
+    frame = table.reset_index() if index else table
+    header = [str(c) for c in frame.columns]
+
+    def cell(value) -> str:
+        if isinstance(value, (float, np.floating)):
+            return "—" if np.isnan(value) else (f"{value:.{digits}f}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}")
+        return str(value)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def _write_table(directory: Path, name: str, table: pd.DataFrame, digits: int, caption: str) -> None:
+    (directory / f"{name}.md").write_text(f"{caption}\n\n{markdown_table(table, digits)}\n")
+    table.to_csv(directory / f"{name}.csv")
+    (directory / f"{name}.tex").write_text(
+        table.to_latex(float_format=lambda v: f"{v:.{digits}f}", na_rep="--", caption=caption, escape=True))
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+def plot_curves(store: SweepStore, summary: Summary, directory: Path) -> list[Path]:
+    """One PNG per environment: mean cumulative regret vs round, ±1 std band per algorithm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for environment in summary.mean.columns:
+        rows = summary.best[summary.best["environment"] == environment]
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for _, row in rows.iterrows():
+            curves = store.read_curves(row["trial_ids"])
+            if curves.empty:
+                continue
+            matrix = curves.pivot(index="t", columns="trial_id", values="cum_regret")
+            mean, std = matrix.mean(axis=1), matrix.std(axis=1).fillna(0.0)
+            ax.plot(mean.index, mean.values, label=row["label"])
+            ax.fill_between(mean.index, (mean - std).values, (mean + std).values, alpha=0.2)
+        ax.set_xlabel("round t")
+        ax.set_ylabel("cumulative regret")
+        ax.set_title(environment)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = directory / f"regret_{_slug(environment)}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write_report(store: SweepStore, summary: Summary, sweep: str) -> list[Path]:
+    directory = store.report_dir
+    directory.mkdir(parents=True, exist_ok=True)
+    _write_table(directory, "final_regret_mean", summary.mean, 1,
+                 f"{sweep}: mean final cumulative regret (best grid point per cell)")
+    _write_table(directory, "final_regret_std", summary.std, 2,
+                 f"{sweep}: standard deviation of the final cumulative regret over seeds")
+    _write_table(directory, "seconds_per_round", summary.seconds, 4,
+                 f"{sweep}: mean wall seconds per round")
+    best = summary.best.drop(columns=["trial_ids"]).rename(columns={"label": "algorithm"})
+    best.to_csv(directory / "best_params.csv", index=False)
+    (directory / "best_params.md").write_text(f"{sweep}: chosen grid point per cell\n\n"
+                                              f"{markdown_table(best, 4, index=False)}\n")
+    if not summary.diagnostics.empty:
+        (directory / "timing.md").write_text(f"{sweep}: time per round and time in named steps (seconds)\n\n"
+                                             f"{markdown_table(summary.diagnostics, 4, index=False)}\n")
+        summary.diagnostics.to_csv(directory / "timing.csv", index=False)
+    plot_curves(store, summary, directory)
+    return sorted(directory.iterdir())
+
+
+def log_report_to_mlflow(tracking_uri: str, sweep: str, directory: Path) -> str | None:
+    """Attach the report files to the sweep's latest parent run; returns its id (None if no run)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name(sweep)
+    if experiment is None:
+        return None
+    runs = client.search_runs([experiment.experiment_id], filter_string="tags.kind = 'sweep'",
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    if not runs:
+        return None
+    run_id = runs[0].info.run_id
+    client.log_artifacts(run_id, str(directory), artifact_path="report")
+    return run_id
