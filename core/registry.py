@@ -40,7 +40,7 @@ _ENVIRONMENTS: dict[str, str] = {
     "adversarial_kernel": "banditsweep.core.environments.adversarial_kernel:AdversarialKernelBandit",
 }
 
-_plugins_loaded = False
+_plugins_loaded: set[str] = set()
 
 
 def register_algorithm(name: str, target: str | type[Policy]) -> None:
@@ -53,12 +53,10 @@ def register_environment(name: str, target: str | type[Environment]) -> None:
 
 
 def _load_plugins() -> None:
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
     for module in filter(None, (m.strip() for m in os.environ.get("BANDITSWEEP_PLUGINS", "").split(","))):
-        importlib.import_module(module)
+        if module not in _plugins_loaded:
+            importlib.import_module(module)
+            _plugins_loaded.add(module)
 
 
 def _resolve(table: dict, name: str, what: str):

@@ -8,6 +8,7 @@ a queue and a pool. One trial actor per GPU when the cluster has GPUs, else one 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -83,11 +84,12 @@ class RayConnection:
         if ray.is_initialized():
             return self
         if self.address:
-            ray.init(address=self.address, runtime_env=runtime_env, log_to_driver=False)
+            ray.init(address=self.address, runtime_env=runtime_env, log_to_driver=False,
+                     logging_level=logging.WARNING)
         else:
             os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
             ray.init(num_cpus=self.num_cpus, include_dashboard=False, runtime_env=runtime_env,
-                     log_to_driver=False, _node_ip_address="127.0.0.1")
+                     log_to_driver=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
         self.started = True
         return self
 

@@ -1,0 +1,132 @@
+"""The classification bandit (SPEC 1.2) on the dataset files for tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pydantic
+import pytest
+
+from banditsweep.core import registry, seeding
+from banditsweep.core.contracts import Decision
+from banditsweep.core.datasets import DatasetError, load_dataset
+from banditsweep.core.environments.classification import ClassificationBandit, ClassificationConfig
+from banditsweep.core.trial import TrialSpec, run_trial
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("BANDITSWEEP_TEST_DATASETS", REPO.parent / "shared" / "datasets"))
+
+
+@pytest.fixture(autouse=True)
+def data_dir(monkeypatch) -> Path:
+    if not (SHARED / "shuttle.parquet").is_file():
+        pytest.fail(f"the dataset files for tests are expected in {SHARED} "
+                    "(set BANDITSWEEP_TEST_DATASETS to their directory)")
+    monkeypatch.setenv("BANDITSWEEP_DATA", str(SHARED))
+    return SHARED
+
+
+def make(dataset: str, horizon: int, seed: int = 0, **settings) -> ClassificationBandit:
+    config = ClassificationConfig(dataset=dataset, **settings)
+    return ClassificationBandit(config, horizon, seeding.stream(seed, seeding.ENVIRONMENT_STREAM))
+
+
+def test_registered_under_its_kind():
+    assert registry.environment_class("classification") is ClassificationBandit
+
+
+@pytest.mark.parametrize("dataset, arms, block", [("shuttle", 7, 9), ("mushroom", 2, 22), ("covertype", 7, 54)])
+def test_problem_shape(dataset, arms, block):
+    env = make(dataset, 50)
+    problem = env.problem
+    assert (problem.num_arms, problem.dim, problem.disjoint_block, problem.horizon) == (arms, arms * block, block, 50)
+    assert env.contexts(1).shape == (arms, arms * block)
+
+
+def test_onehot_changes_the_block_width():
+    env = make("mushroom", 10, encoding="onehot")
+    width = load_dataset("mushroom", encoding="onehot").features.shape[1]
+    assert width > 22
+    assert env.problem.disjoint_block == width and env.problem.dim == 2 * width
+
+
+def test_disjoint_encoding():
+    env = make("shuttle", 30, seed=3)
+    data = load_dataset("shuttle")
+    k, block = 7, 9
+    for t in (1, 2, 30):
+        contexts = env.contexts(t).reshape(k, k, block)
+        row = data.features[env.row(t)]
+        for arm in range(k):
+            for other in range(k):
+                expected = row if arm == other else np.zeros(block)
+                np.testing.assert_array_equal(contexts[arm, other], expected)
+
+
+def test_reward_and_regret():
+    env = make("shuttle", 100, seed=1)
+    data = load_dataset("shuttle")
+    cumulative = 0.0
+    for t in range(1, 101):
+        label = int(data.labels[env.row(t)])
+        arm = label if t % 3 else (label + 1) % 7
+        feedback = env.step(t, Decision(arm=arm))
+        assert feedback.reward == (1.0 if arm == label else 0.0)
+        assert feedback.regret == 1.0 - feedback.reward
+        cumulative += feedback.regret
+        assert feedback.cumulative_regret == cumulative
+    assert cumulative == 33.0  # exactly the rounds t = 3, 6, ..., 99 played a wrong arm
+
+
+def test_rows_without_replacement_in_a_seed_dependent_order():
+    env = make("mushroom", 8000, seed=0)
+    rows = [env.row(t) for t in range(1, 8001)]
+    assert len(set(rows)) == 8000
+    again = make("mushroom", 8000, seed=0)
+    assert [again.row(t) for t in range(1, 8001)] == rows
+    other = make("mushroom", 8000, seed=1)
+    assert [other.row(t) for t in range(1, 8001)] != rows
+    assert rows != sorted(rows)
+    full = make("mushroom", 8124, seed=0)
+    assert sorted(full.row(t) for t in range(1, 8125)) == list(range(8124))
+
+
+def test_horizon_larger_than_dataset_is_an_error():
+    with pytest.raises(ValueError, match="horizon 9000 exceeds the 8124 rows of mushroom"):
+        make("mushroom", 9000)
+
+
+def test_config_is_validated():
+    with pytest.raises(pydantic.ValidationError):
+        ClassificationConfig(dataset="iris")
+    with pytest.raises(pydantic.ValidationError):
+        ClassificationConfig(dataset="adult", encoding="binary")
+    with pytest.raises(pydantic.ValidationError):
+        ClassificationConfig(dataset="adult", shuffle=False)
+
+
+def test_missing_file_is_a_dataset_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("BANDITSWEEP_DATA", str(tmp_path))
+    with pytest.raises(DatasetError, match=f"'adult' not found: there is no file adult.parquet in {tmp_path}"):
+        make("adult", 10)
+
+
+def test_trial_through_the_registry():
+    spec = TrialSpec.create("linucb", {}, {"kind": "classification", "dataset": "shuttle"}, 0, 200)
+    assert spec.environment == {"kind": "classification", "dataset": "shuttle",
+                                "encoding": "ordinal", "scaling": "rownorm"}
+    assert spec.environment_label == "classification:shuttle"
+    result = run_trial(spec)
+    assert result.arm.shape == (200,) and set(np.unique(result.arm)) <= set(range(7))
+    np.testing.assert_array_equal(result.regret, 1.0 - result.reward)
+    np.testing.assert_array_equal(result.cum_regret, np.cumsum(result.regret))
+    assert result.diagnostics["dataset_rows"] == 58000.0
+    # Shuttle is 79% class 1; a learner should beat playing one fixed wrong arm by far.
+    assert result.final_regret < 100
+    np.testing.assert_array_equal(run_trial(spec).arm, result.arm)
+    standardised = TrialSpec.create("linucb", {}, {"kind": "classification", "dataset": "shuttle",
+                                            "scaling": "standard"}, 0, 200)
+    assert standardised.trial_id != spec.trial_id
+    assert standardised.environment_label == "classification:shuttle,scaling=standard"

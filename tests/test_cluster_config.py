@@ -1,0 +1,66 @@
+"""cluster.yaml is a valid Ray cluster-launcher config (checked by Ray's own validation)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from ray.autoscaler._private.util import prepare_config, validate_config
+
+CLUSTER_YAML = Path(__file__).resolve().parents[1] / "cluster.yaml"
+
+
+def launcher_check(config: dict) -> dict:
+    """What `ray up` does before touching the cloud: fill in the provider defaults, merge the setup
+    commands, then validate against Ray's schema and consistency rules."""
+    prepared = prepare_config(copy.deepcopy(config))
+    validate_config(prepared)
+    return prepared
+
+
+@pytest.fixture(scope="module")
+def config() -> dict:
+    return yaml.safe_load(CLUSTER_YAML.read_text())
+
+
+def test_cluster_yaml_passes_ray_validation(config):
+    prepared = launcher_check(config)
+    assert prepared["provider"]["type"] == "aws"
+    assert prepared["head_node_type"] in prepared["available_node_types"]
+
+
+def test_head_runs_ray_and_mlflow(config):
+    start = "\n".join(config["head_start_ray_commands"])
+    assert "ray start --head" in start
+    assert "mlflow server" in start and "--host 127.0.0.1" in start
+    assert "sqlite:///" in start
+
+
+def test_workers_have_gpus_and_the_project(config):
+    prepared = launcher_check(config)
+    workers = {name: node for name, node in prepared["available_node_types"].items()
+               if name != prepared["head_node_type"]}
+    assert workers and all(node["resources"].get("GPU", 0) >= 1 for node in workers.values())
+    assert prepared["file_mounts"] == {"~/banditsweep": "."}
+    assert any("pip install" in c and "$HOME/banditsweep" in c for c in prepared["worker_setup_commands"])
+    assert any("torch" in c for c in prepared["worker_setup_commands"])
+    assert any("ray start --address" in c for c in prepared["worker_start_ray_commands"])
+
+
+@pytest.mark.parametrize("break_it, error, message", [
+    (lambda c: c.update(max_wokers=4), jsonschema.ValidationError, "'max_wokers' was unexpected"),
+    (lambda c: c["available_node_types"]["gpu_g5"].update(resources={"GPU": "one"}),
+     jsonschema.ValidationError, "'one' is not of type 'integer'"),
+    (lambda c: c["available_node_types"]["gpu_g5"].pop("node_config"),
+     jsonschema.ValidationError, "'node_config' is a required property"),
+    (lambda c: c.update(head_node_type="cpu_head"), ValueError, "head_node_type"),
+    (lambda c: c["available_node_types"]["gpu_g5"].update(min_workers=20), ValueError, "max_workers"),
+])
+def test_broken_copies_are_rejected(config, break_it, error, message):
+    broken = copy.deepcopy(config)
+    break_it(broken)
+    with pytest.raises(error, match=message):
+        launcher_check(broken)

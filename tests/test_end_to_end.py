@@ -1,0 +1,139 @@
+"""A sweep through the CLI on an embedded local Ray with 2 workers, streaming to MLflow and Parquet."""
+
+import os
+
+import pandas as pd
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from banditsweep.sweeps.cli import main
+
+HORIZON = 60
+SPEC = {
+    "sweep": "e2e",
+    "horizon": HORIZON,
+    "seeds": 2,
+    "environments": [{"kind": "synthetic", "function": "h1", "dim": 5}, {"kind": "synthetic", "function": "h3", "dim": 5}],
+    "algorithms": [{"name": "linucb", "grid": {"nu": [0.1, 1.0]}}, {"name": "random"}],
+    "log_every": 20,
+}
+TRIALS = 2 * (2 * 2 + 2)  # environments x (linucb grid x seeds + random seeds)
+
+
+def _child_runs(client):
+    experiment = client.get_experiment_by_name("e2e")
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    return [r for r in runs if r.data.tags.get("kind") == "trial"], [r for r in runs if r.data.tags.get("kind") == "sweep"]
+
+
+def test_run_resume_report(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "e2e.yaml").write_text(yaml.safe_dump(SPEC))
+    assert main(["run", "e2e.yaml", "--max-workers", "2", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"{TRIALS} finished, 0 failed" in out and "on 2 CPU worker(s)" in out
+
+    trials = pd.read_parquet("results/e2e/trials")
+    curves = pd.read_parquet("results/e2e/curves")
+    assert len(trials) == TRIALS and trials["trial_id"].is_unique
+    assert (trials["status"] == "finished").all()
+    assert len(curves) == TRIALS * HORIZON
+    assert set(curves.groupby("trial_id")["t"].max()) == {HORIZON}
+    assert {"trial_id", "sweep", "algorithm", "environment", "seed", "horizon", "status", "final_regret",
+            "wall_seconds", "seconds_per_round", "error", "params", "nu", "lam"} <= set(trials.columns)
+    last = curves[curves["t"] == HORIZON].set_index("trial_id")["cum_regret"]
+    pd.testing.assert_series_equal(trials.set_index("trial_id")["final_regret"], last.loc[trials["trial_id"]],
+                                   check_names=False)
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")  # absolute: MLflow caches stores per URI
+    children, parents = _child_runs(client)
+    assert len(parents) == 1
+    assert len(children) == TRIALS
+    assert {r.data.tags["trial_id"] for r in children} == set(trials["trial_id"])
+    assert all(r.info.status == "FINISHED" for r in children)
+    assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in children)
+    linucb = next(r for r in children if r.data.params["algorithm"] == "linucb")
+    assert {"algorithm", "environment", "seed", "horizon", "nu", "lam"} <= set(linucb.data.params)
+    history = client.get_metric_history(linucb.info.run_id, "regret")
+    assert [m.step for m in history] == [20, 40, 60]
+    row = trials.set_index("trial_id").loc[linucb.data.tags["trial_id"]]
+    assert linucb.data.metrics["final_regret"] == pytest.approx(row["final_regret"])
+
+    # A second run finds every trial done: zero trials run, zero rows or runs added.
+    assert main(["run", "e2e.yaml", "--no-progress"]) == 0
+    assert f"{TRIALS} finished, 0 failed, 0 to run" in capsys.readouterr().out
+    assert len(pd.read_parquet("results/e2e/trials")) == TRIALS
+    assert len(pd.read_parquet("results/e2e/curves")) == TRIALS * HORIZON
+    children_again, parents_again = _child_runs(client)
+    assert len(children_again) == TRIALS and len(parents_again) == 1
+
+    # Growing the sweep by a seed runs only the new trials.
+    assert main(["run", "e2e.yaml", "--set", "seeds=3", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"{TRIALS * 3 // 2} trials, {TRIALS} finished, 0 failed, {TRIALS // 2} to run" in out
+    assert len(pd.read_parquet("results/e2e/trials")) == TRIALS * 3 // 2
+    children_grown, _ = _child_runs(client)
+    assert len(children_grown) == TRIALS * 3 // 2
+
+    assert main(["status", "e2e.yaml"]) == 0
+    assert f"{TRIALS} trials: {TRIALS} done, 0 failed, 0 pending" in capsys.readouterr().out
+
+    assert main(["report", "e2e.yaml"]) == 0
+    report = tmp_path / "results" / "e2e" / "report"
+    for name in ("final_regret_mean", "final_regret_std", "seconds_per_round"):
+        for suffix in ("md", "csv", "tex"):
+            assert (report / f"{name}.{suffix}").stat().st_size > 0
+    pngs = sorted(p.name for p in report.glob("*.png"))
+    assert pngs == ["regret_synthetic_h1_dim_5.png", "regret_synthetic_h3_dim_5.png"]
+    mean = pd.read_csv(report / "final_regret_mean.csv", index_col=0)
+    assert list(mean.index) == ["linucb", "random"]
+    # The tuning rule: the best grid point's mean over seeds.
+    first_two = trials[trials["seed"] < 2]
+    env = "synthetic:h1,dim=5"
+    best = first_two[(first_two["algorithm"] == "linucb") & (first_two["environment"] == env)].groupby("nu")["final_regret"].mean().min()
+    assert mean.loc["linucb", env] == pytest.approx(best)
+    artifacts = client.list_artifacts(_child_runs(client)[1][0].info.run_id, "report")
+    assert len(artifacts) >= 11
+
+
+def test_failures_are_recorded_and_dead_workers_retried(tmp_path, monkeypatch, repo, capsys):
+    monkeypatch.chdir(tmp_path)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(repo / "tests" / "plugins"), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(str(repo / "tests" / "plugins"))
+    monkeypatch.setenv("BANDITSWEEP_PLUGINS", "faulty_algorithms")
+    monkeypatch.setenv("BANDITSWEEP_TEST_MARKERS", str(markers))
+    spec = {"sweep": "faults", "horizon": 20, "seeds": 2, "log_every": 5,
+            "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
+            "algorithms": [{"name": "always_raises"}, {"name": "crash_once"}, {"name": "random"}]}
+    (tmp_path / "faults.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", "faults.yaml", "--max-workers", "2", "--no-progress"]) == 1
+    trials = pd.read_parquet("results/faults/trials").set_index("algorithm")
+    assert len(trials) == 6
+    raised = trials.loc["always_raises"]
+    assert (raised["status"] == "failed").all()
+    assert raised["error"].str.contains("ValueError: deliberate failure in round 3").all()
+    assert raised["traceback"].str.contains("faulty_algorithms.py").all()
+    crashed = trials.loc["crash_once"]
+    assert (crashed["status"] == "finished").all() and (crashed["attempts"] == 2).all()
+    assert len(list(markers.iterdir())) == 2
+    assert (trials.loc["random"]["status"] == "finished").all()
+    assert len(pd.read_parquet("results/faults/curves")) == 4 * 20
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")  # absolute: MLflow caches stores per URI
+    experiment = client.get_experiment_by_name("faults")
+    runs = [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("kind") == "trial"]
+    by_status = pd.Series([r.info.status for r in runs]).value_counts().to_dict()
+    assert by_status == {"FINISHED": 4, "FAILED": 2}
+    capsys.readouterr()
+
+    # Failed trials are skipped by a plain rerun and rerun with --retry-failed (still failing).
+    assert main(["run", "faults.yaml", "--no-progress"]) == 1
+    assert "0 to run" in capsys.readouterr().out
+    assert main(["run", "faults.yaml", "--retry-failed", "--no-progress"]) == 1
+    assert "2 to run" in capsys.readouterr().out
+    runs = [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("kind") == "trial"]
+    assert pd.Series([r.info.status for r in runs]).value_counts().to_dict() == {"FINISHED": 4, "FAILED": 2}
+    assert len(pd.read_parquet("results/faults/trials")) == 6
