@@ -232,3 +232,7 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     except ImportError:
         return (SpecError,)
     return (DatasetError,)
+
+
+if __name__ == "__main__":  # `ray submit cluster.yaml sweeps/cli.py -- run ...` runs this file as a script
+    raise SystemExit(main())
