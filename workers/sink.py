@@ -92,6 +92,7 @@ class ResultSink:
         self._parent_run_id: str | None = None
         self.records = self.store.journal()
         self.open_runs: dict[str, str] = {}
+        self.closed_runs: dict[str, str] = {}  # trial id -> run ended by this sink
         self._table_dirty = False
         self._table_written_at = 0.0
 
@@ -161,10 +162,12 @@ class ResultSink:
         return run_id
 
     def start_trial(self, record: dict[str, Any]) -> str:
-        """A trial starts (again): any run left by an earlier attempt of it is deleted."""
-        previous = self.open_runs.pop(record["trial_id"], None)
-        if previous is not None:
-            self.client.delete_run(previous)
+        """A trial starts (again): any run of an earlier attempt of it is deleted — also a finished
+        one, when a worker died after the trial ended but before it could report back."""
+        for runs in (self.open_runs, self.closed_runs):
+            previous = runs.pop(record["trial_id"], None)
+            if previous is not None:
+                self.client.delete_run(previous)
         return self._start_run(record)
 
     def log_progress(self, trial_id: str, points: list[tuple[int, float]]) -> None:
@@ -186,6 +189,7 @@ class ResultSink:
         from mlflow.entities import Metric
 
         run_id = self.open_runs.pop(record["trial_id"])
+        self.closed_runs[record["trial_id"]] = run_id
         now = int(time.time() * 1000)
         if record["status"] == FINISHED:
             values = {"final_regret": record["final_regret"], "seconds_per_round": record["seconds_per_round"],
