@@ -23,6 +23,7 @@ class Summary:
     std: pd.DataFrame
     seconds: pd.DataFrame     # mean seconds per round, same layout
     diagnostics: pd.DataFrame  # mean of every *_seconds diagnostic, per (label, environment)
+    by_setting: pd.DataFrame  # rows: the environment settings that vary; columns: algorithm x (regret, s/round)
 
 
 def finished_trials(store: SweepStore, trial_ids: list[str]) -> pd.DataFrame:
@@ -34,7 +35,7 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
     """Best grid point per (algorithm label, environment) by mean final regret."""
     if trials.empty:
         empty = pd.DataFrame()
-        return Summary(empty, empty, empty, empty, empty)
+        return Summary(empty, empty, empty, empty, empty, empty)
     grouped = (trials.groupby(["label", "environment", "params"], sort=False)
                .agg(mean=("final_regret", "mean"), std=("final_regret", "std"), seeds=("seed", "nunique"),
                     seconds_per_round=("seconds_per_round", "mean"), trial_ids=("trial_id", list))
@@ -55,7 +56,33 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
         timing = {c: values[c].mean() for c in values.columns if c.endswith("_seconds") and c != "batch_wall_seconds"}
         diag_rows.append({"algorithm": row["label"], "environment": row["environment"],
                           "seconds_per_round": row["seconds_per_round"], **timing})
-    return Summary(best, layout("mean"), layout("std"), layout("seconds_per_round"), pd.DataFrame(diag_rows))
+    return Summary(best, layout("mean"), layout("std"), layout("seconds_per_round"), pd.DataFrame(diag_rows),
+                   setting_table(trials, best, labels, envs))
+
+
+def setting_table(trials: pd.DataFrame, best: pd.DataFrame, labels: list[str], envs: list[str]) -> pd.DataFrame:
+    """The kernel paper's layout: one row per environment, indexed by the settings that vary across
+    the sweep's environments (e.g. setting x kernel), and per algorithm the mean ± std final regret
+    and the mean seconds per round."""
+    configs = (trials.drop_duplicates("environment").set_index("environment")["environment_config"]
+               .map(json.loads).to_dict())
+    keys = [k for k in dict.fromkeys(k for c in configs.values() for k in c)
+            if len({json.dumps(configs[e].get(k)) for e in envs}) > 1]
+    rows = []
+    for env in envs:
+        row = {k: configs[env].get(k) for k in keys} if keys else {"environment": env}
+        cells = best[best["environment"] == env].set_index("label")
+        for label in labels:
+            if label in cells.index:
+                cell = cells.loc[label]
+                row[(label, "regret")] = f"{cell['mean']:.1f} ± {cell['std']:.1f}"
+                row[(label, "s/round")] = f"{cell['seconds_per_round']:.2e}"
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    index = keys or ["environment"]
+    table = table.set_index(index)
+    table.columns = pd.MultiIndex.from_tuples(table.columns) if len(table.columns) else table.columns
+    return table
 
 
 def markdown_table(table: pd.DataFrame, digits: int = 2, index: bool = True) -> str:
@@ -124,6 +151,12 @@ def write_report(store: SweepStore, summary: Summary, sweep: str) -> list[Path]:
                  f"{sweep}: standard deviation of the final cumulative regret over seeds")
     _write_table(directory, "seconds_per_round", summary.seconds, 4,
                  f"{sweep}: mean wall seconds per round")
+    by_setting = summary.by_setting.copy()
+    by_setting.columns = [f"{a} {b}" for a, b in by_setting.columns]
+    (directory / "by_setting.md").write_text(
+        f"{sweep}: mean ± std final regret and seconds per round, per environment setting\n\n"
+        f"{markdown_table(by_setting, 2)}\n")
+    by_setting.to_csv(directory / "by_setting.csv")
     best = summary.best.drop(columns=["trial_ids"]).rename(columns={"label": "algorithm"})
     best.to_csv(directory / "best_params.csv", index=False)
     (directory / "best_params.md").write_text(f"{sweep}: chosen grid point per cell\n\n"
