@@ -84,11 +84,24 @@ def _ensure_data(args, sweep: Sweep) -> dict[str, str]:
         os.environ["BANDITSWEEP_DATA"] = str(Path(args.data_dir).resolve())
     if os.environ.get("BANDITSWEEP_DATA"):
         env_vars["BANDITSWEEP_DATA"] = os.environ["BANDITSWEEP_DATA"]
-    needs = [t.spec.environment for t in sweep.trials if t.spec.environment["kind"] == "classification"]
-    if needs:
-        from banditsweep.sweeps.datasets import ensure_datasets_for
+    horizons: dict[str, int] = {}
+    for trial in sweep.trials:
+        if trial.spec.environment["kind"] == "classification":
+            name = trial.spec.environment["dataset"]
+            horizons[name] = max(horizons.get(name, 0), trial.spec.horizon)
+    if horizons:
+        import pyarrow.parquet as pq
 
-        ensure_datasets_for(list({e["dataset"]: e for e in needs}.values()), None)
+        from banditsweep.core.datasets import DatasetError
+        from banditsweep.sweeps.datasets import ensure_dataset
+
+        for name, horizon in horizons.items():
+            path = ensure_dataset(name)
+            rows = pq.ParquetFile(path).metadata.num_rows
+            if horizon > rows:
+                # Rows are drawn without replacement (SPEC 1.2): T cannot exceed the dataset.
+                raise DatasetError(f"{args.spec}: horizon {horizon} exceeds the {rows} rows of {name} ({path}); "
+                                   f"use a horizon <= {rows} for this dataset (e.g. an environment `horizon:`)")
     if os.environ.get("BANDITSWEEP_PLUGINS"):
         env_vars["BANDITSWEEP_PLUGINS"] = os.environ["BANDITSWEEP_PLUGINS"]
     return env_vars
