@@ -8,10 +8,14 @@ of each trial equals running it alone (to float tolerance; tested per algorithm)
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
-from banditsweep.core import registry
-from banditsweep.core.trial import TrialResult, TrialSpec, run_trial
+import numpy as np
+
+from banditsweep.core import registry, seeding
+from banditsweep.core.contracts import Decision
+from banditsweep.core.trial import TrialResult, TrialSpec, resolve_algorithm, resolve_environment, run_trial
 
 # on_progress(index of the trial in the batch, round t, cumulative regret)
 BatchProgress = Callable[[int, int, float], None]
@@ -37,3 +41,60 @@ def run_trials(specs: list[TrialSpec], device: str = "cpu", on_progress: BatchPr
         callback = None if on_progress is None else (lambda t, r, i=index: on_progress(i, t, r))
         results.append(run_trial(spec, device, callback, progress_every))
     return results
+
+
+def run_lockstep(policy_cls, specs: list[TrialSpec], device: str = "cpu", on_progress: BatchProgress | None = None,
+                 progress_every: int = 100) -> list[TrialResult]:
+    """Run trials of one batch key in lockstep with one batched policy (``policy_cls.batched``).
+
+    Each trial gets its own environment and its own random streams, exactly as in
+    :func:`banditsweep.core.trial.run_trial`; one round of the batch is one batched ``select`` and one
+    batched ``update``. The per-round ``seconds`` of each trial is the batch's round time divided by
+    the batch size (so summed over the trials of a batch it is the batch's wall time).
+    """
+    horizon = specs[0].horizon
+    if any(spec.horizon != horizon for spec in specs):
+        raise ValueError("trials of one lockstep batch must share the horizon")
+    envs = []
+    for spec in specs:
+        env_cls = registry.environment_class(spec.environment["kind"])
+        envs.append(env_cls(resolve_environment(spec.environment), spec.horizon,
+                            seeding.stream(spec.seed, seeding.ENVIRONMENT_STREAM)))
+    problem = envs[0].problem
+    if any(env.problem != problem for env in envs[1:]):
+        raise ValueError("trials of one lockstep batch must share the environment shape")
+    if envs[0].interaction not in policy_cls.supports:
+        raise ValueError(f"algorithm {specs[0].algorithm!r} does not run on {specs[0].environment['kind']!r}")
+    params = [resolve_algorithm(spec.algorithm, spec.params) for spec in specs]
+    rngs = [seeding.stream(spec.seed, seeding.POLICY_STREAM) for spec in specs]
+    policy = policy_cls.batched(params, problem, rngs, device=device)
+    count = len(specs)
+    arm = np.zeros((count, horizon), dtype=np.int64)
+    reward = np.zeros((count, horizon))
+    regret = np.zeros((count, horizon))
+    cum_regret = np.zeros((count, horizon))
+    seconds = np.zeros((count, horizon))
+    extras: list[dict[str, np.ndarray]] = [{} for _ in specs]
+    for index in range(horizon):
+        t = index + 1
+        start = time.perf_counter()
+        contexts = np.stack([env.contexts(t) for env in envs])
+        arms = np.asarray(policy.select_batch(t, contexts), dtype=np.int64)
+        rewards = np.zeros(count)
+        for trial, env in enumerate(envs):
+            feedback = env.step(t, Decision(arm=int(arms[trial])))
+            rewards[trial] = feedback.reward
+            regret[trial, index] = feedback.regret
+            cum_regret[trial, index] = feedback.cumulative_regret
+            for key, value in feedback.extras.items():
+                extras[trial].setdefault(key, np.zeros(horizon))[index] = value
+        policy.update_batch(t, contexts, arms, rewards)
+        seconds[:, index] = (time.perf_counter() - start) / count
+        arm[:, index] = arms
+        reward[:, index] = rewards
+        if on_progress is not None and (t % progress_every == 0 or t == horizon):
+            for trial in range(count):
+                on_progress(trial, t, float(cum_regret[trial, index]))
+    policy_diagnostics = policy.diagnostics_batch()
+    return [TrialResult(arm[i], reward[i], regret[i], cum_regret[i], seconds[i], extras[i],
+                        {**envs[i].diagnostics(), **policy_diagnostics[i]}) for i in range(count)]

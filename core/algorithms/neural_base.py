@@ -1,0 +1,255 @@
+"""What every neural bandit of SPEC 1.4-1.5 shares: parameters, the stacked network, the history,
+the optimiser and lockstep trial batching.
+
+Each algorithm is written once, batched: its state carries a leading *group* axis, one group per
+trial. A policy built through the ordinary constructor is the batch of one; ``run_batch`` builds one
+policy for several compatible trials (same algorithm, environment and structural parameters,
+different seeds and per-trial values such as nu or lr) and steps them in lockstep, so each trial's
+result equals running it alone (to float tolerance; tests/test_neural_batching.py).
+
+Per-trial randomness comes only from each trial's own policy stream (core.seeding), consumed in the
+same order whether the trial runs alone or in a batch.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from typing import ClassVar, Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from banditsweep.core import seeding
+from banditsweep.core.contracts import Config, Decision, Policy, Problem
+from banditsweep.core.networks import StackedNetwork, initial_parameters, output_scale, rows_of_contexts, rows_to_arms
+from banditsweep.core.training import History, gradient_ascent
+from banditsweep.core.z_matrix import ZMatrix
+
+
+class NeuralParams(Config):
+    """Shared by all neural methods; defaults are the paper's settings (SPEC 1.6)."""
+
+    width: int = Field(100, ge=2, description="hidden width m")
+    depth: int = Field(2, ge=2, description="depth L (2 = one hidden layer)")
+    steps: int = Field(100, ge=0, description="gradient steps J per training")
+    lr: float = Field(0.001, gt=0.0, description="step size eta")
+    lam: float = Field(0.001, gt=0.0, description="regulariser lambda (m lambda / 2 ||theta - theta_0||^2, Z_0 = lambda I)")
+    init: Literal["paper", "default"] = Field(
+        "paper", description="paper: sec. 2.2 init with the sqrt(m) output factor; default: nn.Linear init, no factor")
+    objective_scale: Literal["sum", "mean"] = Field(
+        "mean", description="project choice: the objective as a sum over the history (eq. 10) or divided by its "
+                            "length (same maximiser; keeps eta = 0.001 stable as t grows)")
+    train_every: int = Field(1, ge=1, description="rounds between trainings (paper: every round)")
+    precision: Literal["float32", "float64"] = Field("float32", description="floating-point type of the network")
+
+
+class BiasedParams(NeuralParams):
+    """The reward-bias weight alpha(t) = nu t^n of NeuralRBMLE (SPEC 1.4)."""
+
+    nu: float = Field(1.0, ge=0.0, description="bias scale nu in alpha(t) = nu t^n")
+    alpha_power: float = Field(0.5, ge=0.0, description="exponent n in alpha(t) = nu t^n (paper: 0.5)")
+
+
+# Parameters that fix tensor shapes or the program: equal within a lockstep batch.
+SHARED_STRUCTURE = ("width", "depth", "steps", "init", "objective_scale", "train_every", "precision")
+
+
+class NeuralPolicy(Policy):
+    """Base of the neural policies: G trials in lockstep (G = 1 through the ordinary constructor)."""
+
+    Params: ClassVar[type[Config]] = NeuralParams
+    structural: ClassVar[tuple[str, ...]] = SHARED_STRUCTURE
+
+    def __init__(self, params: Config, problem: Problem, rng: np.random.Generator, device: str = "cpu"):
+        super().__init__(params, problem, rng, device)
+        self._setup([params], [rng])
+
+    @classmethod
+    def batched(cls, params_list: list[Config], problem: Problem, rngs: list[np.random.Generator],
+                device: str = "cpu") -> "NeuralPolicy":
+        """One policy for several trials of the same problem (lockstep batching)."""
+        policy = cls.__new__(cls)
+        Policy.__init__(policy, params_list[0], problem, rngs[0], device)
+        policy._setup(params_list, rngs)
+        return policy
+
+    # ---- construction ---------------------------------------------------------------------------
+
+    def _setup(self, params_list: list[Config], rngs: list[np.random.Generator]) -> None:
+        first = params_list[0]
+        for params in params_list[1:]:
+            for name in self.structural:
+                if getattr(params, name) != getattr(first, name):
+                    raise ValueError(f"trials of one batch differ in structural parameter {name!r}")
+        self.params_list, self.rngs = params_list, rngs
+        self.groups = len(params_list)
+        problem = self.problem
+        self.num_arms = problem.num_arms
+        self.disjoint = problem.disjoint_block is not None
+        self.blocks = self.num_arms if self.disjoint else 1
+        self.block_dim = problem.disjoint_block or problem.dim
+        if self.disjoint and self.block_dim * self.num_arms != problem.dim:
+            raise ValueError("disjoint_block * num_arms must equal the context dimension")
+        self.width, self.depth = first.width, first.depth
+        self.dtype = torch.float64 if first.precision == "float64" else torch.float32
+        self.torch_device = torch.device(self.device)
+        self.block_of_arm = (torch.arange(self.num_arms) if self.disjoint
+                             else torch.zeros(self.num_arms, dtype=torch.long)).to(self.torch_device)
+        self.block_of_arm_np = self.block_of_arm.cpu().numpy()
+        # theta_0 is drawn on the CPU from each trial's stream, so CPU and CUDA runs start equal.
+        networks = []
+        for rng in rngs:
+            generator = seeding.torch_generator(rng, "cpu")
+            networks.append(self.initial_networks(lambda: initial_parameters(
+                self.width, self.depth, problem.dim, first.init, generator)))
+        self.network = StackedNetwork.stack(networks, self.blocks, self.parameter_sets(),
+                                            output_scale(self.width, first.init), self.torch_device, self.dtype)
+        self.initial = self.network.clone()
+        self.history = History(self.groups, self.blocks, self.block_dim, self.reserved_rows(), self.mask_sets(),
+                               self.torch_device, self.dtype)
+        self.seconds_training = 0.0
+        self.setup()
+
+    def parameter_sets(self) -> int:
+        """S, the networks kept per trial."""
+        return 1
+
+    def mask_sets(self) -> int:
+        """Columns of the history's likelihood weights (1, or S for per-network resampling)."""
+        return 1
+
+    def reserved_rows(self) -> int:
+        """Rows per block reserved for the current contexts (used by GA's reward bias)."""
+        return 0
+
+    def initial_networks(self, draw) -> list[tuple]:
+        """theta_0 of each of the S networks of one trial; ``draw()`` draws one network."""
+        network = draw()
+        return [network] * self.parameter_sets()
+
+    def setup(self) -> None:
+        """Algorithm-specific state (after network and history exist)."""
+
+    # ---- helpers ---------------------------------------------------------------------------------
+
+    def per_trial(self, name: str) -> np.ndarray:
+        return np.array([getattr(params, name) for params in self.params_list], dtype=np.float64)
+
+    def alpha(self, t: int) -> np.ndarray:
+        """alpha(t) = nu t^n per trial (SPEC 1.4)."""
+        return self.per_trial("nu") * float(t) ** self.per_trial("alpha_power")
+
+    def active(self, contexts: np.ndarray) -> torch.Tensor:
+        """(G, K, d) contexts -> (G, K, d_b): each arm's own block under the disjoint encoding (SPEC 1.3)."""
+        x = torch.as_tensor(np.ascontiguousarray(contexts), device=self.torch_device, dtype=self.dtype)
+        if not self.disjoint:
+            return x
+        G, K = x.shape[:2]
+        arms = torch.arange(K, device=self.torch_device)
+        return x.view(G, K, K, self.block_dim)[:, arms, arms]
+
+    def should_train(self, t: int) -> bool:
+        return (t - 1) % self.params.train_every == 0
+
+    def step_sizes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(c1, c2) = (eta * scale, eta * scale * m * lambda) per trial; scale = 1 or 1 / history length."""
+        rows = np.maximum(self.history.rows, 1).astype(np.float64)
+        scale = np.ones(self.groups) if self.params.objective_scale == "sum" else 1.0 / rows
+        c1 = self.per_trial("lr") * scale
+        return c1, c1 * self.width * self.per_trial("lam")
+
+    def train(self, likelihood: str = "gaussian", bias: torch.Tensor | None = None,
+              reward: torch.Tensor | None = None) -> None:
+        """J steps of gradient ascent on l_lambda (+ bias) over the history (core.training)."""
+        start = time.perf_counter()
+        X, observed, mask = self.history.view()
+        c1, c2 = self.step_sizes()
+        gradient_ascent(self.network, self.initial, X, observed if reward is None else reward, mask,
+                        likelihood, self.params.steps, c1, c2, bias)
+        self._sync()
+        self.seconds_training += time.perf_counter() - start
+
+    def current_values(self, x: torch.Tensor) -> torch.Tensor:
+        """f(x_{t,a}; theta_s) for every arm and network: (G, K, S)."""
+        f, _ = self.network.forward_rows(rows_of_contexts(x, self.disjoint))
+        return rows_to_arms(f, self.disjoint)
+
+    def record(self, t: int, x: torch.Tensor, arms: np.ndarray, rewards: np.ndarray,
+               weights: np.ndarray | None = None) -> None:
+        """Append (x_{t,a_t}, r_t) of every trial to the history."""
+        chosen = x[torch.arange(self.groups, device=self.torch_device), torch.as_tensor(arms, device=self.torch_device)]
+        self.history.append(chosen, self.block_of_arm_np[arms], rewards, weights)
+
+    def _sync(self) -> None:
+        if self.torch_device.type == "cuda":
+            torch.cuda.synchronize(self.torch_device)
+
+    # ---- the batched policy -----------------------------------------------------------------------
+
+    @abstractmethod
+    def select_batch(self, t: int, contexts: np.ndarray) -> np.ndarray:
+        """Contexts (G, K, d) of round t -> one arm per trial (G,)."""
+
+    @abstractmethod
+    def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
+        """Feedback of round t for every trial."""
+
+    def diagnostics_batch(self) -> list[dict[str, float]]:
+        """Per-trial diagnostics; times are the batch's totals divided by the batch size."""
+        share = {"seconds_training": self.seconds_training / self.groups, **self.extra_diagnostics()}
+        return [dict(share) for _ in range(self.groups)]
+
+    def extra_diagnostics(self) -> dict[str, float]:
+        return {}
+
+    # ---- the Policy contract (a batch of one) -------------------------------------------------------
+
+    def select(self, t: int, contexts: np.ndarray) -> Decision:
+        return Decision(arm=int(self.select_batch(t, contexts[None])[0]))
+
+    def update(self, t: int, contexts: np.ndarray, arm: int, reward: float) -> None:
+        self.update_batch(t, contexts[None], np.array([arm]), np.array([reward], dtype=np.float64))
+
+    def diagnostics(self) -> dict[str, float]:
+        return self.diagnostics_batch()[0]
+
+    # ---- lockstep trial batching (core.batching) ------------------------------------------------------
+
+    @classmethod
+    def batch_key(cls, spec) -> tuple:
+        """Trials with equal keys run in one batch: same algorithm, environment and horizon, same
+        structural parameters; seeds and the remaining parameters (nu, lr, lam, ...) may differ."""
+        from banditsweep.core.trial import canonical_json
+        structure = tuple((name, spec.params[name]) for name in cls.structural)
+        return (spec.algorithm, canonical_json(spec.environment), spec.horizon, structure)
+
+    @classmethod
+    def run_batch(cls, specs, device: str = "cpu", on_progress=None, progress_every: int = 100):
+        from banditsweep.core.batching import run_lockstep
+        return run_lockstep(cls, specs, device, on_progress, progress_every)
+
+
+class GradientExplorationPolicy(NeuralPolicy):
+    """Base of the methods that explore with g^T Z^{-1} g (PC, NeuralUCB, NeuralTS): owns Z (SPEC 1.4-1.5)."""
+
+    z_scale_reference = False  # True when Z accumulates g g^T without the 1/m (reference code form)
+
+    def setup(self) -> None:
+        scale = 1.0 if self.z_scale_reference else 1.0 / self.width
+        self.z = ZMatrix(self.network, self.per_trial("lam"), scale, self.params.z)
+
+    def gradients(self, x: torch.Tensor):
+        """f(x_{t,a}; theta_hat) and g(x_{t,a}; theta_hat) for every arm (per-sample gradients)."""
+        return self.network.arm_parameters(self.block_of_arm).forward(x, with_gradient=True)
+
+    def chosen(self, g, arms: np.ndarray):
+        """The chosen arm's gradient per trial, as ArmParameters with K = 1."""
+        rows = torch.arange(self.groups, device=self.torch_device)
+        index = torch.as_tensor(arms, device=self.torch_device)
+        return type(g)(g.W1[rows, index].unsqueeze(1), [h[rows, index].unsqueeze(1) for h in g.hidden],
+                       g.w[rows, index].unsqueeze(1), g.out_scale), self.block_of_arm[index]
+
+    def extra_diagnostics(self) -> dict[str, float]:
+        return {"z_inverse_seconds": self.z.seconds / self.groups}

@@ -1,0 +1,80 @@
+"""NeuralRBMLE-GA (paper Algorithm 1; SPEC 1.4).
+
+Each arm a keeps its own parameter vector theta~_{t,a}, all starting at theta_0. In round t, for every
+arm, J steps of gradient ascent with step size eta, warm-started from the arm's previous vector, on
+
+    l_lambda(F_t; theta) + alpha(t) f(x_{t,a}; theta)                        (eq. 12, with eq. 9-10)
+
+and then the arm with the largest index
+
+    I_{t,a} = l_lambda(F_t; theta~_{t,a}) + alpha(t) zeta f(x_{t,a}; theta~_{t,a})    (eq. 13, Alg. 1 line 8)
+
+is played, with alpha(t) = nu t^n (n = ``alpha_power``, paper 0.5) and the surrogate likelihood
+r f - b(f) of ``likelihood`` (gaussian | bernoulli | mixture, core.likelihoods).
+
+The K optimisations are one batched computation: the K vectors are the S = K stacked parameter sets
+of core.networks, trained together by core.training.gradient_ascent, with the reward bias entering as
+a per-set weight alpha(t) on arm a's context (the "reserved" history rows). No loop over arms.
+With ``train_every`` > 1 the vectors are re-optimised only every that many rounds; the index (eq. 13)
+is evaluated every round.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from banditsweep.core.algorithms.neural_base import SHARED_STRUCTURE, BiasedParams, NeuralPolicy
+from banditsweep.core.networks import rows_of_contexts
+from banditsweep.core.training import log_likelihood
+
+
+class NeuralRBMLEGAParams(BiasedParams):
+    likelihood: Literal["gaussian", "bernoulli", "mixture"] = Field(
+        "gaussian", description="surrogate likelihood b of eq. (9) (paper sec. 6)")
+    zeta: float = Field(1.0, ge=0.0, description="zeta(t) in the index of Alg. 1 line 8 (constant)")
+
+
+class NeuralRBMLEGA(NeuralPolicy):
+    Params = NeuralRBMLEGAParams
+    structural = SHARED_STRUCTURE + ("likelihood",)
+
+    def parameter_sets(self) -> int:
+        return self.num_arms  # one theta~_{t,a} per arm
+
+    def reserved_rows(self) -> int:
+        # Arm a's current context, in its own block (disjoint) or all K in the single dense block.
+        return 1 if self.disjoint else self.num_arms
+
+    def _current(self, f: torch.Tensor) -> torch.Tensor:
+        """Entries of a (G, B, n, S) row tensor at (arm a's reserved row, set a): (G, K)."""
+        arms = torch.arange(self.num_arms, device=self.torch_device)
+        return f[:, arms, 0, arms] if self.disjoint else f[:, 0, arms, arms]
+
+    def select_batch(self, t: int, contexts: np.ndarray) -> np.ndarray:
+        x = self.active(contexts)
+        self.history.set_current(rows_of_contexts(x, self.disjoint))
+        X, reward, mask = self.history.view()
+        alpha = self.alpha(t)
+        if self.should_train(t):
+            # d/df of alpha(t) f(x_{t,a}; theta_a): alpha(t) on arm a's row, for parameter set a only.
+            bias = torch.zeros(*X.shape[:3], self.num_arms, device=self.torch_device, dtype=self.dtype)
+            arms = torch.arange(self.num_arms, device=self.torch_device)
+            alpha_t = torch.as_tensor(alpha, device=self.torch_device, dtype=self.dtype).view(-1, 1)
+            if self.disjoint:
+                bias[:, arms, 0, arms] = alpha_t
+            else:
+                bias[:, 0, arms, arms] = alpha_t
+            self.train(self.params.likelihood, bias=bias)
+        likelihood, f = log_likelihood(self.network, self.initial, X, reward, mask, self.params.likelihood,
+                                       self.width * self.per_trial("lam"))
+        index = likelihood + torch.as_tensor(alpha * self.per_trial("zeta"), device=self.torch_device,
+                                             dtype=self.dtype).view(-1, 1) * self._current(f)
+        self.last_index = index
+        return index.argmax(dim=1).cpu().numpy()
+
+    def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
+        self.record(t, self.active(contexts), arms, rewards)

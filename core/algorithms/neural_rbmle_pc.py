@@ -1,0 +1,51 @@
+"""NeuralRBMLE-PC (paper Algorithm 2; SPEC 1.4).
+
+One base estimator theta_hat_t: J steps of gradient ascent with step size eta on l_lambda(F_t; theta)
+(eq. 14, Gaussian likelihood), warm-started. The reward bias is applied as a parameter correction
+
+    theta_bar_{t,a} = theta_hat_t + (alpha(t) / m) Z_{t-1}^{-1} g(x_{t,a}; theta_hat_t)         (eq. 15)
+
+and the arm with the largest surrogate index f(x_{t,a}; theta_bar_{t,a}) is played (Alg. 2 line 8).
+After the reward, theta_hat is retrained on the extended history (line 9) and
+Z_t = Z_{t-1} + g(x_t; theta_hat_t) g(x_t; theta_hat_t)^T / m, Z_0 = lambda I (line 10).
+Z^{-1} is the inverse of Z's diagonal (``z="diag"``, the paper's experiments) or exact (``z="full"``);
+both live in core.z_matrix. alpha(t) = nu t^n.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from banditsweep.core.algorithms.neural_base import SHARED_STRUCTURE, BiasedParams, GradientExplorationPolicy
+
+
+class NeuralRBMLEPCParams(BiasedParams):
+    z: Literal["diag", "full"] = Field("diag", description="Z^{-1}: inverse of the diagonal (paper) or exact")
+
+
+class NeuralRBMLEPC(GradientExplorationPolicy):
+    Params = NeuralRBMLEPCParams
+    structural = SHARED_STRUCTURE + ("z",)
+
+    def select_batch(self, t: int, contexts: np.ndarray) -> np.ndarray:
+        x = self.active(contexts)
+        theta_hat = self.network.arm_parameters(self.block_of_arm)
+        _, g = theta_hat.forward(x, with_gradient=True)
+        correction = torch.as_tensor(self.alpha(t) / self.width, device=self.torch_device, dtype=self.dtype)
+        theta_bar = theta_hat.plus(self.z.solve(g, self.block_of_arm), correction.view(-1, 1))  # eq. (15)
+        index, _ = theta_bar.forward(x)
+        self.last_index = index
+        return index.argmax(dim=1).cpu().numpy()
+
+    def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
+        x = self.active(contexts)
+        self.record(t, x, arms, rewards)
+        if self.should_train(t):
+            self.train("gaussian")
+        _, g = self.gradients(x)  # g(x_{t,a}; theta_hat_t) at the retrained estimator
+        g_chosen, blocks = self.chosen(g, arms)
+        self.z.add(g_chosen, blocks)

@@ -1,0 +1,36 @@
+"""NeuralTS (Zhang et al. 2021; SPEC 1.5).
+
+Trained exactly as NeuralUCB (core.training, Gaussian l_lambda). Each arm's reward is sampled,
+
+    paper form:      r~_a ~ N(f(x_a; theta), nu^2 lambda g_a^T Z^{-1} g_a / m),  Z = lambda I + sum g g^T / m
+    reference form:  r~_a ~ N(f(x_a; theta), lambda nu g_a^T Z^{-1} g_a),        Z = lambda I + sum g g^T
+
+and the arm with the largest sample is played; the chosen arm's gradient enters Z. The K standard
+normals of a round come from the trial's own stream.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from banditsweep.core.algorithms.neural_ucb import NeuralUCB, NeuralUCBParams
+
+
+class NeuralTSParams(NeuralUCBParams):
+    pass
+
+
+class NeuralTS(NeuralUCB):
+    Params = NeuralTSParams
+
+    def variance(self, g) -> torch.Tensor:
+        quadratic = self.z.quadratic(g, self.block_of_arm)
+        if self.params.form == "paper":
+            return self.factor("nu") ** 2 * self.factor("lam") * quadratic / self.width
+        return self.factor("lam") * self.factor("nu") * quadratic
+
+    def score(self, mean: torch.Tensor, g) -> torch.Tensor:
+        noise = np.stack([rng.standard_normal(self.num_arms) for rng in self.rngs])
+        noise_t = torch.as_tensor(noise, device=self.torch_device, dtype=self.dtype)
+        return mean + torch.sqrt(torch.clamp(self.variance(g), min=0.0)) * noise_t

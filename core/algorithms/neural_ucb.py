@@ -1,0 +1,65 @@
+"""NeuralUCB (Zhou et al. 2020; SPEC 1.5).
+
+The network f(x; theta) is fitted by J gradient steps on the squared loss with weight decay
+sum_s (f(x_s; theta) - r_s)^2 / 2 + m lambda ||theta - theta_0||^2 / 2 (the Gaussian l_lambda of
+core.training), warm-started, after every reward. The arm maximising
+
+    paper form:      f(x_a; theta) + nu sqrt(g_a^T Z^{-1} g_a / m),   Z = lambda I + sum g g^T / m
+    reference form:  f(x_a; theta) + sqrt(lambda nu g_a^T Z^{-1} g_a), Z = lambda I + sum g g^T
+
+is played (``form``), with g_a = g(x_{t,a}; theta_{t-1}); the chosen arm's gradient enters Z.
+``z`` picks the diagonal surrogate of Z^{-1} (reference code, paper App. F) or the exact inverse.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from banditsweep.core.algorithms.neural_base import SHARED_STRUCTURE, GradientExplorationPolicy, NeuralParams
+
+
+class NeuralUCBParams(NeuralParams):
+    nu: float = Field(1.0, ge=0.0, description="exploration scale nu")
+    form: Literal["paper", "reference"] = Field("paper", description="bonus and Z as in the paper or the reference code")
+    z: Literal["diag", "full"] = Field("diag", description="Z^{-1}: inverse of the diagonal (paper) or exact")
+
+
+class NeuralUCB(GradientExplorationPolicy):
+    Params = NeuralUCBParams
+    structural = SHARED_STRUCTURE + ("form", "z")
+
+    @property
+    def z_scale_reference(self) -> bool:  # type: ignore[override]
+        return self.params.form == "reference"
+
+    def variance(self, g) -> torch.Tensor:
+        """The squared width of each arm's confidence interval: (G, K)."""
+        quadratic = self.z.quadratic(g, self.block_of_arm)
+        if self.params.form == "paper":
+            return self.factor("nu") ** 2 * quadratic / self.width
+        return self.factor("lam") * self.factor("nu") * quadratic
+
+    def factor(self, name: str) -> torch.Tensor:
+        return torch.as_tensor(self.per_trial(name), device=self.torch_device, dtype=self.dtype).view(-1, 1)
+
+    def score(self, mean: torch.Tensor, g) -> torch.Tensor:
+        return mean + torch.sqrt(torch.clamp(self.variance(g), min=0.0))
+
+    def select_batch(self, t: int, contexts: np.ndarray) -> np.ndarray:
+        mean, g = self.gradients(self.active(contexts))
+        index = self.score(mean, g)
+        self.last_index = index
+        arms = index.argmax(dim=1).cpu().numpy()
+        self.pending = self.chosen(g, arms)
+        return arms
+
+    def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
+        g_chosen, blocks = self.pending
+        self.z.add(g_chosen, blocks)
+        self.record(t, self.active(contexts), arms, rewards)
+        if self.should_train(t):
+            self.train("gaussian")

@@ -1,0 +1,147 @@
+"""The adaptive adversarial kernel bandit of the kernel paper's experiments (App. 17; SPEC 2.1, 2.3).
+
+A finite domain X (SPEC 2.2) and a candidate table of ``candidates`` functions in the RKHS ball of
+radius B, drawn once from the trial seed:
+
+    f~^(i)(.) = sum_{m=1}^{centers} c^(m,i) k(x^(m,i), .),   x^(m,i) ~ Uniform(X),  c^(m,i) ~ Uniform(-1, 1),
+    ||f~^(i)||_k^2 = c^T K c,   f^(i) = min{1, B / ||f~^(i)||_k} f~^(i).
+
+Each round the adversary is fully adaptive: it reads the learner's sampling distribution P_t (the
+policy contract exposes it as ``Decision.probabilities``; see ``core.contracts``) and plays the
+candidate that maximises the learner's conditional expected regret,
+
+    f_t = argmax_i ( max_x f^(i)(x) - sum_x P_t(x) f^(i)(x) )        (ties: smallest i).
+
+Regret, both forms of SPEC 2.1, with S_t(x) = sum_{s<=t} f_s(x):
+
+    realised  R_t = max_x S_t(x) - sum_{s<=t} f_s(x_s)       (Feedback.cumulative_regret; its increment
+                                                               can be negative)
+    expected  R^E_t = max_x S_t(x) - sum_{s<=t} sum_x P_s(x) f_s(x)   (extras["expected_regret"])
+
+The table F (candidates x n) is built in column tiles: F[:, tile] = C k(U, X[tile]), with U the
+distinct centre points and C the sparse coefficient matrix, so K is never formed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+from scipy import sparse
+
+from banditsweep.core import domains
+from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Config, Decision, Environment, Feedback, Problem
+from banditsweep.core.kernels import DEFAULT_TILE_ELEMENTS, Kernel
+
+
+class AdversarialKernelConfig(Config):
+    setting: Literal[1, 2, 3, 4] | None = Field(None, description="the paper's domain 1-4 (SPEC 2.2)")
+    domain: domains.GridDomain | domains.UniformDomain | None = Field(
+        None, description="{grid: [n1, ...]} or {uniform: n, dim: d}, instead of a setting")
+    kernel: Literal["se", "matern52", "matern32", "matern"] = "se"
+    nu: float | None = Field(None, gt=0, description="Matern smoothness, only for kernel 'matern'")
+    lengthscale: float | None = Field(None, gt=0, description="None: 0.3 sqrt(d)")
+    candidates: int = Field(1000, ge=1, description="number of candidate functions")
+    centers: int = Field(100, ge=1, description="kernel centres per candidate")
+    norm_bound: float = Field(2.0, gt=0, description="B, the RKHS-norm bound")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if (self.setting is None) == (self.domain is None):
+            raise ValueError("give exactly one of 'setting' (1-4) and 'domain' ({grid: [...]} or {uniform: n, dim: d})")
+        if self.kernel == "matern" and self.nu is None:
+            raise ValueError("kernel 'matern' needs 'nu' (e.g. nu: 0.5)")
+        if self.kernel != "matern" and self.nu is not None:
+            raise ValueError(f"'nu' is only used with kernel 'matern' (kernel {self.kernel!r} fixes it)")
+        return self
+
+
+def candidate_table(kernel: Kernel, domain: np.ndarray, candidates: int, centers: int, norm_bound: float,
+                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The (candidates, n) table F and each candidate's RKHS norm before scaling (SPEC 2.3)."""
+    n = len(domain)
+    center_index = rng.integers(0, n, size=(candidates, centers))
+    coefficients = rng.uniform(-1.0, 1.0, size=(candidates, centers))
+    # ||f~||_k^2 = c^T K_mm c, one (centers x centers) block per candidate.
+    norms = np.empty(candidates)
+    for i in range(candidates):
+        points = domain[center_index[i]]
+        norms[i] = np.sqrt(max(coefficients[i] @ kernel(points, points) @ coefficients[i], 0.0))
+    scale = np.minimum(1.0, norm_bound / np.maximum(norms, 1e-300))
+    # Sparse coefficients over the distinct centres U: F = (scale * C) k(U, X), tile by tile over X.
+    distinct, inverse = np.unique(center_index, return_inverse=True)
+    rows = np.repeat(np.arange(candidates), centers)
+    weights = sparse.csr_matrix(((coefficients * scale[:, None]).reshape(-1), (rows, inverse.reshape(-1))),
+                                shape=(candidates, len(distinct)))
+    table = np.empty((candidates, n))
+    columns_per_tile = max(1, DEFAULT_TILE_ELEMENTS // len(distinct))
+    for start in range(0, n, columns_per_tile):
+        tile = slice(start, min(n, start + columns_per_tile))
+        table[:, tile] = weights @ kernel(domain[distinct], domain[tile])
+    return table, norms
+
+
+class AdversarialKernelBandit(Environment):
+    Config = AdversarialKernelConfig
+    interaction = ADVERSARIAL_DOMAIN
+    label_field = "setting"
+
+    def __init__(self, config: AdversarialKernelConfig, horizon: int, rng: np.random.Generator):
+        super().__init__(config, horizon, rng)
+        self.domain = domains.build(config.setting, config.domain, rng)
+        n, d = self.domain.shape
+        self.kernel = Kernel.create(config.kernel, d, config.lengthscale, config.nu)
+        self.table, self.raw_norms = candidate_table(self.kernel, self.domain, config.candidates,
+                                                     config.centers, config.norm_bound, rng)
+        self.table_max = self.table.max(axis=1)
+        self.cumulative_function = np.zeros(n)   # S_t(x)
+        self.cumulative_reward = 0.0             # sum_s f_s(x_s)
+        self.cumulative_expected_reward = 0.0    # sum_s sum_x P_s(x) f_s(x)
+        self.cumulative_regret = 0.0
+        self.choices = np.zeros(config.candidates, dtype=np.int64)
+
+    @property
+    def problem(self) -> Problem:
+        n, d = self.domain.shape
+        return Problem(num_arms=n, dim=d, horizon=self.horizon, interaction=ADVERSARIAL_DOMAIN,
+                       kernel=self.kernel, norm_bound=self.config.norm_bound)
+
+    def contexts(self, t: int) -> np.ndarray:
+        return self.domain
+
+    def adversary(self, probabilities: np.ndarray) -> int:
+        """argmax_i (max_x f^(i)(x) - sum_x P_t(x) f^(i)(x)); np.argmax breaks ties to the smallest i."""
+        return int(np.argmax(self.table_max - self.table @ probabilities))
+
+    def step(self, t: int, decision: Decision) -> Feedback:
+        probabilities = decision.probabilities
+        if probabilities is None:
+            raise ValueError("the adversarial_kernel environment reads the learner's distribution P_t: "
+                             "the policy must return Decision(arm, probabilities=P_t)")
+        probabilities = np.asarray(probabilities, dtype=np.float64)
+        if probabilities.shape != (len(self.domain),):
+            raise ValueError(f"P_t must have one entry per domain point ({len(self.domain)}), "
+                             f"got shape {probabilities.shape}")
+        chosen = self.adversary(probabilities)
+        self.choices[chosen] += 1
+        function = self.table[chosen]
+        reward = float(function[decision.arm])
+        self.cumulative_function += function
+        self.cumulative_reward += reward
+        self.cumulative_expected_reward += float(function @ probabilities)
+        best = float(self.cumulative_function.max())
+        regret = best - self.cumulative_reward
+        increment = regret - self.cumulative_regret
+        self.cumulative_regret = regret
+        return Feedback(reward=reward, regret=increment, cumulative_regret=regret,
+                        extras={"expected_regret": best - self.cumulative_expected_reward,
+                                "adversary_choice": float(chosen)})
+
+    def diagnostics(self) -> dict[str, float]:
+        return {
+            "domain_size": float(len(self.domain)),
+            "lengthscale": float(self.kernel.lengthscale),
+            "candidates_scaled_fraction": float(np.mean(self.raw_norms > self.config.norm_bound)),
+            "distinct_adversary_choices": float(np.count_nonzero(self.choices)),
+        }

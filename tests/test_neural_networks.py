@@ -1,0 +1,171 @@
+"""The shared pieces: network of eq. (2), block-sparse first layer, optimiser, likelihoods, Z."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from banditsweep.core import likelihoods
+from banditsweep.core.networks import StackedNetwork, initial_parameters, output_scale
+from banditsweep.core.training import gradient_ascent, log_likelihood
+from banditsweep.core.z_matrix import ZMatrix
+
+from test_neural_reference import dense_forward, dense_gradient, dense_parameters
+
+torch.set_default_dtype(torch.float64)
+
+
+def make_network(groups, sets, blocks, block_dim, width=8, depth=2, init="paper", seed=0, distinct=True):
+    generator = torch.Generator().manual_seed(seed)
+    nets = []
+    for _ in range(groups):
+        first = initial_parameters(width, depth, blocks * block_dim, init, generator)
+        nets.append([initial_parameters(width, depth, blocks * block_dim, init, generator) if distinct else first
+                     for _ in range(sets)])
+    return StackedNetwork.stack(nets, blocks, sets, output_scale(width, init), "cpu", torch.float64)
+
+
+def test_paper_init_is_zero_on_symmetric_inputs_and_block_diagonal():
+    generator = torch.Generator().manual_seed(1)
+    W1, hidden, w = initial_parameters(10, 3, 6, "paper", generator)
+    assert torch.all(W1[:3, 5:] == 0) and torch.all(W1[3:, :5] == 0)
+    assert torch.equal(W1[:3, :5], W1[3:, 5:])
+    assert torch.equal(w[:5], -w[5:])
+    x = torch.randn(3)
+    f = dense_forward([W1, *hidden, w], torch.cat([x, x])[None], np.sqrt(10))
+    assert abs(float(f)) < 1e-12
+    default = initial_parameters(10, 2, 6, "default", generator)[0]
+    assert default.abs().max() <= 1 / np.sqrt(6) and default.ne(0).all()
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_rows_forward_backward_equal_dense_autograd(depth, blocks):
+    """Block-sparse rows (SPEC 1.3) give the dense f and the dense gradient of sum_rows coef * f."""
+    G, S, d_b, n = 2, 3, 4, 5
+    net = make_network(G, S, blocks, d_b, depth=depth)
+    X = torch.randn(G, blocks, n, d_b)
+    coef = torch.randn(G, blocks, n, S)
+    f, cache = net.forward_rows(X)
+    grads = net.backward_rows(X, cache, coef)
+    for g in range(G):
+        for s in range(S):
+            theta = [p.requires_grad_(True) for p in dense_parameters(net, g, s)]
+            dense_x = torch.zeros(blocks, n, blocks * d_b)
+            for b in range(blocks):
+                dense_x[b, :, b * d_b:(b + 1) * d_b] = X[g, b]
+            dense_f = dense_forward(theta, dense_x.reshape(-1, blocks * d_b), net.out_scale).reshape(blocks, n)
+            torch.testing.assert_close(f[g, :, :, s], dense_f.detach())
+            expected = torch.autograd.grad((dense_f * coef[g, :, :, s]).sum(), theta)
+            ours = [grads[0][g, :, :, s].reshape(-1, grads[0].shape[-1]), *[h[g, s] for h in grads[1:-1]], grads[-1][g, s]]
+            for a, b in zip(ours, expected):
+                torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_per_arm_gradients_equal_autograd(depth):
+    K, d_b = 3, 4
+    net = make_network(2, 1, K, d_b, depth=depth)
+    block_of_arm = torch.arange(K)
+    x = torch.randn(2, K, d_b)
+    f, g = net.arm_parameters(block_of_arm).forward(x, with_gradient=True)
+    z = ZMatrix(net, np.ones(2), 1.0, "full")
+    flat = z.flatten(g, block_of_arm)
+    for group in range(2):
+        theta = dense_parameters(net, group)
+        for arm in range(K):
+            dense_x = torch.zeros(K * d_b)
+            dense_x[arm * d_b:(arm + 1) * d_b] = x[group, arm]
+            torch.testing.assert_close(f[group, arm], dense_forward(theta, dense_x[None], net.out_scale)[0])
+            torch.testing.assert_close(flat[group, arm], dense_gradient(theta, dense_x, net.out_scale))
+
+
+@pytest.mark.parametrize("name", ["gaussian", "bernoulli", "mixture"])
+def test_likelihood_derivatives_match_autograd_of_written_formulas(name):
+    reward = torch.tensor([0.0, 1.0, 0.3, -2.0, 1.0])
+    f = torch.tensor([-3.0, 0.0, 0.7, 2.5, 8.0], requires_grad=True)
+    written = {
+        "gaussian": reward * f - f ** 2 / 2,
+        "bernoulli": reward * f - torch.log(1 + torch.exp(f)),
+        "mixture": (reward * f - f ** 2 / 2) + (reward * f - torch.log(1 + torch.exp(f))),
+    }[name]
+    torch.testing.assert_close(likelihoods.value(name, reward, f.detach()), written.detach())
+    (expected,) = torch.autograd.grad(written.sum(), f)
+    torch.testing.assert_close(likelihoods.derivative(name, reward, f.detach()), expected)
+
+
+def test_gradient_ascent_equals_plain_autograd_loop():
+    """The batched optimiser = J plain autograd steps per network on (scale *) eq. (10) + bias."""
+    G, S, K, d_b, n, steps = 2, 3, 3, 4, 6, 7
+    net = make_network(G, S, K, d_b, distinct=False)
+    initial = net.clone()
+    X = torch.randn(G, K, n, d_b)
+    reward = torch.rand(G, K, n)
+    mask = (torch.rand(G, K, n, 1) < 0.8).double()
+    bias = torch.zeros(G, K, n, S)
+    bias[:, torch.arange(S), 0, torch.arange(S)] = 0.7
+    lr, lam, width = np.array([0.01, 0.02]), np.array([0.1, 0.3]), 8
+    before = [dense_parameters(net, g, s) for g in range(G) for s in range(S)]
+    gradient_ascent(net, initial, X, reward, mask, "bernoulli", steps, lr, lr * width * lam, bias)
+    for g in range(G):
+        for s in range(S):
+            theta = [p.clone().requires_grad_(True) for p in before[g * S + s]]
+            theta0 = [p.clone() for p in before[g * S + s]]
+            dense_x = torch.zeros(K, n, K * d_b)
+            for b in range(K):
+                dense_x[b, :, b * d_b:(b + 1) * d_b] = X[g, b]
+            for _ in range(steps):
+                f = dense_forward(theta, dense_x.reshape(-1, K * d_b), net.out_scale).reshape(K, n)
+                objective = (likelihoods.value("bernoulli", reward[g], f) * mask[g, ..., 0]).sum()
+                objective = objective + (bias[g, ..., s] * f).sum()
+                objective = objective - width * lam[g] / 2 * sum(((p - p0) ** 2).sum() for p, p0 in zip(theta, theta0))
+                grads = torch.autograd.grad(objective, theta)
+                with torch.no_grad():
+                    for p, grad in zip(theta, grads):
+                        p += lr[g] * grad
+            for a, b in zip(dense_parameters(net, g, s), theta):
+                torch.testing.assert_close(a, b.detach())
+    values, _ = log_likelihood(net, initial, X, reward, mask, "bernoulli", width * lam)
+    theta = dense_parameters(net, 1, 2)
+    dense_x = torch.zeros(K, n, K * d_b)
+    for b in range(K):
+        dense_x[b, :, b * d_b:(b + 1) * d_b] = X[1, b]
+    f = dense_forward(theta, dense_x.reshape(-1, K * d_b), net.out_scale).reshape(K, n)
+    expected = (likelihoods.value("bernoulli", reward[1], f) * mask[1, ..., 0]).sum() - width * lam[1] / 2 * sum(
+        ((p - p0) ** 2).sum() for p, p0 in zip(theta, dense_parameters(initial, 1, 2)))
+    torch.testing.assert_close(values[1, 2], expected)
+
+
+@pytest.mark.parametrize("mode", ["diag", "full"])
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_z_matrix_against_dense_numpy(mode, blocks):
+    G, K, d_b, width, lam, scale = 2, 3, 2, 4, 0.5, 0.25
+    net = make_network(G, 1, blocks, d_b, width=width, depth=3)
+    z = ZMatrix(net, np.full(G, lam), scale, mode)
+    block_of_arm = torch.arange(K) if blocks == K else torch.zeros(K, dtype=torch.long)
+    p = z.size
+    dense_z = np.stack([np.eye(p) * lam for _ in range(G)])
+    for _ in range(6):
+        x = torch.randn(G, K, d_b)
+        _, g = net.arm_parameters(block_of_arm).forward(x, with_gradient=True)
+        flat = z.flatten(g, block_of_arm).numpy()
+        arms = np.array([0, 2])
+        chosen = type(g)(g.W1[[0, 1], arms].unsqueeze(1), [h[[0, 1], arms].unsqueeze(1) for h in g.hidden],
+                         g.w[[0, 1], arms].unsqueeze(1), g.out_scale)
+        z.add(chosen, block_of_arm[arms])
+        for group in range(G):
+            dense_z[group] += scale * np.outer(flat[group, arms[group]], flat[group, arms[group]])
+    x = torch.randn(G, K, d_b)
+    _, g = net.arm_parameters(block_of_arm).forward(x, with_gradient=True)
+    flat = z.flatten(g, block_of_arm).numpy()
+    solved = z.flatten(z.solve(g, block_of_arm), block_of_arm).numpy()
+    quadratic = z.quadratic(g, block_of_arm).numpy()
+    for group in range(G):
+        inverse = (np.diag(1.0 / np.diag(dense_z[group])) if mode == "diag" else np.linalg.inv(dense_z[group]))
+        expected = flat[group] @ inverse
+        np.testing.assert_allclose(quadratic[group], np.einsum("kp,kp->k", expected, flat[group]), rtol=1e-9)
+        for arm in range(K):
+            # Z^{-1} g restricted to the arm's block and the other layers (all f(x_a) depends on).
+            active = flat[group, arm] != 0
+            np.testing.assert_allclose(solved[group, arm][active], expected[arm][active], rtol=1e-9, atol=1e-12)
