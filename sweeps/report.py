@@ -53,7 +53,7 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
     for _, row in best.iterrows():
         chosen = trials[trials["trial_id"].isin(row["trial_ids"])]
         values = pd.DataFrame([json.loads(d) for d in chosen["diagnostics"]])
-        timing = {c: values[c].mean() for c in values.columns if c.endswith("_seconds") and c != "batch_wall_seconds"}
+        timing = {c: values[c].mean() for c in values.columns if "seconds" in c and c != "batch_wall_seconds"}
         diag_rows.append({"algorithm": row["label"], "environment": row["environment"],
                           "seconds_per_round": row["seconds_per_round"], **timing})
     return Summary(best, layout("mean"), layout("std"), layout("seconds_per_round"), pd.DataFrame(diag_rows),
