@@ -13,6 +13,24 @@ history length max(1, t - 1): the same maximiser, a step size that does not grow
 One call trains G x S stacked networks (core.networks) at once: per step one forward and one
 backward pass over the history written as batched matmuls, no autograd graph and no Python loop over
 arms or trials. The history is kept grouped by first-layer block (the block-sparse layer of SPEC 1.3).
+
+One hidden layer (L = 2, the paper's experiments, SPEC 1.6) has a fused path,
+:func:`_ascend_one_hidden_layer`: the gradients are derived by hand and a step is ten tensor
+operations on buffers allocated once per call, with the trial axis G and the block axis B merged
+into the batch of one ``bmm`` (so a lockstep batch of trials costs one batched matmul per product,
+not one per trial). It iterates on Delta = theta - theta_0 (what the ridge term pulls towards 0):
+
+    pre   = X W1_0 + X Delta1            (X W1_0 is fixed for the round: one baddbmm per step)
+    act   = relu(pre)
+    f     = act V,                       V = sqrt(m)-scaled output layer as a block-diagonal (S m, S) matrix
+    coef  = c1 (d/df log-likelihood * mask + bias)
+    Delta1 <- (1 - c2) Delta1 + X^T (coef V^T * 1[pre > 0])          (one baddbmm_)
+    V      <- V + c2 (V_0 - V) + out_scale^2 * diag(act^T coef)
+
+which is exactly the update theta <- theta + c1 grad - c2 (theta - theta_0) of the generic path.
+The block-diagonal form of the output layer turns its three products (f, the back-propagated
+signal and the output gradient) into batched matmuls; they cost S times the minimal FLOPs of those
+small products, a few percent of the first layer's.
 """
 
 from __future__ import annotations
@@ -105,6 +123,9 @@ def gradient_ascent(network: StackedNetwork, initial: StackedNetwork, X: torch.T
     ``step_size`` c1 = eta * scale and ``ridge`` c2 = eta * scale * m * lambda are per group (G,);
     ``bias`` (G, B, n, S) adds d(bias)/df per row (GA: alpha(t) on arm a's current context for set a).
     """
+    if not network.hidden:
+        _ascend_one_hidden_layer(network, initial, X, reward, mask, likelihood, steps, step_size, ridge, bias)
+        return
     params = network.tensors()
     c1 = [per_group(step_size, p, p.dim()) for p in params]
     keep = [1.0 - per_group(ridge, p, p.dim()) for p in params]
@@ -118,6 +139,71 @@ def gradient_ascent(network: StackedNetwork, initial: StackedNetwork, X: torch.T
         grads = network.backward_rows(X, cache, coef)
         for p, grad, factor, kept, pulled in zip(params, grads, c1, keep, pull):
             p.mul_(kept).add_(pulled).addcmul_(grad, factor)
+
+
+def _ascend_one_hidden_layer(network: StackedNetwork, initial: StackedNetwork, X: torch.Tensor,
+                             reward: torch.Tensor, mask: torch.Tensor, likelihood: str, steps: int,
+                             step_size: np.ndarray, ridge: np.ndarray, bias: torch.Tensor | None) -> None:
+    """:func:`gradient_ascent` for L = 2 as fused batched matmuls (module docstring; SPEC 1.3-1.4)."""
+    if steps == 0:
+        return
+    G, B, n, d = X.shape
+    S, m = network.W1.shape[3], network.W1.shape[4]
+    scale = network.out_scale
+    batch, rows, cols = G * B, B * n, S * m
+    Xb = X.reshape(batch, n, d)
+    Xt = Xb.transpose(1, 2)
+    delta = (network.W1 - initial.W1).reshape(batch, d, cols)
+    fixed = torch.bmm(Xb, initial.W1.reshape(batch, d, cols))  # X W1_0, constant during the call
+    act = torch.empty_like(fixed)
+    back = torch.empty_like(fixed)
+    act_rows, back_rows = act.view(G, rows, cols), back.view(G, rows, cols)
+    # Output layer, sqrt(m)-scaled, as the block-diagonal (S m, S) matrix of each group: V[s m + j, s] = s_out w[s, j].
+    V = torch.zeros(G, S, m, S, device=X.device, dtype=X.dtype)
+    V_diagonal = torch.diagonal(V, dim1=1, dim2=3)  # (G, m, S) view
+    V_diagonal.copy_(network.w.transpose(1, 2) * scale)
+    V0_diagonal = initial.w.transpose(1, 2) * scale
+    V_matrix = V.view(G, cols, S)
+    V_transposed = V_matrix.transpose(1, 2)
+    grad_V = torch.empty(G, cols, S, device=X.device, dtype=X.dtype)
+    grad_V_diagonal = torch.diagonal(grad_V.view(G, S, m, S), dim1=1, dim2=3)
+    f = torch.empty(G, rows, S, device=X.device, dtype=X.dtype)
+    f_rows = f.view(G, B, n, S)
+    coef = torch.empty(G, B, n, S, device=X.device, dtype=X.dtype)
+    coef_rows = coef.view(G, rows, S)
+    c1 = per_group(step_size, X, 4)
+    c2 = per_group(ridge, X, 3)
+    uniform_ridge = bool(np.all(np.asarray(ridge) == np.asarray(ridge).flat[0]))
+    keep = 1.0 - float(np.asarray(ridge).flat[0])
+    keep_t = (1.0 - c2).reshape(G, 1, 1, 1).expand(G, B, 1, 1).reshape(batch, 1, 1)
+    reward = reward.unsqueeze(-1)
+    weight = mask * c1  # (G, B, n, S_mask)
+    gaussian = likelihood == "gaussian"
+    if gaussian:  # c1 ((r - f) mask + bias) = offset - f * weight
+        offset = (reward * weight).expand(G, B, n, S)
+        offset = offset + bias * c1 if bias is not None else offset.contiguous()
+    elif bias is not None:
+        bias_c1 = bias * c1
+    for _ in range(steps):
+        torch.baddbmm(fixed, Xb, delta, out=act)
+        act.relu_()
+        torch.bmm(act_rows, V_matrix, out=f)
+        if gaussian:
+            torch.addcmul(offset, f_rows, weight, value=-1.0, out=coef)
+        else:
+            torch.mul(likelihoods.derivative(likelihood, reward, f_rows), weight, out=coef)
+            if bias is not None:
+                coef.add_(bias_c1)
+        torch.bmm(coef_rows, V_transposed, out=back_rows)
+        torch.bmm(act_rows.transpose(1, 2), coef_rows, out=grad_V)
+        torch.ops.aten.threshold_backward.grad_input(back, act, 0, grad_input=back)
+        if uniform_ridge:
+            delta.baddbmm_(Xt, back, beta=keep)
+        else:
+            delta.mul_(keep_t).baddbmm_(Xt, back)
+        V_diagonal.lerp_(V0_diagonal, c2).add_(grad_V_diagonal, alpha=scale * scale)
+    torch.add(initial.W1, delta.view(network.W1.shape), out=network.W1)
+    torch.div(V_diagonal.transpose(1, 2), scale, out=network.w)
 
 
 def log_likelihood(network: StackedNetwork, initial: StackedNetwork, X: torch.Tensor, reward: torch.Tensor,
