@@ -143,9 +143,13 @@ def cmd_run(args) -> int:
 
         bar = tqdm(total=len(jobs), unit="trial", desc=sweep.name, dynamic_ncols=True)
 
+    shown = [None]
+
     def show(progress) -> None:
-        if bar is None:
+        state = (progress.done, progress.failed, progress.running)
+        if bar is None or state == shown[0]:
             return
+        shown[0] = state
         bar.n = progress.done + progress.failed
         bar.set_postfix(done=progress.done, failed=progress.failed, running=progress.running, refresh=False)
         bar.refresh()
