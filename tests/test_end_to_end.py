@@ -137,3 +137,15 @@ def test_failures_are_recorded_and_dead_workers_retried(tmp_path, monkeypatch, r
     runs = [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("kind") == "trial"]
     assert pd.Series([r.info.status for r in runs]).value_counts().to_dict() == {"FINISHED": 4, "FAILED": 2}
     assert len(pd.read_parquet("results/faults/trials")) == 6
+
+
+def test_embedded_ray_listens_on_loopback_only():
+    import ray
+
+    from banditsweep.workers.dispatcher import RayConnection
+
+    with RayConnection(address=None, env_vars={}) as connection:
+        assert connection.started
+        assert {node["NodeManagerAddress"] for node in ray.nodes()} == {"127.0.0.1"}
+        assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
+    assert not ray.is_initialized()

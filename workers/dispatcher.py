@@ -69,6 +69,16 @@ class SweepOutcome:
     seconds: float
 
 
+def _keep_local_ray_on_loopback() -> None:
+    """An embedded Ray must listen on 127.0.0.1 only. On Linux Ray resolves "127.0.0.1" to the
+    machine's external address unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which it reads when it is
+    first imported; set it for the processes Ray starts and for this already-imported Ray."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
 class RayConnection:
     """``ray.init`` to ``address`` (or ``RAY_ADDRESS``), or an embedded local Ray on loopback."""
 
@@ -87,7 +97,7 @@ class RayConnection:
             ray.init(address=self.address, runtime_env=runtime_env, log_to_driver=False,
                      logging_level=logging.WARNING)
         else:
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+            _keep_local_ray_on_loopback()
             ray.init(num_cpus=self.num_cpus, include_dashboard=False, runtime_env=runtime_env,
                      log_to_driver=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
         self.started = True
