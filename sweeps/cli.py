@@ -12,9 +12,11 @@ import sys
 from pathlib import Path
 
 from banditsweep.sweeps.spec import SpecError, Sweep, load_sweep, parse_overrides
+from banditsweep.workers.signals import stop_cleanly_on_sigterm
 
 EXIT_FAILED_TRIALS = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -233,8 +235,12 @@ def cmd_list(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"run": cmd_run, "status": cmd_status, "report": cmd_report, "list": cmd_list}[args.command]
+    stop_cleanly_on_sigterm()
     try:
         return handler(args)
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished trials are saved; run the same command again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except SpecError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -21,8 +21,8 @@ SPEC = {
 TRIALS = 2 * (2 * 2 + 2)  # environments x (linucb grid x seeds + random seeds)
 
 
-def _child_runs(client):
-    experiment = client.get_experiment_by_name("e2e")
+def _child_runs(client, sweep="e2e"):
+    experiment = client.get_experiment_by_name(sweep)
     runs = client.search_runs([experiment.experiment_id], max_results=1000)
     return [r for r in runs if r.data.tags.get("kind") == "trial"], [r for r in runs if r.data.tags.get("kind") == "sweep"]
 
@@ -149,3 +149,43 @@ def test_embedded_ray_listens_on_loopback_only():
         assert {node["NodeManagerAddress"] for node in ray.nodes()} == {"127.0.0.1"}
         assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
     assert not ray.is_initialized()
+
+
+def test_interrupted_sweep_is_completed_by_running_it_again(tmp_path, monkeypatch):
+    """SIGTERM mid-sweep: exit 130, parent run KILLED, finished trials kept; the rerun completes the
+    sweep with zero duplicate rows or runs."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    spec = {"sweep": "stop", "horizon": 3000, "seeds": 6, "log_every": 500,
+            "environments": [{"kind": "synthetic", "function": "h2", "dim": 30}],
+            "algorithms": [{"name": "lints", "grid": {"nu": [0.1, 1.0]}}]}
+    (tmp_path / "stop.yaml").write_text(yaml.safe_dump(spec))
+    driver = subprocess.Popen([sys.executable, "-m", "banditsweep", "run", "stop.yaml", "--no-progress",
+                               "--max-workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    journal = tmp_path / "results" / "stop" / ".journal"
+    deadline = time.time() + 240
+    while time.time() < deadline and len(list(journal.glob("*.json")) if journal.is_dir() else []) < 2:
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGTERM)
+    output, _ = driver.communicate(timeout=120)
+    assert driver.returncode == 130, output
+    assert "run the same command again to resume" in output
+    done_before = len(list(journal.glob("*.json")))
+    assert 2 <= done_before < 12
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment_by_name("stop")
+    parents = client.search_runs([experiment.experiment_id], filter_string="tags.kind = 'sweep'")
+    assert [p.info.status for p in parents] == ["KILLED"]
+
+    assert main(["run", "stop.yaml", "--no-progress"]) == 0
+    trials = pd.read_parquet("results/stop/trials")
+    assert len(trials) == 12 and trials["trial_id"].is_unique and (trials["status"] == "finished").all()
+    assert len(pd.read_parquet("results/stop/curves")) == 12 * 3000
+    children, parents = _child_runs(client, "stop")
+    assert len(children) == 12 and all(r.info.status == "FINISHED" for r in children)
+    assert len({r.data.tags["trial_id"] for r in children}) == 12

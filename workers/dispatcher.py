@@ -21,6 +21,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from banditsweep.core.batching import batch_key
 from banditsweep.core.trial import TrialSpec
+from banditsweep.workers.signals import stop_cleanly_on_sigterm
 from banditsweep.workers.actors import SinkActor, TrialActor, failed_record
 
 MAX_ATTEMPTS = 3
@@ -101,6 +102,7 @@ class RayConnection:
             ray.init(num_cpus=self.num_cpus, include_dashboard=False, runtime_env=runtime_env,
                      log_to_driver=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
         self.started = True
+        stop_cleanly_on_sigterm()  # ray.init installs a SIGTERM handler that aborts the driver
         return self
 
     def __exit__(self, *exc) -> None:
