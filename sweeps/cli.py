@@ -225,10 +225,31 @@ def cmd_report(args) -> int:
 
 
 def cmd_list(args) -> int:
+    """Every registered algorithm and environment kind with its parameters and their defaults."""
     from banditsweep.core import registry
 
-    print("algorithms:", ", ".join(registry.algorithm_names()))
-    print("environment kinds:", ", ".join(registry.environment_names()))
+    import typing
+
+    def kind(annotation) -> str:
+        if typing.get_origin(annotation) is typing.Literal:
+            return "|".join(str(a) for a in typing.get_args(annotation))
+        return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+    def describe(model) -> str:
+        fields = []
+        for name, field in model.model_fields.items():
+            default = "required" if field.is_required() else repr(field.default)
+            fields.append(f"{name}={default} ({kind(field.annotation)})")
+        return ", ".join(fields) or "(no parameters)"
+
+    print("algorithms:")
+    for name in registry.algorithm_names():
+        policy = registry.algorithm_class(name)
+        print(f"  {name} [{', '.join(sorted(policy.supports))}]: {describe(policy.Params)}")
+    print("environment kinds:")
+    for name in registry.environment_names():
+        environment = registry.environment_class(name)
+        print(f"  {name} [{environment.interaction}]: {describe(environment.Config)}")
     return 0
 
 

@@ -151,3 +151,11 @@ def test_shipped_specs_are_valid(repo):
     assert repo / "sweeps" / "quickstart.yaml" in specs
     for path in specs:
         assert load_sweep(path).trials, path
+
+
+def test_list_shows_every_algorithm_with_its_parameters(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "  linucb [contextual]: nu=1.0 (float), lam=1.0 (float)" in out
+    assert "dataset=required (adult|covertype|magictelescope|mushroom|shuttle|mnist)" in out
+    assert "kernel_exp3 [adversarial_domain]" in out
