@@ -13,6 +13,15 @@ Output: one JSON line per (algorithm, n, kernel)
 then one line per n where both run with ``"algorithm": "ratio"`` and ``seconds_per_round`` the ratio
 exact / RLS.
 
+``--batch B`` instead measures lockstep trial batching of exact Kernelized Exp3 (core.exp3
+``run_batch``): B trials (seeds 0..B-1) of the adversarial environment on the same n-point grid, run
+once as one lockstep batch (one batched Cholesky of the B weighted systems per round) and once one
+after another with ``run_trial``, through the same code the sweeps use. Round 1 (preparation) is
+excluded; ``seconds_per_trial_round`` is the wall time of a round divided by the trials it advances.
+One line per (mode, n) and a ``"mode": "ratio"`` line with the throughput ratio sequential / batched:
+
+    python benchmarks/kernel_round.py --batch 8 --sizes 400 2000 --exact-rounds 3
+
     python benchmarks/kernel_round.py                      # n in 400, 2000, 10000, 100000; SE kernel
     python benchmarks/kernel_round.py --sizes 400 2000 --kernels se matern32 --rounds 5
 
@@ -41,6 +50,7 @@ from banditsweep.core.algorithms.kernel_exp3 import KernelExp3, KernelExp3Params
 from banditsweep.core.algorithms.rls_kernel_exp3 import RLSKernelExp3, RLSKernelExp3Params  # noqa: E402
 from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Problem  # noqa: E402
 from banditsweep.core.kernels import Kernel  # noqa: E402
+from banditsweep.core.trial import TrialSpec, run_trial  # noqa: E402
 
 # The paper's selected (c3, c4, lambda) per kernel (SPEC 3.1).
 PAPER_CONSTANTS = {"se": (5.0, 0.1, 1.0), "matern52": (10.0, 0.1, 10.0), "matern32": (5.0, 0.1, 5.0)}
@@ -82,6 +92,20 @@ def measure(policy_cls, params, kernel: Kernel, n: int, horizon: int, rounds: in
             "prepare_seconds": prepare_seconds, "rounds": rounds}
 
 
+def measure_batch(kernel_name: str, n: int, batch: int, rounds: int, device: str) -> dict[str, float]:
+    """Seconds per trial-round of B exact Kernelized Exp3 trials, batched and sequential."""
+    c3, c4, lam = PAPER_CONSTANTS[kernel_name]
+    environment = {"kind": "adversarial_kernel", "domain": {"grid": [n]}, "kernel": kernel_name}
+    specs = [TrialSpec.create("kernel_exp3", {"c3": c3, "c4": c4, "lam": lam}, environment, seed, rounds + 1)
+             for seed in range(batch)]
+    batched = KernelExp3.run_batch(specs, device=device)
+    sequential = [run_trial(spec, device) for spec in specs]
+    for together, alone in zip(batched, sequential):   # the batch plays each trial as alone
+        assert np.array_equal(together.arm, alone.arm)
+    return {"batched": float(np.mean([r.seconds[1:].mean() for r in batched])),
+            "sequential": float(np.mean([r.seconds[1:].mean() for r in sequential]))}
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[400, 2000, 10_000, 100_000])
@@ -91,8 +115,22 @@ def main(argv=None) -> None:
     parser.add_argument("--horizon", type=int, default=1000)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (exact algorithm on CPU)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="measure a lockstep batch of this many exact Kernelized Exp3 trials instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.batch:
+        for kernel_name in args.kernels:
+            for n in args.sizes:
+                timings = measure_batch(kernel_name, n, args.batch, args.exact_rounds, args.device)
+                common = {"case": f"{kernel_name}-n{n}-batch{args.batch}", "algorithm": "kernel_exp3", "n": n,
+                          "kernel": kernel_name, "batch": args.batch, "rounds": args.exact_rounds,
+                          "device": args.device, "threads": args.threads}
+                for mode in ("sequential", "batched"):
+                    print(json.dumps({**common, "mode": mode, "seconds_per_trial_round": timings[mode]}), flush=True)
+                print(json.dumps({**common, "mode": "ratio",
+                                  "throughput_ratio": timings["sequential"] / timings["batched"]}), flush=True)
+        return
     for kernel_name in args.kernels:
         c3, c4, lam = PAPER_CONSTANTS[kernel_name]
         kernel = Kernel.create(kernel_name, 1)

@@ -8,10 +8,19 @@ draws x_t ~ P_t, observes y_t = f_t(x_t) and adds an estimate u_t of f_t to the 
 only in pi (MVR design, G-optimal design) and in the estimator u_t. :class:`ExponentialWeights`
 keeps the scores in log space (eta times the cumulative estimates), so that exp never overflows
 however large the importance-weighted estimates get; :class:`Exp3Policy` is the round skeleton.
+
+Lockstep trial batching: :meth:`Exp3Policy.run_batch` steps several trials of one batch key together
+(core.batching). Each trial keeps its own environment, policy, weights and random stream, and plays
+its round exactly as alone (``select``); only the estimate is computed for all trials at once, by
+:meth:`Exp3Policy.estimate_batch`. An algorithm opts in by defining ``batch_key`` (Kernelized Exp3:
+one batched Cholesky of the B weighted kernel systems per round) and overriding ``estimate_batch``.
+The lockstep runner of core.batching does not fit here: the adaptive adversary of SPEC 2.3 reads P_t
+from each trial's Decision, so every trial's own ``select`` produces the Decision.
 """
 
 from __future__ import annotations
 
+import time
 from abc import abstractmethod
 
 import numpy as np
@@ -96,3 +105,64 @@ class Exp3Policy(Policy):
 
     def update(self, t: int, contexts: np.ndarray, arm: int, reward: float) -> None:
         self.weights.add(self.estimate(self._probabilities, arm, float(reward)))
+
+    # ---- lockstep trial batching (core.batching) ------------------------------------------------------
+
+    @classmethod
+    def estimate_batch(cls, policies: list["Exp3Policy"], probabilities: np.ndarray, arms: np.ndarray,
+                       rewards: np.ndarray) -> np.ndarray:
+        """u_t of every trial of a batch: (B, n) from P_t (B, n), x_t (B,) and y_t (B,).
+        By default one :meth:`estimate` per trial; batched algorithms override it."""
+        return np.stack([policy.estimate(probabilities[i], int(arms[i]), float(rewards[i]))
+                         for i, policy in enumerate(policies)])
+
+    @classmethod
+    def share_batch(cls, policies: list["Exp3Policy"], environments: list) -> None:
+        """Before the first round of a batch: state the trials share (none by default)."""
+
+    @classmethod
+    def run_batch(cls, specs, device: str = "cpu", on_progress=None, progress_every: int = 100):
+        """Run trials of one batch key in lockstep (see the module docstring); results as
+        :func:`banditsweep.core.trial.run_trial` gives each trial alone. The per-round ``seconds`` of
+        each trial is the batch's round time divided by the batch size."""
+        from banditsweep.core.trial import TrialResult
+
+        horizon = specs[0].horizon
+        if any(spec.horizon != horizon for spec in specs):
+            raise ValueError("trials of one lockstep batch must share the horizon")
+        built = [spec.build(device) for spec in specs]
+        environments = [env for env, _ in built]
+        policies = [policy for _, policy in built]
+        if any(type(policy) is not cls for policy in policies):
+            raise ValueError(f"every trial of a {cls.__name__} batch must use that algorithm")
+        cls.share_batch(policies, environments)
+        count = len(specs)
+        arm = np.zeros((count, horizon), dtype=np.int64)
+        reward = np.zeros((count, horizon))
+        regret = np.zeros((count, horizon))
+        cum_regret = np.zeros((count, horizon))
+        seconds = np.zeros((count, horizon))
+        extras: list[dict[str, np.ndarray]] = [{} for _ in specs]
+        for index in range(horizon):
+            t = index + 1
+            start = time.perf_counter()
+            for trial, (env, policy) in enumerate(built):
+                decision = policy.select(t, env.contexts(t))
+                feedback = env.step(t, decision)
+                arm[trial, index] = decision.arm
+                reward[trial, index] = feedback.reward
+                regret[trial, index] = feedback.regret
+                cum_regret[trial, index] = feedback.cumulative_regret
+                for key, value in feedback.extras.items():
+                    extras[trial].setdefault(key, np.zeros(horizon))[index] = value
+            probabilities = np.stack([policy._probabilities for policy in policies])
+            estimates = cls.estimate_batch(policies, probabilities, arm[:, index], reward[:, index])
+            for policy, estimate in zip(policies, estimates):
+                policy.weights.add(estimate)
+            seconds[:, index] = (time.perf_counter() - start) / count
+            if on_progress is not None and (t % progress_every == 0 or t == horizon):
+                for trial in range(count):
+                    on_progress(trial, t, float(cum_regret[trial, index]))
+        return [TrialResult(arm[i], reward[i], regret[i], cum_regret[i], seconds[i], extras[i],
+                            {**environments[i].diagnostics(), **policies[i].diagnostics()})
+                for i in range(count)]

@@ -21,6 +21,11 @@ one Cholesky L L^T = D^{1/2} K D^{1/2} + mu I and one triangular solve V = L^{-1
 O(n^3) time, float64, on ``device`` (CUDA when the trial is given one). This is the one algorithm
 that holds the n x n matrix K (and three more n x n work arrays): it checks the free memory first.
 
+Lockstep trial batching (core.batching, core.exp3): trials with the same environment and horizon
+(seeds and c3, c4, lambda, beta may differ) share one K on the device and factorise their B weighted
+systems with one batched Cholesky per round: (1 + 3 B) n x n float64 arrays at the peak. A single
+trial is the batch of one (the same code).
+
 Project choices (recorded in diagnostics): alpha is capped at 1 (the tuning grid reaches
 c4 eta gamma_T > 1, where the formula is not a mixing weight); ``beta`` overrides the formula.
 Defaults are the paper's selected SE constants (c3, c4, lambda) = (5, 0.1, 1); the paper selected
@@ -35,6 +40,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from banditsweep.core import domains, kernels
 from banditsweep.core.contracts import Config
 from banditsweep.core.exp3 import Exp3Policy, ExponentialWeights, empirical_distribution
 from banditsweep.core.kernels import check_memory, growth_rate
@@ -42,6 +48,26 @@ from banditsweep.core.mvr import mvr_sequence
 
 # n x n float64 arrays alive at the peak of a round: K, D^{1/2} K, the system and its factor.
 EXACT_WORK_MATRICES = 4
+# The batch size batch_key checks the memory for: the trial actors' lockstep batch on a CPU slot
+# (banditsweep.workers.dispatcher.CPU_BATCH).
+LOCKSTEP_BATCH = 8
+
+
+def work_bytes(n: int, batch: int = 1) -> int:
+    """Bytes of float64 work arrays at the peak of a round of ``batch`` trials on |X| = n: the shared K
+    and, per trial, D^{1/2} K, the weighted system and its Cholesky factor."""
+    return (1 + (EXACT_WORK_MATRICES - 1) * batch) * n * n * 8
+
+
+def domain_size(environment: dict) -> int | None:
+    """|X| of an adversarial_kernel environment config with a fixed domain (a setting or a grid);
+    None for a seed-drawn domain ({uniform: n, dim: d}) or another kind of environment."""
+    if environment.get("kind") != "adversarial_kernel":
+        return None
+    if environment.get("setting") is not None:
+        return math.prod(domains.SETTINGS[environment["setting"]])
+    domain = environment.get("domain") or {}
+    return math.prod(domain["grid"]) if "grid" in domain else None
 
 
 class KernelExp3Params(Config):
@@ -71,20 +97,33 @@ class Exp3Schedule:
                 "mu": self.mu, "mvr_length": float(self.design_length)}
 
 
-def kernel_form_statistics(kernel_matrix: torch.Tensor, probabilities: torch.Tensor, mu: float,
-                           index: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(M_t[:, x_t], diag M_t) of the kernel form above, for x_t = ``index``."""
-    root = probabilities.sqrt()
-    weighted = root[:, None] * kernel_matrix                   # D^{1/2} K
-    system = weighted * root[None, :]                          # D^{1/2} K D^{1/2}
-    system.diagonal().add_(mu)
+def kernel_form_statistics(kernel_matrix: torch.Tensor, probabilities: torch.Tensor, mu, index
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M_t[:, x_t], diag M_t) of the kernel form above, for x_t = ``index``.
+
+    Batched: ``probabilities`` (B, n), ``mu`` and ``index`` (B,) give (B, n) results, the B systems
+    factorised by one batched Cholesky; with ``probabilities`` (n,) and scalar ``mu``, ``index`` the
+    results are (n,) (the batch of one).
+    """
+    single = probabilities.dim() == 1
+    p = probabilities[None] if single else probabilities
+    count = p.shape[0]
+    mu = torch.as_tensor(mu, dtype=p.dtype, device=p.device).reshape(-1).expand(count)
+    index = torch.as_tensor(index, device=p.device).reshape(-1).expand(count)
+    rows = torch.arange(count, device=p.device)
+    root = p.sqrt()
+    weighted = root[:, :, None] * kernel_matrix[None]             # D^{1/2} K: (B, n, n)
+    system = weighted * root[:, None, :]                           # D^{1/2} K D^{1/2}
+    system.diagonal(dim1=-2, dim2=-1).add_(mu[:, None])
     factor = torch.linalg.cholesky(system)
     del system
     solved = torch.linalg.solve_triangular(factor, weighted, upper=False)   # L^{-1} D^{1/2} K
     del weighted, factor
-    column = (kernel_matrix[:, index] - solved.T @ solved[:, index]) / mu
-    diagonal = (kernel_matrix.diagonal() - torch.linalg.vector_norm(solved, dim=0) ** 2) / mu
-    return column, diagonal
+    chosen = solved[rows, :, index]                                 # L^{-1} D^{1/2} k(x_t): (B, n)
+    cross = torch.bmm(solved.transpose(1, 2), chosen[:, :, None])[:, :, 0]
+    column = (kernel_matrix[:, index].T - cross) / mu[:, None]
+    diagonal = (kernel_matrix.diagonal()[None] - torch.linalg.vector_norm(solved, dim=1) ** 2) / mu[:, None]
+    return (column[0], diagonal[0]) if single else (column, diagonal)
 
 
 class KernelExp3(Exp3Policy):
@@ -99,19 +138,86 @@ class KernelExp3(Exp3Policy):
 
     def prepare(self, domain: np.ndarray) -> ExponentialWeights:
         n = len(domain)
-        check_memory(EXACT_WORK_MATRICES * n * n * 8, str(self.torch_device),
-                     f"exact kernel_exp3 on |X| = {n}")
-        kernel = self.problem.kernel
-        self.kernel_matrix = torch.from_numpy(kernel.matrix(domain)).to(self.torch_device)
-        sequence, _ = mvr_sequence(kernel, domain, self.schedule.design_length, self.params.lam)
+        if self.kernel_matrix is None:   # a lockstep batch shares K (share_batch)
+            check_memory(work_bytes(n), str(self.torch_device), f"exact kernel_exp3 on |X| = {n}")
+            self.kernel_matrix = torch.from_numpy(self.problem.kernel.matrix(domain)).to(self.torch_device)
+        sequence, _ = mvr_sequence(self.problem.kernel, domain, self.schedule.design_length, self.params.lam)
         self.mvr_distinct = len(np.unique(sequence))
         return ExponentialWeights(n, self.schedule.eta, self.schedule.alpha, empirical_distribution(sequence, n))
 
     def estimate(self, probabilities: np.ndarray, arm: int, reward: float) -> np.ndarray:
-        p = torch.from_numpy(probabilities).to(self.torch_device)
-        column, diagonal = kernel_form_statistics(self.kernel_matrix, p, self.schedule.mu, arm)
+        return self.estimate_batch([self], probabilities[None], np.array([arm]), np.array([reward]))[0]
+
+    # ---- lockstep trial batching (core.batching; the round loop is Exp3Policy.run_batch) ----------------
+
+    @classmethod
+    def estimate_batch(cls, policies, probabilities: np.ndarray, arms: np.ndarray,
+                       rewards: np.ndarray) -> np.ndarray:
+        """u_t = f^_t + beta ||psi||_{G^{-1}} of every trial: one batched Cholesky of the B systems."""
+        device = policies[0].torch_device
+        kernel_matrix = policies[0].kernel_matrix
+        if any(policy.kernel_matrix is not kernel_matrix for policy in policies[1:]):
+            raise ValueError("the trials of a kernel_exp3 batch must share the kernel matrix (share_batch)")
+        p = torch.from_numpy(np.ascontiguousarray(probabilities)).to(device)
+        mu = torch.tensor([policy.schedule.mu for policy in policies], dtype=torch.float64, device=device)
+        beta = torch.tensor([policy.schedule.beta for policy in policies], dtype=torch.float64, device=device)
+        reward = torch.as_tensor(np.asarray(rewards, dtype=np.float64), device=device)
+        column, diagonal = kernel_form_statistics(kernel_matrix, p, mu, torch.as_tensor(np.asarray(arms)))
         width = torch.sqrt(torch.clamp(diagonal, min=0.0))
-        return (column * reward + self.schedule.beta * width).cpu().numpy()
+        return (column * reward[:, None] + beta[:, None] * width).cpu().numpy()
+
+    @classmethod
+    def share_batch(cls, policies, environments) -> None:
+        """One K for the batch, after checking the batch's work arrays fit on the device."""
+        domain = environments[0].contexts(1)
+        if any(not np.array_equal(env.contexts(1), domain) for env in environments[1:]):
+            raise ValueError("the trials of a kernel_exp3 batch must share the domain")
+        device = policies[0].torch_device
+        n = len(domain)
+        check_memory(work_bytes(n, len(policies)), str(device),
+                     f"a lockstep batch of {len(policies)} exact kernel_exp3 trials on |X| = {n}")
+        shared = torch.from_numpy(policies[0].problem.kernel.matrix(domain)).to(device)
+        for policy in policies:
+            policy.kernel_matrix = shared
+
+    @classmethod
+    def batch_key(cls, spec) -> tuple | None:
+        """Trials with equal keys run in one lockstep batch: same environment config and horizon
+        (hence the same domain and K); seeds and c3, c4, lam, beta may differ (no parameter of
+        Kernelized Exp3 changes the shapes of the round's arrays).
+
+        None (the trial runs alone) for a domain drawn from the seed ({uniform: n, dim: d}: the
+        trials' K would differ) and when the work arrays of a batch of ``LOCKSTEP_BATCH`` = 8 trials,
+        (1 + 3 * 8) n x n float64 (:func:`work_bytes`; n = 10^4: 20 GB), would not fit in the free host
+        memory when the key is computed (core.kernels.check_memory). ``run_batch`` checks the memory
+        of the device the batch actually runs on and splits the batch into chunks that fit there.
+        """
+        from banditsweep.core.trial import canonical_json
+
+        n = domain_size(spec.environment)
+        if n is None:
+            return None
+        try:
+            check_memory(work_bytes(n, LOCKSTEP_BATCH), "cpu", f"a lockstep batch of kernel_exp3 on |X| = {n}")
+        except MemoryError:
+            return None
+        return (spec.algorithm, canonical_json(spec.environment), spec.horizon)
+
+    @classmethod
+    def run_batch(cls, specs, device: str = "cpu", on_progress=None, progress_every: int = 100):
+        """Lockstep batches of as many trials as fit in the memory of ``device`` (at least one)."""
+        n = domain_size(specs[0].environment)
+        size = len(specs)
+        if n is not None:
+            available = kernels.available_memory_bytes(str(device))
+            while size > 1 and work_bytes(n, size) > available:
+                size -= 1
+        results = []
+        for start in range(0, len(specs), size):
+            callback = None if on_progress is None else (
+                lambda trial, t, regret, offset=start: on_progress(offset + trial, t, regret))
+            results.extend(super().run_batch(specs[start:start + size], device, callback, progress_every))
+        return results
 
     def diagnostics(self) -> dict[str, float]:
         return {**self.schedule.as_dict(), "mvr_distinct_points": float(self.mvr_distinct)}
