@@ -125,7 +125,7 @@ class Exp3Policy(Policy):
         """Run trials of one batch key in lockstep (see the module docstring); results as
         :func:`banditsweep.core.trial.run_trial` gives each trial alone. The per-round ``seconds`` of
         each trial is the batch's round time divided by the batch size."""
-        from banditsweep.core.trial import TrialResult
+        from banditsweep.core.trial import TrialRecorder
 
         horizon = specs[0].horizon
         if any(spec.horizon != horizon for spec in specs):
@@ -136,33 +136,17 @@ class Exp3Policy(Policy):
         if any(type(policy) is not cls for policy in policies):
             raise ValueError(f"every trial of a {cls.__name__} batch must use that algorithm")
         cls.share_batch(policies, environments)
-        count = len(specs)
-        arm = np.zeros((count, horizon), dtype=np.int64)
-        reward = np.zeros((count, horizon))
-        regret = np.zeros((count, horizon))
-        cum_regret = np.zeros((count, horizon))
-        seconds = np.zeros((count, horizon))
-        extras: list[dict[str, np.ndarray]] = [{} for _ in specs]
+        recorder = TrialRecorder(len(specs), horizon)
         for index in range(horizon):
             t = index + 1
-            start = time.perf_counter()
+            started = time.perf_counter()
             for trial, (env, policy) in enumerate(built):
                 decision = policy.select(t, env.contexts(t))
-                feedback = env.step(t, decision)
-                arm[trial, index] = decision.arm
-                reward[trial, index] = feedback.reward
-                regret[trial, index] = feedback.regret
-                cum_regret[trial, index] = feedback.cumulative_regret
-                for key, value in feedback.extras.items():
-                    extras[trial].setdefault(key, np.zeros(horizon))[index] = value
+                recorder.record(trial, index, decision.arm, env.step(t, decision))
             probabilities = np.stack([policy._probabilities for policy in policies])
-            estimates = cls.estimate_batch(policies, probabilities, arm[:, index], reward[:, index])
+            estimates = cls.estimate_batch(policies, probabilities, recorder.arm[:, index],
+                                           recorder.reward[:, index])
             for policy, estimate in zip(policies, estimates):
                 policy.weights.add(estimate)
-            seconds[:, index] = (time.perf_counter() - start) / count
-            if on_progress is not None and (t % progress_every == 0 or t == horizon):
-                for trial in range(count):
-                    on_progress(trial, t, float(cum_regret[trial, index]))
-        return [TrialResult(arm[i], reward[i], regret[i], cum_regret[i], seconds[i], extras[i],
-                            {**environments[i].diagnostics(), **policies[i].diagnostics()})
-                for i in range(count)]
+            recorder.round_done(index, started, on_progress, progress_every)
+        return recorder.results([{**env.diagnostics(), **policy.diagnostics()} for env, policy in built])

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from banditsweep.core import registry, seeding
-from banditsweep.core.contracts import Config, Environment, Policy
+from banditsweep.core.contracts import Config, Environment, Feedback, Policy
 
 
 def canonical_json(value: Any) -> str:
@@ -127,33 +127,55 @@ class TrialResult:
 ProgressCallback = Callable[[int, float], None]
 
 
+class TrialRecorder:
+    """The per-round arrays of ``count`` trials run side by side (one trial, or a lockstep batch)."""
+
+    def __init__(self, count: int, horizon: int):
+        self.count, self.horizon = count, horizon
+        self.arm = np.zeros((count, horizon), dtype=np.int64)
+        self.reward = np.zeros((count, horizon))
+        self.regret = np.zeros((count, horizon))
+        self.cum_regret = np.zeros((count, horizon))
+        self.seconds = np.zeros((count, horizon))
+        self.extras: list[dict[str, np.ndarray]] = [{} for _ in range(count)]
+
+    def record(self, trial: int, index: int, arm: int, feedback: Feedback) -> None:
+        self.arm[trial, index] = arm
+        self.reward[trial, index] = feedback.reward
+        self.regret[trial, index] = feedback.regret
+        self.cum_regret[trial, index] = feedback.cumulative_regret
+        for key, value in feedback.extras.items():
+            self.extras[trial].setdefault(key, np.zeros(self.horizon))[index] = value
+
+    def round_done(self, index: int, started: float, on_progress: Callable[[int, int, float], None] | None,
+                   progress_every: int) -> None:
+        """Close round ``index``: each trial's seconds are the round's time divided by the trial count
+        (so a batch's seconds sum to its wall time); report progress every ``progress_every`` rounds."""
+        self.seconds[:, index] = (time.perf_counter() - started) / self.count
+        t = index + 1
+        if on_progress is not None and (t % progress_every == 0 or t == self.horizon):
+            for trial in range(self.count):
+                on_progress(trial, t, float(self.cum_regret[trial, index]))
+
+    def results(self, diagnostics: list[dict[str, float]]) -> list[TrialResult]:
+        return [TrialResult(self.arm[i], self.reward[i], self.regret[i], self.cum_regret[i], self.seconds[i],
+                            self.extras[i], diagnostics[i]) for i in range(self.count)]
+
+
 def run_trial(spec: TrialSpec, device: str = "cpu", on_progress: ProgressCallback | None = None,
               progress_every: int = 100) -> TrialResult:
     """Run one trial. ``on_progress(t, cumulative_regret)`` is called every ``progress_every`` rounds
     and at the last round."""
     env, policy = spec.build(device)
-    horizon = spec.horizon
-    arm = np.zeros(horizon, dtype=np.int64)
-    reward = np.zeros(horizon)
-    regret = np.zeros(horizon)
-    cum_regret = np.zeros(horizon)
-    seconds = np.zeros(horizon)
-    extras: dict[str, np.ndarray] = {}
-    for index in range(horizon):
+    recorder = TrialRecorder(1, spec.horizon)
+    callback = None if on_progress is None else (lambda _trial, t, value: on_progress(t, value))
+    for index in range(spec.horizon):
         t = index + 1
-        start = time.perf_counter()
+        started = time.perf_counter()
         contexts = env.contexts(t)
         decision = policy.select(t, contexts)
         feedback = env.step(t, decision)
         policy.update(t, contexts, decision.arm, feedback.reward)
-        seconds[index] = time.perf_counter() - start
-        arm[index] = decision.arm
-        reward[index] = feedback.reward
-        regret[index] = feedback.regret
-        cum_regret[index] = feedback.cumulative_regret
-        for key, value in feedback.extras.items():
-            extras.setdefault(key, np.zeros(horizon))[index] = value
-        if on_progress is not None and (t % progress_every == 0 or t == horizon):
-            on_progress(t, float(feedback.cumulative_regret))
-    diagnostics = {**env.diagnostics(), **policy.diagnostics()}
-    return TrialResult(arm, reward, regret, cum_regret, seconds, extras, diagnostics)
+        recorder.record(0, index, decision.arm, feedback)
+        recorder.round_done(index, started, callback, progress_every)
+    return recorder.results([{**env.diagnostics(), **policy.diagnostics()}])[0]
