@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Callable
 
 from banditsweep.core.contracts import Environment, Policy
 

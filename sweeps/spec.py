@@ -12,7 +12,6 @@ A trial is (algorithm, params + one grid point, environment, seed, horizon); see
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

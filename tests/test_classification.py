@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pydantic
 import pytest
+from conftest import SHARED_DATASETS
 
 from banditsweep.core import registry, seeding
 from banditsweep.core.contracts import Decision
@@ -15,8 +15,7 @@ from banditsweep.core.datasets import DatasetError, load_dataset
 from banditsweep.core.environments.classification import ClassificationBandit, ClassificationConfig
 from banditsweep.core.trial import TrialSpec, run_trial
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("BANDITSWEEP_TEST_DATASETS", REPO.parent / "shared" / "datasets"))
+SHARED = SHARED_DATASETS
 
 
 @pytest.fixture(autouse=True)

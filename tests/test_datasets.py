@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -10,14 +9,14 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from conftest import SHARED_DATASETS
 
 from banditsweep.core import datasets as core_datasets
 from banditsweep.core.datasets import DATASETS, DatasetError, data_directory, load_dataset, read_table
 from banditsweep.sweeps import datasets as sweep_datasets
 from banditsweep.sweeps.datasets import ensure_dataset, ensure_datasets_for
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("BANDITSWEEP_TEST_DATASETS", REPO.parent / "shared" / "datasets"))
+SHARED = SHARED_DATASETS
 
 # name: (rows of the shipped file, d' ordinal, K)
 SHIPPED = {

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from banditsweep.workers.store import FAILED, FINISHED, SweepStore
+from banditsweep.workers.store import FINISHED, SweepStore
 
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
