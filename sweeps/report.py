@@ -45,9 +45,15 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
     labels = [x for x in label_order if x in set(best["label"])]
     envs = [x for x in env_order if x in set(best["environment"])]
 
+    # Tables name environments without their kind when they all share it ("mushroom", not
+    # "classification:mushroom"), as the papers' tables do.
+    kinds = {env.split(":", 1)[0] for env in envs}
+    short = {env: env.split(":", 1)[-1] for env in envs} if len(kinds) == 1 else {}
+
     def layout(column: str) -> pd.DataFrame:
         table = best.pivot(index="label", columns="environment", values=column)
-        return table.reindex(index=labels, columns=envs).rename_axis(index="algorithm", columns=None)
+        table = table.reindex(index=labels, columns=envs).rename(columns=short)
+        return table.rename_axis(index="algorithm", columns=None)
 
     diag_rows = []
     for _, row in best.iterrows():
@@ -118,7 +124,7 @@ def plot_curves(store: SweepStore, summary: Summary, directory: Path) -> list[Pa
     import matplotlib.pyplot as plt
 
     written = []
-    for environment in summary.mean.columns:
+    for environment in dict.fromkeys(summary.best["environment"]):
         rows = summary.best[summary.best["environment"] == environment]
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for _, row in rows.iterrows():
