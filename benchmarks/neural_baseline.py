@@ -14,10 +14,10 @@ import torch
 
 
 class PlainNetwork:
-    def __init__(self, dim: int, width: int, generator: torch.Generator):
+    def __init__(self, dim: int, width: int, generator: torch.Generator, device: str = "cpu"):
         self.width = width
-        self.W1 = (torch.randn(dim, width, generator=generator) * math.sqrt(2.0 / width)).requires_grad_(True)
-        self.w = (torch.randn(width, generator=generator) / math.sqrt(width)).requires_grad_(True)
+        self.W1 = (torch.randn(dim, width, generator=generator) * math.sqrt(2.0 / width)).to(device).requires_grad_(True)
+        self.w = (torch.randn(width, generator=generator) / math.sqrt(width)).to(device).requires_grad_(True)
         self.initial = [self.W1.detach().clone(), self.w.detach().clone()]
 
     def params(self):
@@ -48,22 +48,24 @@ class PlainNetwork:
 class PlainBandit:
     """GA, PC, UCB or TS for one trial; ``history`` holds dense rows."""
 
-    def __init__(self, algorithm, num_arms, dim, width=100, steps=100, lr=0.001, lam=0.001, nu=1.0, seed=0):
+    def __init__(self, algorithm, num_arms, dim, width=100, steps=100, lr=0.001, lam=0.001, nu=1.0, seed=0,
+                 device="cpu"):
         self.algorithm, self.K, self.steps, self.lr, self.lam, self.nu = algorithm, num_arms, steps, lr, lam, nu
         generator = torch.Generator().manual_seed(seed)
         count = num_arms if algorithm == "ga" else 1
-        base = PlainNetwork(dim, width, generator)
+        base = PlainNetwork(dim, width, generator, device)
         self.nets = []
         for _ in range(count):
-            net = PlainNetwork(dim, width, generator)
+            net = PlainNetwork(dim, width, generator, device)
             net.W1 = base.W1.detach().clone().requires_grad_(True)
             net.w = base.w.detach().clone().requires_grad_(True)
             net.initial = [p.clone() for p in base.initial]
             self.nets.append(net)
         self.width = width
         self.U = [torch.full_like(p, lam) for p in self.nets[0].params()]
-        self.X = torch.zeros(0, dim)
-        self.r = torch.zeros(0)
+        self.device = device
+        self.X = torch.zeros(0, dim, device=device)
+        self.r = torch.zeros(0, device=device)
         self.noise = torch.Generator().manual_seed(seed + 1)
 
     def select(self, t: int, contexts: torch.Tensor) -> int:
@@ -100,7 +102,7 @@ class PlainBandit:
         if self.algorithm in ("ucb", "ts"):
             self._add(net.gradient(contexts[arm]))
         self.X = torch.cat([self.X, contexts[arm][None]])
-        self.r = torch.cat([self.r, torch.tensor([reward])])
+        self.r = torch.cat([self.r, torch.tensor([reward], device=self.device)])
         if self.algorithm != "ga":
             net.ascend(self.X, self.r, self.steps, self.lr, self.lam)
         if self.algorithm == "pc":

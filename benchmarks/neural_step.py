@@ -3,24 +3,39 @@
 Prints one JSON line per case:
   {"case", "algorithm", "dataset", "history", "seconds_per_round", "baseline_seconds_per_round",
    "speedup", "gflops", "fraction_of_peak"}
+(plus "threads" / "baseline_threads" and "repeats"), after a first line with the machine's fp32 matmul
+rate ({"case": "peak", ...}).
 
-Cases (shapes of the classification bandits of SPEC 1.2, width 100, J = 100, one hidden layer):
-- ``short``: a T = 150 trial from an empty history ("history" = 150);
-- ``round``: one round at a 1000-row history;
-- ``batch10``: GA, 10 trials in one lockstep batch against the same 10 trials one after another
-  (baseline = the sequential trials of banditsweep itself; "speedup" = throughput ratio).
-Useful FLOPs are counted as in SPEC 1.7 (6 n (d' m + m) per forward+backward pass over n rows) and
-divided by the time and by the fp32 matmul rate measured at the start of the run (the physical limit).
-The baseline's round cost is a fixed part plus J identical gradient steps; it is measured with 2 and
-6 steps and extrapolated to J, and for the short trial averaged over 5 evenly spaced history lengths
-(its cost is linear in the history length). Contexts are random disjoint-encoded rows with the
-dataset's shape; rewards are random 0/1 (the timing does not depend on the values).
+Cases (shapes of the classification bandits of SPEC 1.2, width m = 100, J = 100, one hidden layer):
+- ``short``: a T = 150 trial from an empty history ("history" = 150), seconds per round of the whole trial;
+- ``round``: one round (select + update) at a 1000-row history;
+- ``batch10``: 10 trials (seeds 0-9) in one lockstep batch; its baseline is the same 10 trials one after
+  another, i.e. 10 x the single-trial time of the ``short`` case measured in the same repeats
+  ("seconds_per_round" is the batch's time per round and trial; "speedup" = the throughput ratio).
+
+Timing. The machine may be shared: every repeat measures ours and the baseline back to back, and the
+figures are medians over the repeats. The baseline (a plain implementation, as a user would write it)
+is measured with 1 thread and with ``--baseline-threads`` (default: all cores) and the faster median is
+reported; ours uses ``banditsweep.core.training.intra_op_threads`` (or ``--threads``). The baseline's
+round cost is a fixed part plus J identical gradient steps: it is measured with 2 and 6 steps and
+extrapolated to J; for the short trial it is averaged over 5 evenly spaced history lengths (its cost is
+linear in the history length). Contexts are random disjoint-encoded rows with the dataset's shape and
+rewards random 0/1 (the timing does not depend on the values).
+
+FLOPs. Useful FLOPs are counted as in SPEC 1.7: 6 n (d' m + m) per forward + backward pass over n rows,
+J K passes over the history for GA (+ the index), J passes for PC / NeuralUCB / NeuralTS (+ 2 K one-row
+passes for the per-arm gradients). "fraction_of_peak" = FLOPs / time / the fp32 matmul rate measured at
+the start of the run on all cores of the device (the physical limit).
+
+Runs with torch and numpy only: ``python benchmarks/neural_step.py [--quick] [--device cpu|cuda]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import time
 
 import numpy as np
@@ -28,6 +43,7 @@ import torch
 
 from banditsweep.core import registry, seeding
 from banditsweep.core.contracts import Problem
+from banditsweep.core.training import intra_op_threads
 
 from neural_baseline import PlainBandit
 
@@ -35,14 +51,25 @@ SHAPES = {"covertype": (7, 54), "mnist": (10, 784)}
 NAMES = {"ga": "neural_rbmle_ga", "pc": "neural_rbmle_pc", "ucb": "neural_ucb", "ts": "neural_ts"}
 
 
-def matmul_peak(seconds: float = 1.0, size: int = 1024) -> float:
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def matmul_peak(device: str, seconds: float = 1.0, size: int = 2048) -> float:
+    """fp32 matmul FLOP/s of the device (all its threads on a CPU)."""
+    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
     torch.matmul(a, b)
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        torch.matmul(a, b)
-        count += 1
-    return 2 * size ** 3 * count / (time.perf_counter() - start)
+    synchronize(device)
+    best = 0.0
+    for _ in range(3):
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds / 3:
+            torch.matmul(a, b)
+            count += 1
+        synchronize(device)
+        best = max(best, 2 * size ** 3 * count / (time.perf_counter() - start))
+    return best
 
 
 def round_flops(algorithm: str, K: int, d_block: int, rows: int, width: int, steps: int) -> float:
@@ -66,16 +93,30 @@ def contexts_stream(K: int, d_block: int, seed: int):
     return draw
 
 
-def make_policy(algorithm, K, d_block, horizon, seeds, params):
+def make_policy(algorithm, K, d_block, horizon, seeds, params, device):
     cls = registry.algorithm_class(NAMES[algorithm])
     problem = Problem(num_arms=K, dim=K * d_block, horizon=horizon, disjoint_block=d_block)
     rngs = [seeding.stream(seed, seeding.POLICY_STREAM) for seed in seeds]
-    return cls.batched([cls.Params(**params)] * len(seeds), problem, rngs)
+    return cls.batched([cls.Params(**params)] * len(seeds), problem, rngs, device=device)
 
 
-def ours_trial(algorithm, K, d_block, horizon, params, trials=1) -> float:
+class Threads:
+    """Run a block with a given intra-op thread count (this process owns its threads)."""
+
+    def __init__(self, count: int):
+        self.count = count
+
+    def __enter__(self):
+        self.previous = torch.get_num_threads()
+        torch.set_num_threads(self.count)
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.previous)
+
+
+def ours_trial(algorithm, K, d_block, horizon, params, device, trials=1) -> float:
     """Seconds for ``trials`` lockstep trials of ``horizon`` rounds."""
-    policy = make_policy(algorithm, K, d_block, horizon, list(range(trials)), params)
+    policy = make_policy(algorithm, K, d_block, horizon, list(range(trials)), params, device)
     draws = [contexts_stream(K, d_block, seed) for seed in range(trials)]
     start = time.perf_counter()
     for t in range(1, horizon + 1):
@@ -84,45 +125,53 @@ def ours_trial(algorithm, K, d_block, horizon, params, trials=1) -> float:
         arms = policy.select_batch(t, contexts)
         rewards = np.array([float(rng.random() < 0.5) for _, rng in pairs])
         policy.update_batch(t, contexts, arms, rewards)
+    synchronize(device)
     return time.perf_counter() - start
 
 
-def ours_round(algorithm, K, d_block, history, params, repeats=2) -> float:
-    policy = make_policy(algorithm, K, d_block, history + 10, [0], params)
+def ours_round_policy(algorithm, K, d_block, history, params, device):
+    """A policy with ``history`` recorded rows (arms drawn uniformly) and the context stream of its next rounds."""
+    policy = make_policy(algorithm, K, d_block, history + 10, [0], params, device)
     draw = contexts_stream(K, d_block, 0)
     rng = np.random.default_rng(1)
     for _ in range(history):
         contexts, _ = draw()
         arm = np.array([rng.integers(K)])
         policy.record(0, policy.active(contexts[None]), arm, np.array([float(rng.random() < 0.5)]))
-    times = []
-    for repeat in range(repeats):
-        contexts, _ = draw()
-        t = history + 1
-        start = time.perf_counter()
-        arms = policy.select_batch(t, contexts[None])
-        policy.update_batch(t, contexts[None], arms, np.array([1.0]))
-        times.append(time.perf_counter() - start)
-        policy.history.counts[0, int(arms[0])] -= 1  # keep the history at ``history`` rows
-        policy.history.rows -= 1
-        policy.history.positions[0].pop()
-    return min(times)
+    return policy, draw
 
 
-def baseline_round(algorithm, K, d_block, history, steps, width=100) -> float:
+def ours_round(policy, draw, history, device) -> float:
+    """One round at ``history`` rows; the history is restored afterwards."""
+    contexts, _ = draw()
+    t = history + 1
+    start = time.perf_counter()
+    arms = policy.select_batch(t, contexts[None])
+    policy.update_batch(t, contexts[None], arms, np.array([1.0]))
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    policy.history.counts[0, int(arms[0])] -= 1  # keep the history at ``history`` rows
+    policy.history.rows -= 1
+    policy.history.positions[0].pop()
+    return seconds
+
+
+def baseline_round(algorithm, K, d_block, history, steps, device, width=100) -> float:
     """One baseline round at ``history`` rows, extrapolated from 2 and 6 gradient steps to ``steps``."""
     measured = {}
     for measure_steps in (2, 6):
-        bandit = PlainBandit(algorithm, K, K * d_block, width=width, steps=measure_steps)
+        bandit = PlainBandit(algorithm, K, K * d_block, width=width, steps=measure_steps, device=device)
         draw = contexts_stream(K, d_block, 0)
         rows = [torch.as_tensor(draw()[0][i % K], dtype=torch.float32) for i in range(history)]
         if rows:
-            bandit.X = torch.stack(rows)
-            bandit.r = (torch.rand(history) < 0.5).float()
-        contexts = torch.as_tensor(draw()[0], dtype=torch.float32)
+            bandit.X = torch.stack(rows).to(device)
+            bandit.r = (torch.rand(history) < 0.5).float().to(device)
+        contexts = torch.as_tensor(draw()[0], dtype=torch.float32, device=device)
+        synchronize(device)
         start = time.perf_counter()
         arm = bandit.select(history + 1, contexts)
         bandit.update(history + 1, contexts, arm, 1.0)
+        synchronize(device)
         measured[measure_steps] = time.perf_counter() - start
     per_step = max(0.0, (measured[6] - measured[2]) / 4)
     return max(measured[2] - 2 * per_step, 0.0) + steps * per_step
@@ -133,40 +182,85 @@ def main() -> None:
     parser.add_argument("--algorithms", default="ga,pc,ucb,ts")
     parser.add_argument("--datasets", default="covertype,mnist")
     parser.add_argument("--cases", default="short,round,batch10")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--quick", action="store_true", help="1 repeat, T = 30 for the trials (a smoke run)")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per case (median)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="intra-op threads for banditsweep (0: core.training.intra_op_threads)")
+    parser.add_argument("--baseline-threads", type=int, default=0,
+                        help="threads tried for the baseline besides 1 (0: all cores)")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    width, steps, short, history = 100, 100, 150, 1000
+    device = args.device
+    cores = len(os.sched_getaffinity(0))
+    repeats = 1 if args.quick else args.repeats
+    width, steps, history = 100, 100, 1000
+    short = 30 if args.quick else 150
     params = {"width": width, "steps": steps}
-    peak = matmul_peak()
-    print(json.dumps({"case": "peak", "fp32_matmul_gflops": peak / 1e9, "threads": args.threads}), flush=True)
+    torch.set_num_threads(cores)
+    peak = matmul_peak(device)
+    print(json.dumps({"case": "peak", "device": device, "fp32_matmul_gflops": peak / 1e9, "threads": cores}),
+          flush=True)
     cases = args.cases.split(",")
+    baseline_threads = sorted({1, args.baseline_threads or cores})
 
-    def emit(case, algorithm, dataset, rows, ours, baseline, flops):
+    def ours_threads(algorithm, K, d_block, rows, groups=1):
+        if args.threads:
+            return args.threads
+        return intra_op_threads(rows, d_block, width, K if algorithm == "ga" else 1, groups, cores)
+
+    def emit(case, algorithm, dataset, rows, ours, baseline, flops, threads, base_threads):
         print(json.dumps({"case": case, "algorithm": NAMES[algorithm], "dataset": dataset, "history": rows,
                           "seconds_per_round": ours, "baseline_seconds_per_round": baseline,
                           "speedup": baseline / ours, "gflops": flops / ours / 1e9,
-                          "fraction_of_peak": flops / ours / peak}), flush=True)
+                          "fraction_of_peak": flops / ours / peak, "threads": threads,
+                          "baseline_threads": base_threads, "repeats": repeats}), flush=True)
+
+    def best_baseline(samples: dict[int, list[float]]):
+        medians = {threads: statistics.median(values) for threads, values in samples.items()}
+        threads = min(medians, key=medians.get)
+        return medians[threads], threads
 
     for dataset in args.datasets.split(","):
         K, d_block = SHAPES[dataset]
         for algorithm in args.algorithms.split(","):
-            if "short" in cases:
-                ours = ours_trial(algorithm, K, d_block, short, params) / short
+            short_flops = float(np.mean([round_flops(algorithm, K, d_block, n, width, steps) for n in range(short)]))
+            alone_threads = ours_threads(algorithm, K, d_block, short / 2)
+            batch_threads = ours_threads(algorithm, K, d_block, short / 2, groups=10)
+            if "short" in cases or "batch10" in cases:
+                ours, batched, base = [], [], {threads: [] for threads in baseline_threads}
                 points = np.linspace(0, short - 1, 5).astype(int)
-                baseline = float(np.mean([baseline_round(algorithm, K, d_block, int(n), steps) for n in points]))
-                flops = np.mean([round_flops(algorithm, K, d_block, n, width, steps) for n in range(short)])
-                emit("short", algorithm, dataset, short, ours, baseline, flops)
+                for _ in range(repeats):
+                    with Threads(alone_threads):
+                        ours.append(ours_trial(algorithm, K, d_block, short, params, device) / short)
+                    if "batch10" in cases:
+                        with Threads(batch_threads):
+                            batched.append(ours_trial(algorithm, K, d_block, short, params, device, 10) / (10 * short))
+                    if "short" in cases:
+                        for threads in baseline_threads:
+                            with Threads(threads):
+                                base[threads].append(float(np.mean(
+                                    [baseline_round(algorithm, K, d_block, int(n), steps, device) for n in points])))
+                if "short" in cases:
+                    baseline, chosen = best_baseline(base)
+                    emit("short", algorithm, dataset, short, statistics.median(ours), baseline, short_flops,
+                         alone_threads, chosen)
+                if "batch10" in cases:
+                    emit("batch10", algorithm, dataset, short, statistics.median(batched), statistics.median(ours),
+                         short_flops, batch_threads, alone_threads)
             if "round" in cases:
-                ours = ours_round(algorithm, K, d_block, history, params)
-                baseline = baseline_round(algorithm, K, d_block, history, steps)
-                emit("round", algorithm, dataset, history, ours, baseline,
-                     round_flops(algorithm, K, d_block, history, width, steps))
-        if "batch10" in cases and "ga" in args.algorithms.split(","):
-            sequential = sum(ours_trial("ga", K, d_block, short, params) for _ in range(10)) / (10 * short)
-            batched = ours_trial("ga", K, d_block, short, params, trials=10) / (10 * short)
-            flops = np.mean([round_flops("ga", K, d_block, n, width, steps) for n in range(short)])
-            emit("batch10", "ga", dataset, short, batched, sequential, flops)
+                threads = ours_threads(algorithm, K, d_block, history)
+                with Threads(threads):
+                    policy, draw = ours_round_policy(algorithm, K, d_block, history, params, device)
+                ours, base = [], {t: [] for t in baseline_threads}
+                for _ in range(repeats):
+                    with Threads(threads):
+                        ours.append(ours_round(policy, draw, history, device))
+                    for base_threads in baseline_threads:
+                        with Threads(base_threads):
+                            base[base_threads].append(baseline_round(algorithm, K, d_block, history, steps, device))
+                baseline, chosen = best_baseline(base)
+                emit("round", algorithm, dataset, history, statistics.median(ours), baseline,
+                     round_flops(algorithm, K, d_block, history, width, steps), threads, chosen)
 
 
 if __name__ == "__main__":

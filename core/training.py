@@ -123,9 +123,14 @@ def gradient_ascent(network: StackedNetwork, initial: StackedNetwork, X: torch.T
     ``step_size`` c1 = eta * scale and ``ridge`` c2 = eta * scale * m * lambda are per group (G,);
     ``bias`` (G, B, n, S) adds d(bias)/df per row (GA: alpha(t) on arm a's current context for set a).
     """
-    if not network.hidden:
-        _ascend_one_hidden_layer(network, initial, X, reward, mask, likelihood, steps, step_size, ridge, bias)
-        return
+    ascend = _ascend_one_hidden_layer if not network.hidden else _ascend_layers
+    ascend(network, initial, X, reward, mask, likelihood, steps, step_size, ridge, bias)
+
+
+def _ascend_layers(network: StackedNetwork, initial: StackedNetwork, X: torch.Tensor, reward: torch.Tensor,
+                   mask: torch.Tensor, likelihood: str, steps: int, step_size: np.ndarray,
+                   ridge: np.ndarray, bias: torch.Tensor | None) -> None:
+    """:func:`gradient_ascent` for any depth, through StackedNetwork.forward_rows / backward_rows."""
     params = network.tensors()
     c1 = [per_group(step_size, p, p.dim()) for p in params]
     keep = [1.0 - per_group(ridge, p, p.dim()) for p in params]
@@ -221,3 +226,22 @@ def log_likelihood(network: StackedNetwork, initial: StackedNetwork, X: torch.Te
 def _per_set(network: StackedNetwork) -> list[torch.Tensor]:
     """Every parameter tensor with the set axis second: (G, S, ...)."""
     return [network.W1.permute(0, 3, 1, 2, 4), *network.hidden, network.w]
+
+
+def intra_op_threads(history_rows: float, block_dim: int, width: int, parameter_sets: int, groups: int = 1,
+                     cores: int | None = None, flops_per_thread: float = 2.0e9) -> int:
+    """How many intra-op threads pay off for one gradient step of this size (a pure function).
+
+    A step's first-layer work is ~4 n d' S m FLOPs per trial (SPEC 1.7, block-sparse: the forward
+    and the weight-gradient products) with n = ``history_rows`` (e.g. half the horizon for a whole
+    trial). Small steps are a few dozen microseconds of work per operation: there, waking a second
+    thread costs more than it saves, and on a shared machine it can stall every operation for a
+    scheduler time slice. One thread per ``flops_per_thread`` FLOPs of step work, at least one, at most
+    ``cores`` (default: the CPUs of this process). ``torch.set_num_threads`` is process-global, so
+    this only advises: the process that owns the trial (a trial actor, benchmarks/neural_step.py)
+    applies it; library code never does.
+    """
+    import os
+    available = cores if cores is not None else len(os.sched_getaffinity(0))
+    work = 4.0 * groups * history_rows * block_dim * parameter_sets * width
+    return int(max(1, min(available, work // flops_per_thread)))

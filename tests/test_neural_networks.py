@@ -8,6 +8,7 @@ import torch
 
 from banditsweep.core import likelihoods
 from banditsweep.core.networks import StackedNetwork, initial_parameters, output_scale
+from banditsweep.core import training
 from banditsweep.core.training import gradient_ascent, log_likelihood
 from banditsweep.core.z_matrix import ZMatrix
 
@@ -169,3 +170,33 @@ def test_z_matrix_against_dense_numpy(mode, blocks):
             # Z^{-1} g restricted to the arm's block and the other layers (all f(x_a) depends on).
             active = flat[group, arm] != 0
             np.testing.assert_allclose(solved[group, arm][active], expected[arm][active], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("likelihood", ["gaussian", "bernoulli", "mixture"])
+@pytest.mark.parametrize("blocks, mask_sets, uniform", [(3, 1, True), (1, 1, False), (3, 3, False)])
+def test_fused_one_hidden_layer_path_equals_layerwise_path(likelihood, blocks, mask_sets, uniform):
+    """L = 2: the fused batched-matmul optimiser = the layer-by-layer one (forward_rows/backward_rows),
+    with per-set masks (BootstrappedNN), a reward bias (GA), and per-trial or shared lr and lambda."""
+    G, S, d_b, n, steps, width = 2, 3, 4, 5, 6, 8
+    fused = make_network(G, S, blocks, d_b, width=width)
+    initial = fused.clone()
+    for p, scale in zip(fused.tensors(), (0.3, 0.2)):  # start away from theta_0 (a warm start)
+        p.add_(scale * torch.randn_like(p))
+    layerwise = fused.clone()
+    X = torch.randn(G, blocks, n, d_b)
+    reward = torch.rand(G, blocks, n)
+    mask = (torch.rand(G, blocks, n, mask_sets) < 0.7).double()
+    bias = torch.zeros(G, blocks, n, S)
+    bias[:, :, 0, :] = 0.4
+    lr = np.array([0.01, 0.01]) if uniform else np.array([0.01, 0.03])
+    ridge = lr * width * (np.array([0.1, 0.1]) if uniform else np.array([0.1, 0.2]))
+    training._ascend_one_hidden_layer(fused, initial, X, reward, mask, likelihood, steps, lr, ridge, bias)
+    training._ascend_layers(layerwise, initial, X, reward, mask, likelihood, steps, lr, ridge, bias)
+    for a, b in zip(fused.tensors(), layerwise.tensors()):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_intra_op_threads_grows_with_the_step_work():
+    assert training.intra_op_threads(75, 54, 100, 7, cores=2) == 1
+    assert training.intra_op_threads(1000, 784, 100, 10, groups=10, cores=2) == 2
+    assert training.intra_op_threads(1000, 784, 100, 10, groups=10, cores=8, flops_per_thread=1e12) == 1
