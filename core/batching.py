@@ -15,7 +15,8 @@ import numpy as np
 
 from banditsweep.core import registry, seeding
 from banditsweep.core.contracts import Decision
-from banditsweep.core.trial import TrialResult, TrialSpec, resolve_algorithm, resolve_environment, run_trial
+from banditsweep.core.trial import (TrialRecorder, TrialResult, TrialSpec, resolve_algorithm, resolve_environment,
+                                    run_trial)
 
 # on_progress(index of the trial in the batch, round t, cumulative regret)
 BatchProgress = Callable[[int, int, float], None]
@@ -26,6 +27,24 @@ def batch_key(spec: TrialSpec) -> tuple | None:
     policy_cls = registry.algorithm_class(spec.algorithm)
     key_fn = getattr(policy_cls, "batch_key", None)
     return None if key_fn is None else key_fn(spec)
+
+
+# Lockstep batch sizes when neither the spec (resources.batch_trials) nor the algorithm says otherwise.
+# On a GPU, batching trials is what fills the device. On a CPU slot it does not pay for the neural
+# algorithms (0.6-1.3x throughput for 10 trials, docs/benchmarks.md: every trial has its own weights,
+# so the batch adds matmuls but never makes one larger), so trials run one at a time there.
+CPU_BATCH = 1
+GPU_BATCH = 32
+
+
+def preferred_batch_size(spec: TrialSpec, on_gpu: bool) -> int:
+    """How many trials like ``spec`` to run in one lockstep batch on this kind of device: the
+    algorithm's ``preferred_batch_size(spec, on_gpu)`` where it defines one, else the defaults above."""
+    policy_cls = registry.algorithm_class(spec.algorithm)
+    preferred = getattr(policy_cls, "preferred_batch_size", None)
+    if preferred is not None:
+        return max(1, int(preferred(spec, on_gpu)))
+    return GPU_BATCH if on_gpu else CPU_BATCH
 
 
 def run_trials(specs: list[TrialSpec], device: str = "cpu", on_progress: BatchProgress | None = None,
@@ -68,33 +87,15 @@ def run_lockstep(policy_cls, specs: list[TrialSpec], device: str = "cpu", on_pro
     params = [resolve_algorithm(spec.algorithm, spec.params) for spec in specs]
     rngs = [seeding.stream(spec.seed, seeding.POLICY_STREAM) for spec in specs]
     policy = policy_cls.batched(params, problem, rngs, device=device)
-    count = len(specs)
-    arm = np.zeros((count, horizon), dtype=np.int64)
-    reward = np.zeros((count, horizon))
-    regret = np.zeros((count, horizon))
-    cum_regret = np.zeros((count, horizon))
-    seconds = np.zeros((count, horizon))
-    extras: list[dict[str, np.ndarray]] = [{} for _ in specs]
+    recorder = TrialRecorder(len(specs), horizon)
     for index in range(horizon):
         t = index + 1
-        start = time.perf_counter()
+        started = time.perf_counter()
         contexts = np.stack([env.contexts(t) for env in envs])
         arms = np.asarray(policy.select_batch(t, contexts), dtype=np.int64)
-        rewards = np.zeros(count)
         for trial, env in enumerate(envs):
-            feedback = env.step(t, Decision(arm=int(arms[trial])))
-            rewards[trial] = feedback.reward
-            regret[trial, index] = feedback.regret
-            cum_regret[trial, index] = feedback.cumulative_regret
-            for key, value in feedback.extras.items():
-                extras[trial].setdefault(key, np.zeros(horizon))[index] = value
-        policy.update_batch(t, contexts, arms, rewards)
-        seconds[:, index] = (time.perf_counter() - start) / count
-        arm[:, index] = arms
-        reward[:, index] = rewards
-        if on_progress is not None and (t % progress_every == 0 or t == horizon):
-            for trial in range(count):
-                on_progress(trial, t, float(cum_regret[trial, index]))
+            recorder.record(trial, index, int(arms[trial]), env.step(t, Decision(arm=int(arms[trial]))))
+        policy.update_batch(t, contexts, arms, recorder.reward[:, index].copy())
+        recorder.round_done(index, started, on_progress, progress_every)
     policy_diagnostics = policy.diagnostics_batch()
-    return [TrialResult(arm[i], reward[i], regret[i], cum_regret[i], seconds[i], extras[i],
-                        {**envs[i].diagnostics(), **policy_diagnostics[i]}) for i in range(count)]
+    return recorder.results([{**env.diagnostics(), **policy_diagnostics[i]} for i, env in enumerate(envs)])

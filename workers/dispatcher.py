@@ -19,14 +19,12 @@ from typing import Any, Callable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from banditsweep.core.batching import batch_key
+from banditsweep.core.batching import batch_key, preferred_batch_size
 from banditsweep.core.trial import TrialSpec
 from banditsweep.workers.signals import stop_cleanly_on_sigterm
 from banditsweep.workers.actors import SinkActor, TrialActor, failed_record
 
 MAX_ATTEMPTS = 3
-CPU_BATCH = 8   # lockstep trials per actor on a CPU slot
-GPU_BATCH = 32  # ... and on a GPU, where batching trials is what fills the device
 
 
 @dataclass
@@ -110,10 +108,10 @@ class RayConnection:
             ray.shutdown()
 
 
-def default_batch_size(on_gpu: bool, group_size: int, workers: int) -> int:
-    """Large enough to fill a device, small enough that every worker gets a batch."""
-    cap = GPU_BATCH if on_gpu else CPU_BATCH
-    return max(1, min(cap, math.ceil(group_size / max(1, workers))))
+def default_batch_size(spec: TrialSpec, on_gpu: bool, group_size: int, workers: int) -> int:
+    """What the algorithm prefers on this device (core.batching.preferred_batch_size), but small
+    enough that every worker gets a batch."""
+    return max(1, min(preferred_batch_size(spec, on_gpu), math.ceil(group_size / max(1, workers))))
 
 
 def make_batches(jobs: list[Job], batch_trials: int | None, on_gpu: bool, workers: int) -> list[list[Job]]:
@@ -127,7 +125,7 @@ def make_batches(jobs: list[Job], batch_trials: int | None, on_gpu: bool, worker
             groups.setdefault(key, []).append(job)
     batches = []
     for group in groups.values():
-        size = batch_trials or default_batch_size(on_gpu, len(group), workers)
+        size = batch_trials or default_batch_size(group[0].spec, on_gpu, len(group), workers)
         batches.extend(group[i:i + size] for i in range(0, len(group), size))
     return batches + singles
 
