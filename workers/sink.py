@@ -18,7 +18,6 @@ import json
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import numpy as np
 
@@ -41,11 +40,10 @@ def resolve_tracking_uri(uri: str | None) -> str:
 
 
 def local_artifact_root(uri: str) -> str | None:
-    """Artifacts of a local SQLite store go next to the database (``mlartifacts/``)."""
+    """Artifacts of a local SQLite store go next to the database (``mlartifacts/``); a tracking
+    server chooses its own artifact store (None)."""
     if uri.startswith("sqlite:///"):
         return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
-    if urlparse(uri).scheme in ("", "file"):
-        return None
     return None
 
 
