@@ -34,19 +34,26 @@ def resolve_environment(config: dict[str, Any]) -> Config:
 
 
 def environment_label(config: dict[str, Any]) -> str:
-    """Short display name: the kind, its primary setting, then every value that differs from default."""
+    """Short display name: the kind, its primary setting (``label_field``), the settings it always
+    names (``label_always``, as key=value), then every other value that differs from its default."""
     if config.get("label"):
         return str(config["label"])
     env_cls = registry.environment_class(config["kind"])
     resolved = resolve_environment(config)
     defaults = {name: f.default for name, f in env_cls.Config.model_fields.items()}
     primary = getattr(env_cls, "label_field", None)
+    always = tuple(getattr(env_cls, "label_always", ()))
+    values = resolved.model_dump(mode="json")
     parts = [config["kind"]]
     if primary:
-        parts.append(str(getattr(resolved, primary)))
-    for key, value in resolved.model_dump(mode="json").items():
-        if key != primary and value != defaults.get(key):
-            parts.append(f"{key}={value}")
+        parts.append(str(values[primary]))
+    def shown(value) -> str:
+        return canonical_json(value) if isinstance(value, (dict, list)) else str(value)
+
+    parts += [f"{key}={shown(values[key])}" for key in always if values[key] is not None]
+    for key, value in values.items():
+        if key != primary and key not in always and value != defaults.get(key):
+            parts.append(f"{key}={shown(value)}")
     return ":".join(parts[:2]) + "".join(f",{p}" for p in parts[2:])
 
 

@@ -104,5 +104,5 @@ def test_uniform_domain_and_general_matern_through_a_trial():
 
 def test_setting_label():
     spec = TrialSpec.create("random", {}, {"kind": "adversarial_kernel", "setting": 2, "kernel": "matern32"}, 0, 5)
-    assert spec.environment_label.startswith("adversarial_kernel:2")
+    assert spec.environment_label.startswith("adversarial_kernel:setting=2,kernel=")
     assert "kernel=matern32" in spec.environment_label

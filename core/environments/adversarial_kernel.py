@@ -85,7 +85,7 @@ def candidate_table(kernel: Kernel, domain: np.ndarray, candidates: int, centers
 class AdversarialKernelBandit(Environment):
     Config = AdversarialKernelConfig
     interaction = ADVERSARIAL_DOMAIN
-    label_field = "setting"
+    label_always = ("setting", "kernel")  # display name e.g. "adversarial_kernel:setting=1,kernel=se"
 
     def __init__(self, config: AdversarialKernelConfig, horizon: int, rng: np.random.Generator):
         super().__init__(config, horizon, rng)
