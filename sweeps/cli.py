@@ -62,7 +62,7 @@ def _store(args, sweep: Sweep):
 def _print_results(store, sweep: Sweep) -> None:
     from banditsweep.sweeps.report import finished_trials, markdown_table, summarise
 
-    trials = finished_trials(store, [t.trial_id for t in sweep.trials])
+    trials = finished_trials(store, sweep.trials)
     if trials.empty:
         print("no finished trials yet")
         return
@@ -208,7 +208,7 @@ def cmd_report(args) -> int:
 
     sweep = _load(args)
     store = _store(args, sweep)
-    trials = finished_trials(store, [t.trial_id for t in sweep.trials])
+    trials = finished_trials(store, sweep.trials)
     if trials.empty:
         print(f"{sweep.name}: no finished trials under {store.root}; run `banditsweep run {args.spec}` first",
               file=sys.stderr)

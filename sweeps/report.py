@@ -7,6 +7,8 @@ lowest mean final regret over seeds; report that point's mean and standard devia
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,9 +28,16 @@ class Summary:
     by_setting: pd.DataFrame  # rows: the environment settings that vary; columns: algorithm x (regret, s/round)
 
 
-def finished_trials(store: SweepStore, trial_ids: list[str]) -> pd.DataFrame:
+def finished_trials(store: SweepStore, planned) -> pd.DataFrame:
+    """The finished trials of a spec (its ``PlannedTrial`` list), named as the spec names them now:
+    display names are not part of a trial's identity, so renaming an algorithm's ``label`` (or an
+    environment's) in the spec renames it in the report without running anything again."""
+    names = {trial.trial_id: (trial.label, trial.environment) for trial in planned}
     trials = store.read_trials()
-    return trials[trials["trial_id"].isin(set(trial_ids)) & (trials["status"] == FINISHED)].copy()
+    trials = trials[trials["trial_id"].isin(names.keys()) & (trials["status"] == FINISHED)].copy()
+    trials["label"] = [names[tid][0] for tid in trials["trial_id"]]
+    trials["environment"] = [names[tid][1] for tid in trials["trial_id"]]
+    return trials
 
 
 def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]) -> Summary:
@@ -149,8 +158,23 @@ def plot_curves(store: SweepStore, summary: Summary, directory: Path) -> list[Pa
 
 
 def write_report(store: SweepStore, summary: Summary, sweep: str) -> list[Path]:
-    directory = store.report_dir
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write the report into a fresh folder that then replaces ``report/`` (no stale files from an
+    earlier report survive, and a reader never sees a half-written report)."""
+    final = store.report_dir
+    directory = final.with_name(".report-new")
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    _write_report_files(directory, store, summary, sweep)
+    previous = final.with_name(".report-old")
+    shutil.rmtree(previous, ignore_errors=True)
+    if final.exists():
+        os.replace(final, previous)
+    os.replace(directory, final)
+    shutil.rmtree(previous, ignore_errors=True)
+    return sorted(final.iterdir())
+
+
+def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sweep: str) -> None:
     _write_table(directory, "final_regret_mean", summary.mean, 1,
                  f"{sweep}: mean final cumulative regret (best grid point per cell)")
     _write_table(directory, "final_regret_std", summary.std, 2,
@@ -172,7 +196,6 @@ def write_report(store: SweepStore, summary: Summary, sweep: str) -> list[Path]:
                                              f"{markdown_table(summary.diagnostics, 4, index=False)}\n")
         summary.diagnostics.to_csv(directory / "timing.csv", index=False)
     plot_curves(store, summary, directory)
-    return sorted(directory.iterdir())
 
 
 def log_report_to_mlflow(tracking_uri: str, sweep: str, directory: Path) -> str | None:

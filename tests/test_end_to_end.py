@@ -98,6 +98,16 @@ def test_run_resume_report(tmp_path, monkeypatch, capsys):
     artifacts = client.list_artifacts(_child_runs(client)[1][0].info.run_id, "report")
     assert len(artifacts) >= 11
 
+    # Display names are not part of a trial's identity: renaming in the spec renames in the report,
+    # with nothing run again, and the new report replaces the old one (no stale figures).
+    renamed = {**SPEC, "environments": [{**SPEC["environments"][0], "label": "quadratic"}, SPEC["environments"][1]],
+               "algorithms": [{**SPEC["algorithms"][0], "label": "LinUCB"}, SPEC["algorithms"][1]]}
+    (tmp_path / "e2e.yaml").write_text(yaml.safe_dump(renamed))
+    assert main(["report", "e2e.yaml"]) == 0
+    mean = pd.read_csv(report / "final_regret_mean.csv", index_col=0)
+    assert list(mean.index) == ["LinUCB", "random"] and list(mean.columns) == ["quadratic", "synthetic:h3,dim=5"]
+    assert sorted(p.name for p in report.glob("*.png")) == ["regret_quadratic.png", "regret_synthetic_h3_dim_5.png"]
+
 
 def test_failures_are_recorded_and_dead_workers_retried(tmp_path, monkeypatch, repo, capsys):
     monkeypatch.chdir(tmp_path)
