@@ -259,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     stop_cleanly_on_sigterm()
     try:
         return handler(args)
+    except BrokenPipeError:  # output piped into `head` and the like
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("\ninterrupted: finished trials are saved; run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -12,6 +12,7 @@ A trial is (algorithm, params + one grid point, environment, seed, horizon); see
 from __future__ import annotations
 
 import itertools
+import string
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -237,6 +238,28 @@ def _matches(when: dict[str, Any], env: dict) -> bool:
     return True
 
 
+def _label_fields(source: str, where: str, label: str | None, params_cls) -> list[str]:
+    """The ``{param}`` placeholders of a label template, e.g. ``"GA ({likelihood})"``: one row and
+    one curve per value in the report instead of the best value per cell. Only plain parameter names
+    are allowed (no attribute or index access, no format specs)."""
+    if not label:
+        return []
+    try:
+        parsed = list(string.Formatter().parse(label))
+    except ValueError as error:
+        raise SpecError(source, f"{where}.label", f"bad label template {label!r}: {error}") from None
+    fields = []
+    for _, field, spec, conversion in parsed:
+        if field is None:
+            continue
+        if field not in params_cls.model_fields or spec or conversion:
+            raise SpecError(source, f"{where}.label",
+                            f"placeholder {{{field}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}} "
+                            f"is not a parameter name; allowed: {', '.join(params_cls.model_fields)}")
+        fields.append(field)
+    return fields
+
+
 def _expand_algorithm(source: str, index: int, entry: AlgorithmEntry, environments: list[dict],
                       seeds: list[int]):
     where = f"algorithms[{index}]"
@@ -272,7 +295,7 @@ def _expand_algorithm(source: str, index: int, entry: AlgorithmEntry, environmen
             key = str(first["loc"][0]) if first["loc"] else ""
             section = "grid" if key in entry.grid else "params"
             _raise_from_validation(source, f"{where}.{section}" if key else where, error, allowed_params)
-    label = entry.label or entry.name
+    label_fields = _label_fields(source, where, entry.label, params_cls)
     for env in environments:
         if not _matches(entry.when, env):
             continue
@@ -284,4 +307,5 @@ def _expand_algorithm(source: str, index: int, entry: AlgorithmEntry, environmen
         for point in points:
             for seed in seeds:
                 spec = TrialSpec.create(entry.name, {**entry.params, **point}, env_config, seed, env["horizon"])
+                label = (entry.label or entry.name).format_map({k: spec.params[k] for k in label_fields})
                 yield PlannedTrial(spec=spec, label=label, environment=env_name)

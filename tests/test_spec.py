@@ -159,3 +159,15 @@ def test_list_shows_every_algorithm_with_its_parameters(capsys):
     assert "  linucb [contextual]: nu=1.0 (float), lam=1.0 (float)" in out
     assert "dataset=required (adult|covertype|magictelescope|mushroom|shuttle|mnist)" in out
     assert "kernel_exp3 [adversarial_domain]" in out
+
+
+def test_label_templates_split_rows_by_a_parameter():
+    raw = copy.deepcopy(GOOD)
+    raw["algorithms"][0]["label"] = "LinUCB (nu={nu})"
+    sweep = parse_sweep(raw)
+    assert {t.label for t in sweep.trials if t.spec.algorithm == "linucb"} == {"LinUCB (nu=0.1)", "LinUCB (nu=1.0)"}
+    for bad in ("x {nu.__class__}", "x {colour}", "x {nu:>10}", "x {"):
+        raw["algorithms"][0]["label"] = bad
+        with pytest.raises(SpecError) as info:
+            parse_sweep(raw, "bad.yaml")
+        assert info.value.location == "algorithms[0].label"
