@@ -110,12 +110,17 @@ def _ensure_data(args, sweep: Sweep) -> dict[str, str]:
 
 
 def cmd_run(args) -> int:
+    sweep = _load(args)
+    env_vars = _ensure_data(args, sweep)
+    with _store(args, sweep).exclusive():
+        return _run_locked(args, sweep, env_vars)
+
+
+def _run_locked(args, sweep: Sweep, env_vars: dict[str, str]) -> int:
     from banditsweep.workers.dispatcher import Job, RunOptions, run_sweep
     from banditsweep.workers.sink import ResultSink, resolve_tracking_uri
     from banditsweep.workers.store import FAILED, FINISHED
 
-    sweep = _load(args)
-    env_vars = _ensure_data(args, sweep)
     store = _store(args, sweep)
     tracking_uri = resolve_tracking_uri(args.mlflow_uri)
     journal = store.journal()
@@ -274,11 +279,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _input_errors() -> tuple[type[BaseException], ...]:
-    try:
-        from banditsweep.core.datasets import DatasetError
-    except ImportError:
-        return (SpecError,)
-    return (DatasetError,)
+    from banditsweep.core.datasets import DatasetError
+    from banditsweep.workers.store import SweepBusyError
+
+    return (DatasetError, SweepBusyError)
 
 
 if __name__ == "__main__":  # `ray submit cluster.yaml sweeps/cli.py -- run ...` runs this file as a script

@@ -171,3 +171,15 @@ def test_label_templates_split_rows_by_a_parameter():
         with pytest.raises(SpecError) as info:
             parse_sweep(raw, "bad.yaml")
         assert info.value.location == "algorithms[0].label"
+
+
+def test_a_second_concurrent_run_of_a_sweep_is_refused(tmp_path, monkeypatch, capsys):
+    from banditsweep.workers.store import SweepStore
+
+    monkeypatch.chdir(tmp_path)
+    Path("s.yaml").write_text(yaml.safe_dump(GOOD))
+    with SweepStore.for_sweep("results", "unit").exclusive():
+        assert main(["run", "s.yaml", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "another `run` of this sweep is in progress (pid " in err
+    assert not (tmp_path / "results" / "unit" / "trials").exists()

@@ -14,10 +14,13 @@ to a closed file. Files are keyed by trial id: writing a trial twice leaves one 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
+import socket
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+class SweepBusyError(RuntimeError):
+    """Another ``run`` of the same sweep holds its results folder."""
+
 
 FINISHED = "finished"
 FAILED = "failed"
@@ -84,6 +91,32 @@ class SweepStore:
     @property
     def report_dir(self) -> Path:
         return self.root / "report"
+
+    @contextmanager
+    def exclusive(self):
+        """Held by the driver of a ``run`` for its whole length: a second ``run`` of the same sweep on
+        the same results folder is refused (two writers would each rebuild the trials table from
+        their own records). The lock is the OS's (flock), so it ends with the process holding it."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / ".run.lock"
+        with open(path, "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                raise SweepBusyError(f"{self.root}: another `run` of this sweep is in progress ({holder}); "
+                                     f"wait for it to end, or use another --results folder") from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} on {socket.gethostname()}")
+            handle.flush()
+            try:
+                yield
+            finally:
+                handle.seek(0)
+                handle.truncate()
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     # -- writing (only the sink calls these) -------------------------------------------------
 
