@@ -117,19 +117,74 @@ def per_group(values, like: torch.Tensor, ndim: int) -> torch.Tensor:
 
 def gradient_ascent(network: StackedNetwork, initial: StackedNetwork, X: torch.Tensor, reward: torch.Tensor,
                     mask: torch.Tensor, likelihood: str, steps: int, step_size: np.ndarray,
-                    ridge: np.ndarray, bias: torch.Tensor | None = None) -> None:
+                    ridge: np.ndarray, bias: torch.Tensor | None = None, workers: int | None = None,
+                    block_rows: np.ndarray | None = None) -> None:
     """J steps of theta <- theta + c1 * grad l(F_t; theta) + c1 * grad bias - c2 (theta - theta_0), in place.
 
     ``step_size`` c1 = eta * scale and ``ridge`` c2 = eta * scale * m * lambda are per group (G,);
     ``bias`` (G, B, n, S) adds d(bias)/df per row (GA: alpha(t) on arm a's current context for set a).
+    ``block_rows`` (G, B), the rows in use per block (the rest of ``n`` is zero padding), lets the
+    one-hidden-layer path skip the padding. On a CPU the G x S independent optimisations are split
+    over ``workers`` threads (default: torch's intra-op thread count; each thread then runs its
+    operations single-threaded).
     """
     ascend = _ascend_one_hidden_layer if not network.hidden else _ascend_layers
-    ascend(network, initial, X, reward, mask, likelihood, steps, step_size, ridge, bias)
+    G, S = network.W1.shape[0], network.W1.shape[3]
+    workers = torch.get_num_threads() if workers is None else workers
+    chunks = _independent_chunks(G, S, workers) if X.device.type == "cpu" else []
+    if len(chunks) <= 1:
+        ascend(network, initial, X, reward, mask, likelihood, steps, step_size, ridge, bias, block_rows)
+        return
+
+    def run(chunk):
+        groups, sets = chunk
+        masked = mask[groups, ..., sets] if mask.shape[-1] == S and S > 1 else mask[groups]
+        ascend(_select(network, groups, sets), _select(initial, groups, sets), X[groups], reward[groups],
+               masked, likelihood, steps, step_size[groups], ridge[groups],
+               None if bias is None else bias[groups, ..., sets],
+               None if block_rows is None else np.asarray(block_rows)[groups])
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread per chunk: the chunks are the parallelism
+    try:
+        list(_pool(len(chunks)).map(run, chunks))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _independent_chunks(groups: int, sets: int, workers: int) -> list[tuple[slice, slice]]:
+    """Split the G x S independent optimisations into at most ``workers`` parts (along S, else G).
+
+    GA's K arm-specific networks, BootstrappedNN's q networks and the trials of a lockstep batch
+    share nothing during training: a chunk is a self-contained problem for one CPU thread."""
+    if workers <= 1:
+        return []
+    axis, size = (1, sets) if sets >= workers or sets >= groups else (0, groups)
+    parts = min(workers, size)
+    bounds = np.linspace(0, size, parts + 1).round().astype(int)
+    full = slice(None)
+    return [(full, slice(a, b)) if axis else (slice(a, b), full) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _select(network: StackedNetwork, groups: slice, sets: slice) -> StackedNetwork:
+    """A view of some groups and parameter sets of a stacked network (writes go through)."""
+    return StackedNetwork(network.W1[groups, :, :, sets], [h[groups, sets] for h in network.hidden],
+                          network.w[groups, sets], network.out_scale)
+
+
+_POOLS: dict[int, "ThreadPoolExecutor"] = {}
+
+
+def _pool(workers: int):
+    from concurrent.futures import ThreadPoolExecutor
+    if workers not in _POOLS:
+        _POOLS[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="banditsweep-ascent")
+    return _POOLS[workers]
 
 
 def _ascend_layers(network: StackedNetwork, initial: StackedNetwork, X: torch.Tensor, reward: torch.Tensor,
                    mask: torch.Tensor, likelihood: str, steps: int, step_size: np.ndarray,
-                   ridge: np.ndarray, bias: torch.Tensor | None) -> None:
+                   ridge: np.ndarray, bias: torch.Tensor | None, block_rows: np.ndarray | None = None) -> None:
     """:func:`gradient_ascent` for any depth, through StackedNetwork.forward_rows / backward_rows."""
     params = network.tensors()
     c1 = [per_group(step_size, p, p.dim()) for p in params]
@@ -148,21 +203,22 @@ def _ascend_layers(network: StackedNetwork, initial: StackedNetwork, X: torch.Te
 
 def _ascend_one_hidden_layer(network: StackedNetwork, initial: StackedNetwork, X: torch.Tensor,
                              reward: torch.Tensor, mask: torch.Tensor, likelihood: str, steps: int,
-                             step_size: np.ndarray, ridge: np.ndarray, bias: torch.Tensor | None) -> None:
-    """:func:`gradient_ascent` for L = 2 as fused batched matmuls (module docstring; SPEC 1.3-1.4)."""
+                             step_size: np.ndarray, ridge: np.ndarray, bias: torch.Tensor | None,
+                             block_rows: np.ndarray | None = None) -> None:
+    """:func:`gradient_ascent` for L = 2 as fused batched matmuls (module docstring; SPEC 1.3-1.4).
+
+    The blocks are split into buckets of similar height (:func:`bucket_blocks`); each bucket's first
+    layer is one batched matmul over exactly its rows, so a block that holds most of the history does
+    not pad every other block to its height. A bucket shorter than d' runs in the Gram form of
+    :class:`_Bucket` (no weight traffic during the steps)."""
     if steps == 0:
         return
     G, B, n, d = X.shape
     S, m = network.W1.shape[3], network.W1.shape[4]
     scale = network.out_scale
-    batch, rows, cols = G * B, B * n, S * m
-    Xb = X.reshape(batch, n, d)
-    Xt = Xb.transpose(1, 2)
-    delta = (network.W1 - initial.W1).reshape(batch, d, cols)
-    fixed = torch.bmm(Xb, initial.W1.reshape(batch, d, cols))  # X W1_0, constant during the call
-    act = torch.empty_like(fixed)
-    back = torch.empty_like(fixed)
-    act_rows, back_rows = act.view(G, rows, cols), back.view(G, rows, cols)
+    cols = S * m
+    heights = np.full(B, n) if block_rows is None else np.asarray(block_rows).reshape(G, B).max(axis=0)
+    buckets = bucket_blocks(heights, d, G * cols, X.device.type)
     # Output layer, sqrt(m)-scaled, as the block-diagonal (S m, S) matrix of each group: V[s m + j, s] = s_out w[s, j].
     V = torch.zeros(G, S, m, S, device=X.device, dtype=X.dtype)
     V_diagonal = torch.diagonal(V, dim1=1, dim2=3)  # (G, m, S) view
@@ -172,43 +228,152 @@ def _ascend_one_hidden_layer(network: StackedNetwork, initial: StackedNetwork, X
     V_transposed = V_matrix.transpose(1, 2)
     grad_V = torch.empty(G, cols, S, device=X.device, dtype=X.dtype)
     grad_V_diagonal = torch.diagonal(grad_V.view(G, S, m, S), dim1=1, dim2=3)
-    f = torch.empty(G, rows, S, device=X.device, dtype=X.dtype)
-    f_rows = f.view(G, B, n, S)
-    coef = torch.empty(G, B, n, S, device=X.device, dtype=X.dtype)
-    coef_rows = coef.view(G, rows, S)
     c1 = per_group(step_size, X, 4)
     c2 = per_group(ridge, X, 3)
-    uniform_ridge = bool(np.all(np.asarray(ridge) == np.asarray(ridge).flat[0]))
-    keep = 1.0 - float(np.asarray(ridge).flat[0])
-    keep_t = (1.0 - c2).reshape(G, 1, 1, 1).expand(G, B, 1, 1).reshape(batch, 1, 1)
-    reward = reward.unsqueeze(-1)
-    weight = mask * c1  # (G, B, n, S_mask)
+    ridge = np.asarray(ridge, dtype=np.float64)
+    keep = 1.0 - float(ridge.flat[0]) if np.all(ridge == ridge.flat[0]) else None
     gaussian = likelihood == "gaussian"
-    if gaussian:  # c1 ((r - f) mask + bias) = offset - f * weight
-        offset = (reward * weight).expand(G, B, n, S)
-        offset = offset + bias * c1 if bias is not None else offset.contiguous()
-    elif bias is not None:
-        bias_c1 = bias * c1
+    parts = [_Bucket(network, initial, X, reward, mask, bias, blocks, height, c1, c2, keep, gaussian)
+             for blocks, height in buckets]
     for _ in range(steps):
-        torch.baddbmm(fixed, Xb, delta, out=act)
-        act.relu_()
-        torch.bmm(act_rows, V_matrix, out=f)
-        if gaussian:
-            torch.addcmul(offset, f_rows, weight, value=-1.0, out=coef)
-        else:
-            torch.mul(likelihoods.derivative(likelihood, reward, f_rows), weight, out=coef)
-            if bias is not None:
-                coef.add_(bias_c1)
-        torch.bmm(coef_rows, V_transposed, out=back_rows)
-        torch.bmm(act_rows.transpose(1, 2), coef_rows, out=grad_V)
-        torch.ops.aten.threshold_backward.grad_input(back, act, 0, grad_input=back)
-        if uniform_ridge:
-            delta.baddbmm_(Xt, back, beta=keep)
-        else:
-            delta.mul_(keep_t).baddbmm_(Xt, back)
+        for index, part in enumerate(parts):
+            part.activations()
+            torch.bmm(part.act_rows, V_matrix, out=part.f)
+            if gaussian:  # c1 ((r - f) mask + bias) = offset - f * weight
+                torch.addcmul(part.offset, part.f_rows, part.weight, value=-1.0, out=part.coef)
+            else:
+                torch.mul(likelihoods.derivative(likelihood, part.reward, part.f_rows), part.weight, out=part.coef)
+                if part.bias_c1 is not None:
+                    part.coef.add_(part.bias_c1)
+            torch.bmm(part.coef_rows, V_transposed, out=part.back_rows)
+            if index == 0:
+                torch.bmm(part.act_rows.transpose(1, 2), part.coef_rows, out=grad_V)
+            else:
+                grad_V.baddbmm_(part.act_rows.transpose(1, 2), part.coef_rows)
+            torch.ops.aten.threshold_backward.grad_input(part.back, part.act, 0, grad_input=part.back)
+            part.step()
         V_diagonal.lerp_(V0_diagonal, c2).add_(grad_V_diagonal, alpha=scale * scale)
-    torch.add(initial.W1, delta.view(network.W1.shape), out=network.W1)
+    for part in parts:
+        network.W1[:, part.blocks] = initial.W1[:, part.blocks] + part.delta(steps).view(G, len(part.blocks), d, S, m)
     torch.div(V_diagonal.transpose(1, 2), scale, out=network.w)
+
+
+class _Bucket:
+    """First layer of one bucket of blocks for :func:`_ascend_one_hidden_layer`.
+
+    Rows ``:height`` of the bucket's blocks, the trial axis G and the block axis merged into the batch
+    of each ``bmm``. Works on Delta = W1 - W1_0 (what the ridge term pulls towards 0) with X W1_0
+    computed once per call. Each step is Delta <- k Delta + X^T back (k = 1 - c2), in one of two
+    exactly equivalent forms:
+
+    - weight form: Delta itself, updated each step; X Delta costs 2 n d' S m FLOPs per product and
+      reads the (d', S m) weights of every block.
+    - Gram form (height < d'): Delta_j = k^j Delta_0 + X^T C_j with C_j = k C_{j-1} + back_j, so
+      X Delta_j = E_j with E_j = k E_{j-1} + (X X^T) back_j. A step then costs 2 n^2 S m per
+      product and touches only (n, S m) buffers; Delta is formed once, at the end of the call.
+    """
+
+    def __init__(self, network, initial, X, reward, mask, bias, blocks, height, c1, c2, keep, gaussian):
+        G, _, _, d = X.shape
+        S, m = network.W1.shape[3], network.W1.shape[4]
+        count, cols = len(blocks), S * m
+        self.blocks = torch.as_tensor(blocks, device=X.device)
+        batch, rows = G * count, count * height
+        whole = count == X.shape[1] and height == X.shape[2]
+        pick = (lambda t: t) if whole else (lambda t: t[:, self.blocks, :height])
+        self.X = pick(X).reshape(batch, height, d)
+        self.Xt = self.X.transpose(1, 2)
+        W1_0 = initial.W1 if whole else initial.W1[:, self.blocks]
+        W1 = network.W1 if whole else network.W1[:, self.blocks]
+        self.weights = (W1 - W1_0).reshape(batch, d, cols)  # Delta (weight form) or Delta_0 (Gram form)
+        self.fixed = torch.bmm(self.X, W1_0.reshape(batch, d, cols))  # X W1_0, constant during the call
+        self.keep = keep  # k, shared by all trials; else per batch entry:
+        self.keep_entries = (1.0 - c2).reshape(G, 1, 1, 1).expand(G, count, 1, 1).reshape(batch, 1, 1)
+        self.gram = height < d
+        if self.gram:
+            self.gram_matrix = torch.bmm(self.X, self.Xt)
+            self.E = torch.bmm(self.X, self.weights)
+            self.C = torch.zeros_like(self.E)
+        self.act = torch.empty_like(self.fixed)
+        self.back = torch.empty_like(self.fixed)
+        self.act_rows, self.back_rows = self.act.view(G, rows, cols), self.back.view(G, rows, cols)
+        self.f = torch.empty(G, rows, S, device=X.device, dtype=X.dtype)
+        self.f_rows = self.f.view(G, count, height, S)
+        self.coef = torch.empty(G, count, height, S, device=X.device, dtype=X.dtype)
+        self.coef_rows = self.coef.view(G, rows, S)
+        self.reward = pick(reward).unsqueeze(-1)
+        self.weight = pick(mask) * c1  # (G, count, height, S_mask)
+        part_bias = None if bias is None else pick(bias)
+        self.bias_c1 = None
+        if gaussian:
+            offset = (self.reward * self.weight).expand(G, count, height, S)
+            self.offset = offset + part_bias * c1 if part_bias is not None else offset.contiguous()
+        elif part_bias is not None:
+            self.bias_c1 = part_bias * c1
+
+    def activations(self) -> None:
+        """act = relu(X W1_0 + X Delta)."""
+        if self.gram:
+            torch.add(self.fixed, self.E, out=self.act)
+        else:
+            torch.baddbmm(self.fixed, self.X, self.weights, out=self.act)
+        self.act.relu_()
+
+    def step(self) -> None:
+        """Delta <- k Delta + X^T back, with ``back`` the gated back-propagated signal (c1 included)."""
+        if self.gram:
+            if self.keep is not None:
+                self.E.baddbmm_(self.gram_matrix, self.back, beta=self.keep)
+                torch.add(self.back, self.C, alpha=self.keep, out=self.C)
+            else:
+                self.E.mul_(self.keep_entries).baddbmm_(self.gram_matrix, self.back)
+                self.C.mul_(self.keep_entries).add_(self.back)
+        elif self.keep is not None:
+            self.weights.baddbmm_(self.Xt, self.back, beta=self.keep)
+        else:
+            self.weights.mul_(self.keep_entries).baddbmm_(self.Xt, self.back)
+
+    def delta(self, steps: int) -> torch.Tensor:
+        """Delta after ``steps`` steps, (batch, d', S m)."""
+        if not self.gram:
+            return self.weights
+        decay = self.keep ** steps if self.keep is not None else self.keep_entries ** steps
+        return self.weights.mul_(decay).baddbmm_(self.Xt, self.C)
+
+
+#: Fixed cost of one more bucket (about eight more tensor operations per step) in FLOPs of first-layer
+#: work: ~40 us on a CPU core at ~100 GFLOP/s; ~100 us of kernel launches on a GPU at ~50 TFLOP/s.
+BUCKET_OVERHEAD_FLOPS = {"cpu": 4.0e6, "cuda": 5.0e9}
+
+
+def bucket_blocks(heights: np.ndarray, block_dim: int, columns: int, device_type: str = "cpu",
+                  max_buckets: int = 3) -> list[tuple[np.ndarray, int]]:
+    """Split blocks with ``heights`` rows into buckets, each padded to its tallest block (a pure function).
+
+    One batched matmul needs equal heights, so a single bucket pads every block to the tallest: on a
+    skewed history (a policy that mostly plays one arm, e.g. Shuttle's 78% majority class) that is
+    up to K times the useful first-layer work. Blocks are sorted by height and cut into at most
+    ``max_buckets`` runs; the cut minimising the first-layer FLOPs of a step (two products of
+    2 h min(h, d') ``columns`` per block of padded height h: weight or Gram form, see _Bucket)
+    plus ``BUCKET_OVERHEAD_FLOPS`` per extra bucket wins. Returns (blocks, height) pairs.
+    """
+    heights = np.asarray(heights, dtype=np.int64)
+    order = np.argsort(-heights, kind="stable")
+    tall = heights[order]
+    overhead = BUCKET_OVERHEAD_FLOPS.get(device_type, BUCKET_OVERHEAD_FLOPS["cuda"])
+    B = len(heights)
+    candidates = [()] + [(i,) for i in range(1, B)]
+    if max_buckets >= 3:
+        candidates += [(i, j) for i in range(1, B) for j in range(i + 1, B)]
+
+    def cost(cuts):
+        bounds = [0, *cuts, B]
+        work = sum((b - a) * int(tall[a]) * min(int(tall[a]), block_dim) for a, b in zip(bounds[:-1], bounds[1:]))
+        return 4.0 * columns * work + overhead * len(cuts)
+
+    best = min(candidates, key=cost)
+    bounds = [0, *best, B]
+    return [(np.sort(order[a:b]), int(tall[a])) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def log_likelihood(network: StackedNetwork, initial: StackedNetwork, X: torch.Tensor, reward: torch.Tensor,

@@ -174,10 +174,12 @@ def test_z_matrix_against_dense_numpy(mode, blocks):
 
 @pytest.mark.parametrize("likelihood", ["gaussian", "bernoulli", "mixture"])
 @pytest.mark.parametrize("blocks, mask_sets, uniform", [(3, 1, True), (1, 1, False), (3, 3, False)])
-def test_fused_one_hidden_layer_path_equals_layerwise_path(likelihood, blocks, mask_sets, uniform):
+@pytest.mark.parametrize("d_b", [4, 9])
+def test_fused_one_hidden_layer_path_equals_layerwise_path(likelihood, blocks, mask_sets, uniform, d_b):
     """L = 2: the fused batched-matmul optimiser = the layer-by-layer one (forward_rows/backward_rows),
-    with per-set masks (BootstrappedNN), a reward bias (GA), and per-trial or shared lr and lambda."""
-    G, S, d_b, n, steps, width = 2, 3, 4, 5, 6, 8
+    with per-set masks (BootstrappedNN), a reward bias (GA), and per-trial or shared lr and lambda;
+    in the weight form (5 rows, d' = 4) and in the Gram form (5 rows < d' = 9)."""
+    G, S, n, steps, width = 2, 3, 5, 6, 8
     fused = make_network(G, S, blocks, d_b, width=width)
     initial = fused.clone()
     for p, scale in zip(fused.tensors(), (0.3, 0.2)):  # start away from theta_0 (a warm start)
@@ -200,3 +202,77 @@ def test_intra_op_threads_grows_with_the_step_work():
     assert training.intra_op_threads(75, 54, 100, 7, cores=2) == 1
     assert training.intra_op_threads(1000, 784, 100, 10, groups=10, cores=2) == 2
     assert training.intra_op_threads(1000, 784, 100, 10, groups=10, cores=8, flops_per_thread=1e12) == 1
+
+
+def _skewed_history(G, blocks, n, d_b, S, mask_sets, seed=0):
+    """A padded history whose blocks hold very different numbers of rows (zeros beyond them)."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = np.array([[n, 1, 0, 2, n - 1][:blocks], [n - 2, 3, 0, 0, 1][:blocks]])[:G]
+    X = torch.randn(G, blocks, n, d_b, generator=generator)
+    reward = torch.rand(G, blocks, n, generator=generator)
+    mask = (torch.rand(G, blocks, n, mask_sets, generator=generator) < 0.8).double()
+    bias = torch.zeros(G, blocks, n, S)
+    bias[:, :, 0, :] = 0.4
+    for g in range(G):
+        for b in range(blocks):
+            X[g, b, rows[g, b]:] = 0.0
+            reward[g, b, rows[g, b]:] = 0.0
+            mask[g, b, rows[g, b]:] = 0.0
+            bias[g, b, rows[g, b]:] = 0.0
+    return X, reward, mask, bias, rows
+
+
+@pytest.mark.parametrize("likelihood", ["gaussian", "bernoulli"])
+@pytest.mark.parametrize("mask_sets", [1, 3])
+def test_bucketed_blocks_skip_padding_and_equal_the_padded_computation(likelihood, mask_sets):
+    """Rows beyond block_rows are padding: skipping them (several buckets) changes nothing, and every
+    block, even one with no row, still gets the ridge pull towards theta_0."""
+    G, S, B, d_b, n, steps, width = 2, 3, 5, 4, 9, 7, 8
+    X, reward, mask, bias, rows = _skewed_history(G, B, n, d_b, S, mask_sets)
+    assert len(training.bucket_blocks(rows.max(axis=0), d_b, 1e9)) > 1  # the case under test
+    padded = make_network(G, S, B, d_b, width=width)
+    initial = padded.clone()
+    for p in padded.tensors():
+        p.add_(0.2 * torch.randn_like(p))
+    bucketed, layerwise = padded.clone(), padded.clone()
+    lr, ridge = np.array([0.01, 0.02]), np.array([0.01, 0.02]) * width * 0.1
+    training._ascend_one_hidden_layer(padded, initial, X, reward, mask, likelihood, steps, lr, ridge, bias)
+    training._ascend_one_hidden_layer(bucketed, initial, X, reward, mask, likelihood, steps, lr, ridge, bias,
+                                      block_rows=rows)
+    training._ascend_layers(layerwise, initial, X, reward, mask, likelihood, steps, lr, ridge, bias)
+    for a, b, c in zip(bucketed.tensors(), padded.tensors(), layerwise.tensors()):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(a, c, rtol=1e-10, atol=1e-12)
+
+
+def test_bucket_blocks_cuts_only_when_padding_costs_more_than_a_bucket():
+    balanced = training.bucket_blocks(np.array([11, 12, 10, 12, 11, 9, 12]), 54, 700)
+    assert [(list(blocks), height) for blocks, height in balanced] == [([0, 1, 2, 3, 4, 5, 6], 12)]
+    skewed = training.bucket_blocks(np.array([3, 400, 2, 5, 1, 4, 3]), 54, 700)
+    assert [(list(blocks), height) for blocks, height in skewed] == [([1], 400), ([0, 2, 3, 4, 5, 6], 5)]
+    covered = np.sort(np.concatenate([blocks for blocks, _ in training.bucket_blocks(np.arange(10) ** 2, 5, 1e9)]))
+    np.testing.assert_array_equal(covered, np.arange(10))
+
+
+@pytest.mark.parametrize("groups, sets, mask_sets", [(1, 5, 1), (4, 1, 1), (2, 3, 3)])
+def test_thread_chunks_equal_one_thread(groups, sets, mask_sets):
+    """The G x S optimisations split over worker threads (along the sets, else the trials) give the
+    same networks as one thread, and leave torch's thread count as it was."""
+    B, d_b, n, steps, width = 3, 4, 6, 5, 8
+    single = make_network(groups, sets, B, d_b, width=width)
+    initial = single.clone()
+    chunked = single.clone()
+    X = torch.randn(groups, B, n, d_b)
+    reward = torch.rand(groups, B, n)
+    mask = (torch.rand(groups, B, n, mask_sets) < 0.8).double()
+    bias = torch.zeros(groups, B, n, sets)
+    bias[:, :, 0, :] = 0.3
+    lr = np.linspace(0.01, 0.02, groups)
+    ridge = lr * width * 0.1
+    before = torch.get_num_threads()
+    gradient_ascent(single, initial, X, reward, mask, "gaussian", steps, lr, ridge, bias, workers=1)
+    gradient_ascent(chunked, initial, X, reward, mask, "gaussian", steps, lr, ridge, bias, workers=3)
+    assert torch.get_num_threads() == before
+    assert len(training._independent_chunks(groups, sets, 3)) > 1
+    for a, b in zip(chunked.tensors(), single.tensors()):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)

@@ -167,7 +167,8 @@ class NeuralPolicy(Policy):
         X, observed, mask = self.history.view()
         c1, c2 = self.step_sizes()
         gradient_ascent(self.network, self.initial, X, observed if reward is None else reward, mask,
-                        likelihood, self.params.steps, c1, c2, bias)
+                        likelihood, self.params.steps, c1, c2, bias,
+                        block_rows=self.history.reserved + self.history.counts)
         self._sync()
         self.seconds_training += time.perf_counter() - start
 
