@@ -16,7 +16,9 @@ Cases (shapes of the classification bandits of SPEC 1.2, width m = 100, J = 100,
 Timing. The machine may be shared: every repeat measures ours and the baseline back to back, and the
 figures are medians over the repeats. The baseline (a plain implementation, as a user would write it)
 is measured with 1 thread and with ``--baseline-threads`` (default: all cores) and the faster median is
-reported; ours uses ``banditsweep.core.training.intra_op_threads`` (or ``--threads``). The baseline's
+reported; ours likewise with ``banditsweep.core.training.intra_op_threads``' advice and with all cores
+(or only ``--threads``): with several threads, core.training splits GA's K independent optimisations
+(or a batch's trials) over them once a step is large enough. The baseline's
 round cost is a fixed part plus J identical gradient steps: it is measured with 2 and 6 steps and
 extrapolated to J; for the short trial it is averaged over 5 evenly spaced history lengths (its cost is
 linear in the history length). Contexts are random disjoint-encoded rows with the dataset's shape and
@@ -215,51 +217,63 @@ def main() -> None:
                           "fraction_of_peak": flops / ours / peak, "threads": threads,
                           "baseline_threads": base_threads, "repeats": repeats}), flush=True)
 
-    def best_baseline(samples: dict[int, list[float]]):
+    def best(samples: dict[int, list[float]]):
         medians = {threads: statistics.median(values) for threads, values in samples.items()}
         threads = min(medians, key=medians.get)
         return medians[threads], threads
+
+    def candidates(advised: int) -> list[int]:
+        """Thread counts tried for ours: the advised one and all cores (the faster median is reported)."""
+        return [args.threads] if args.threads else sorted({advised, cores})
 
     for dataset in args.datasets.split(","):
         K, d_block = SHAPES[dataset]
         for algorithm in args.algorithms.split(","):
             short_flops = float(np.mean([round_flops(algorithm, K, d_block, n, width, steps) for n in range(short)]))
-            alone_threads = ours_threads(algorithm, K, d_block, short / 2)
-            batch_threads = ours_threads(algorithm, K, d_block, short / 2, groups=10)
+            alone_options = candidates(ours_threads(algorithm, K, d_block, short / 2))
+            batch_options = candidates(ours_threads(algorithm, K, d_block, short / 2, groups=10))
             if "short" in cases or "batch10" in cases:
-                ours, batched, base = [], [], {threads: [] for threads in baseline_threads}
+                ours = {threads: [] for threads in alone_options}
+                batched = {threads: [] for threads in batch_options}
+                base = {threads: [] for threads in baseline_threads}
                 points = np.linspace(0, short - 1, 5).astype(int)
                 for _ in range(repeats):
-                    with Threads(alone_threads):
-                        ours.append(ours_trial(algorithm, K, d_block, short, params, device) / short)
+                    for threads in alone_options:
+                        with Threads(threads):
+                            ours[threads].append(ours_trial(algorithm, K, d_block, short, params, device) / short)
                     if "batch10" in cases:
-                        with Threads(batch_threads):
-                            batched.append(ours_trial(algorithm, K, d_block, short, params, device, 10) / (10 * short))
+                        for threads in batch_options:
+                            with Threads(threads):
+                                batched[threads].append(
+                                    ours_trial(algorithm, K, d_block, short, params, device, 10) / (10 * short))
                     if "short" in cases:
                         for threads in baseline_threads:
                             with Threads(threads):
                                 base[threads].append(float(np.mean(
                                     [baseline_round(algorithm, K, d_block, int(n), steps, device) for n in points])))
+                alone, alone_threads = best(ours)
                 if "short" in cases:
-                    baseline, chosen = best_baseline(base)
-                    emit("short", algorithm, dataset, short, statistics.median(ours), baseline, short_flops,
-                         alone_threads, chosen)
+                    baseline, chosen = best(base)
+                    emit("short", algorithm, dataset, short, alone, baseline, short_flops, alone_threads, chosen)
                 if "batch10" in cases:
-                    emit("batch10", algorithm, dataset, short, statistics.median(batched), statistics.median(ours),
-                         short_flops, batch_threads, alone_threads)
+                    batch, batch_threads = best(batched)
+                    emit("batch10", algorithm, dataset, short, batch, alone, short_flops, batch_threads,
+                         alone_threads)
             if "round" in cases:
-                threads = ours_threads(algorithm, K, d_block, history)
-                with Threads(threads):
+                options = candidates(ours_threads(algorithm, K, d_block, history))
+                with Threads(options[0]):
                     policy, draw = ours_round_policy(algorithm, K, d_block, history, params, device)
-                ours, base = [], {t: [] for t in baseline_threads}
+                ours, base = {t: [] for t in options}, {t: [] for t in baseline_threads}
                 for _ in range(repeats):
-                    with Threads(threads):
-                        ours.append(ours_round(policy, draw, history, device))
+                    for threads in options:
+                        with Threads(threads):
+                            ours[threads].append(ours_round(policy, draw, history, device))
                     for base_threads in baseline_threads:
                         with Threads(base_threads):
                             base[base_threads].append(baseline_round(algorithm, K, d_block, history, steps, device))
-                baseline, chosen = best_baseline(base)
-                emit("round", algorithm, dataset, history, statistics.median(ours), baseline,
+                mine, threads = best(ours)
+                baseline, chosen = best(base)
+                emit("round", algorithm, dataset, history, mine, baseline,
                      round_flops(algorithm, K, d_block, history, width, steps), threads, chosen)
 
 

@@ -255,9 +255,10 @@ def test_bucket_blocks_cuts_only_when_padding_costs_more_than_a_bucket():
 
 
 @pytest.mark.parametrize("groups, sets, mask_sets", [(1, 5, 1), (4, 1, 1), (2, 3, 3)])
-def test_thread_chunks_equal_one_thread(groups, sets, mask_sets):
+def test_thread_chunks_equal_one_thread(groups, sets, mask_sets, monkeypatch):
     """The G x S optimisations split over worker threads (along the sets, else the trials) give the
     same networks as one thread, and leave torch's thread count as it was."""
+    monkeypatch.setattr(training, "MIN_CHUNK_FLOPS", 0.0)  # split even this tiny problem
     B, d_b, n, steps, width = 3, 4, 6, 5, 8
     single = make_network(groups, sets, B, d_b, width=width)
     initial = single.clone()
@@ -276,3 +277,9 @@ def test_thread_chunks_equal_one_thread(groups, sets, mask_sets):
     assert len(training._independent_chunks(groups, sets, 3)) > 1
     for a, b in zip(chunked.tensors(), single.tensors()):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_small_steps_stay_on_one_thread():
+    assert training._independent_chunks(1, 7, 2, step_flops=1.3e7) == []  # GA, covertype, ~12 rows per block
+    assert len(training._independent_chunks(1, 7, 2, step_flops=1.5e8)) == 2  # ~140 rows per block
+    assert [c[1] for c in training._independent_chunks(1, 7, 2, step_flops=1.5e8)] == [slice(0, 4), slice(4, 7)]
