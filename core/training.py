@@ -35,6 +35,8 @@ small products, a few percent of the first layer's.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import torch
 
@@ -184,11 +186,10 @@ def _select(network: StackedNetwork, groups: slice, sets: slice) -> StackedNetwo
                           network.w[groups, sets], network.out_scale)
 
 
-_POOLS: dict[int, "ThreadPoolExecutor"] = {}
+_POOLS: dict[int, ThreadPoolExecutor] = {}
 
 
-def _pool(workers: int):
-    from concurrent.futures import ThreadPoolExecutor
+def _pool(workers: int) -> ThreadPoolExecutor:
     if workers not in _POOLS:
         _POOLS[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="banditsweep-ascent")
     return _POOLS[workers]
