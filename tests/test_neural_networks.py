@@ -185,11 +185,7 @@ def test_fused_one_hidden_layer_path_equals_layerwise_path(likelihood, blocks, m
     for p, scale in zip(fused.tensors(), (0.3, 0.2)):  # start away from theta_0 (a warm start)
         p.add_(scale * torch.randn_like(p))
     layerwise = fused.clone()
-    X = torch.randn(G, blocks, n, d_b)
-    reward = torch.rand(G, blocks, n)
-    mask = (torch.rand(G, blocks, n, mask_sets) < 0.7).double()
-    bias = torch.zeros(G, blocks, n, S)
-    bias[:, :, 0, :] = 0.4
+    X, reward, mask, bias = random_history(G, blocks, n, d_b, S, mask_sets)
     lr = np.array([0.01, 0.01]) if uniform else np.array([0.01, 0.03])
     ridge = lr * width * (np.array([0.1, 0.1]) if uniform else np.array([0.1, 0.2]))
     training._ascend_one_hidden_layer(fused, initial, X, reward, mask, likelihood, steps, lr, ridge, bias)
@@ -204,15 +200,20 @@ def test_intra_op_threads_grows_with_the_step_work():
     assert training.intra_op_threads(1000, 784, 100, 10, groups=10, cores=8, flops_per_thread=1e12) == 1
 
 
-def _skewed_history(G, blocks, n, d_b, S, mask_sets, seed=0):
-    """A padded history whose blocks hold very different numbers of rows (zeros beyond them)."""
-    generator = torch.Generator().manual_seed(seed)
-    rows = np.array([[n, 1, 0, 2, n - 1][:blocks], [n - 2, 3, 0, 0, 1][:blocks]])[:G]
+def random_history(G, blocks, n, d_b, S, mask_sets, generator=None):
+    """Rows X, rewards, 0/1 likelihood weights (S_mask columns) and a GA-like bias on each block's first row."""
     X = torch.randn(G, blocks, n, d_b, generator=generator)
     reward = torch.rand(G, blocks, n, generator=generator)
-    mask = (torch.rand(G, blocks, n, mask_sets, generator=generator) < 0.8).double()
+    mask = (torch.rand(G, blocks, n, mask_sets, generator=generator) < 0.75).double()
     bias = torch.zeros(G, blocks, n, S)
     bias[:, :, 0, :] = 0.4
+    return X, reward, mask, bias
+
+
+def _skewed_history(G, blocks, n, d_b, S, mask_sets, seed=0):
+    """A padded history whose blocks hold very different numbers of rows (zeros beyond them)."""
+    rows = np.array([[n, 1, 0, 2, n - 1][:blocks], [n - 2, 3, 0, 0, 1][:blocks]])[:G]
+    X, reward, mask, bias = random_history(G, blocks, n, d_b, S, mask_sets, torch.Generator().manual_seed(seed))
     for g in range(G):
         for b in range(blocks):
             X[g, b, rows[g, b]:] = 0.0
@@ -263,11 +264,7 @@ def test_thread_chunks_equal_one_thread(groups, sets, mask_sets, monkeypatch):
     single = make_network(groups, sets, B, d_b, width=width)
     initial = single.clone()
     chunked = single.clone()
-    X = torch.randn(groups, B, n, d_b)
-    reward = torch.rand(groups, B, n)
-    mask = (torch.rand(groups, B, n, mask_sets) < 0.8).double()
-    bias = torch.zeros(groups, B, n, sets)
-    bias[:, :, 0, :] = 0.3
+    X, reward, mask, bias = random_history(groups, B, n, d_b, sets, mask_sets)
     lr = np.linspace(0.01, 0.02, groups)
     ridge = lr * width * 0.1
     before = torch.get_num_threads()
