@@ -129,3 +129,40 @@ def test_trial_through_the_registry():
                                             "scaling": "standard"}, 0, 200)
     assert standardised.trial_id != spec.trial_id
     assert standardised.environment_label == "classification:shuttle,scaling=standard"
+
+
+def test_ga_on_shuttle_is_unchanged_by_buckets_gram_form_and_threads(monkeypatch):
+    """Shuttle's skewed classes give blocks of very different heights (buckets), d' = 9 gives the Gram
+    form while blocks are short, and 2 threads split GA's 7 optimisations: the trial through the
+    registry equals the one computed by the generic layer-by-layer optimiser on one thread."""
+    import torch
+
+    from banditsweep.core import training
+
+    spec = TrialSpec.create("neural_rbmle_ga", {"width": 8, "steps": 4, "lr": 0.05, "nu": 0.1,
+                                                "precision": "float64"},
+                            {"kind": "classification", "dataset": "shuttle"}, 3, 60)
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(training, "MIN_CHUNK_FLOPS", 0.0)  # this small network still splits
+    monkeypatch.setattr(training, "BUCKET_OVERHEAD_FLOPS", {"cpu": 0.0, "cuda": 0.0})  # and still cuts buckets
+    buckets = []
+    cut = training.bucket_blocks
+    monkeypatch.setattr(training, "bucket_blocks", lambda *args, **kw: buckets.append(cut(*args, **kw)) or buckets[-1])
+    torch.set_num_threads(2)
+    try:
+        fast = run_trial(spec)
+    finally:
+        torch.set_num_threads(threads)
+    heights = []
+
+    def layerwise(*args):
+        heights.append(np.asarray(args[10]).max(axis=0))  # block_rows of the call
+        return training._ascend_layers(*args)
+
+    monkeypatch.setattr(training, "_ascend_one_hidden_layer", layerwise)
+    monkeypatch.setattr(training, "MIN_CHUNK_FLOPS", float("inf"))
+    plain = run_trial(spec)
+    assert np.ptp(heights[-1]) > 10 and min(heights[-1]) < 9  # skewed blocks, some shorter than d'
+    assert len(buckets[-1]) == 3 and min(height for _, height in buckets[-1]) < 9  # Gram form in use
+    np.testing.assert_array_equal(fast.arm, plain.arm)
+    np.testing.assert_allclose(fast.cum_regret, plain.cum_regret)
