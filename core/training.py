@@ -212,7 +212,8 @@ def _pool(workers: int) -> ThreadPoolExecutor:
 def _ascend_layers(network: StackedNetwork, initial: StackedNetwork, X: torch.Tensor, reward: torch.Tensor,
                    mask: torch.Tensor, likelihood: str, steps: int, step_size: np.ndarray,
                    ridge: np.ndarray, bias: torch.Tensor | None, block_rows: np.ndarray | None = None) -> None:
-    """:func:`gradient_ascent` for any depth, through StackedNetwork.forward_rows / backward_rows."""
+    """:func:`gradient_ascent` for any depth, through StackedNetwork.forward_rows / backward_rows
+    (over all n rows: ``block_rows`` is accepted for the common signature; padding rows are zeros)."""
     params = network.tensors()
     c1 = [per_group(step_size, p, p.dim()) for p in params]
     keep = [1.0 - per_group(ridge, p, p.dim()) for p in params]
