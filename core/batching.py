@@ -30,9 +30,10 @@ def batch_key(spec: TrialSpec) -> tuple | None:
 
 
 # Lockstep batch sizes when neither the spec (resources.batch_trials) nor the algorithm says otherwise.
-# On a GPU, batching trials is what fills the device. On a CPU slot it does not pay for the neural
-# algorithms (0.6-1.3x throughput for 10 trials, docs/benchmarks.md: every trial has its own weights,
-# so the batch adds matmuls but never makes one larger), so trials run one at a time there.
+# On a GPU, batching trials is what fills the device. On a CPU slot it pays little for the neural
+# algorithms (0.8-2.1x throughput for 10 trials with both cores, docs/benchmarks.md: every trial has
+# its own weights, so a batch only saves per-operation overhead), and a one-CPU trial actor would
+# hold ten trials' results back until the slowest finishes, so trials run one at a time there.
 CPU_BATCH = 1
 GPU_BATCH = 32
 

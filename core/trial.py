@@ -33,6 +33,11 @@ def resolve_environment(config: dict[str, Any]) -> Config:
     return registry.environment_class(config["kind"]).Config(**settings)
 
 
+def _label_value(value: Any) -> str:
+    """A setting's value in a label: nested settings (a domain) as canonical JSON."""
+    return canonical_json(value) if isinstance(value, (dict, list)) else str(value)
+
+
 def environment_label(config: dict[str, Any]) -> str:
     """Short display name: the kind, its primary setting (``label_field``), the settings it always
     names (``label_always``, as key=value), then every other value that differs from its default."""
@@ -47,13 +52,10 @@ def environment_label(config: dict[str, Any]) -> str:
     parts = [config["kind"]]
     if primary:
         parts.append(str(values[primary]))
-    def shown(value) -> str:
-        return canonical_json(value) if isinstance(value, (dict, list)) else str(value)
-
-    parts += [f"{key}={shown(values[key])}" for key in always if values[key] is not None]
+    parts += [f"{key}={_label_value(values[key])}" for key in always if values[key] is not None]
     for key, value in values.items():
         if key != primary and key not in always and value != defaults.get(key):
-            parts.append(f"{key}={shown(value)}")
+            parts.append(f"{key}={_label_value(value)}")
     return ":".join(parts[:2]) + "".join(f",{p}" for p in parts[2:])
 
 
