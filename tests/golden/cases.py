@@ -1,0 +1,78 @@
+"""The golden trials: a fixed set of trials covering every algorithm and every environment kind,
+alone and in lockstep batches, whose results were recorded (``record.py``) before the round loop
+was unified. ``tests/test_golden.py`` checks that the current code gives the same arrays.
+
+The classification trials read the small dataset copies in ``tests/data``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from banditsweep.core.trial import TrialSpec
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent / "data"
+RECORDED = HERE / "recorded.npz"
+
+SYNTHETIC = {"kind": "synthetic", "function": "h1", "dim": 6}
+SYNTHETIC_H3 = {"kind": "synthetic", "function": "h3", "arms": 3, "dim": 5, "noise": 0.2}
+SHUTTLE = {"kind": "classification", "dataset": "shuttle"}
+MUSHROOM = {"kind": "classification", "dataset": "mushroom", "encoding": "onehot"}
+KERNEL_GRID = {"kind": "adversarial_kernel", "domain": {"grid": [7, 7]}, "kernel": "matern32",
+               "candidates": 60, "centers": 15}
+KERNEL_SETTING = {"kind": "adversarial_kernel", "setting": 1, "kernel": "se", "candidates": 40, "centers": 10}
+NEURAL = {"width": 8, "steps": 3, "lr": 0.01}
+
+# name -> the trials run together (one list = one call of the runner; several = a lockstep batch)
+CASES: dict[str, list[tuple[str, dict, dict, int, int]]] = {
+    "linucb_h1": [("linucb", {"nu": 0.5}, SYNTHETIC, 0, 40)],
+    "lints_h3": [("lints", {}, SYNTHETIC_H3, 1, 40)],
+    "linrbmle_h1": [("linrbmle", {}, SYNTHETIC, 2, 40)],
+    "random_h3": [("random", {}, SYNTHETIC_H3, 3, 40)],
+    "linrbmle_mushroom": [("linrbmle", {}, MUSHROOM, 0, 30)],
+    "ga_shuttle": [("neural_rbmle_ga", NEURAL, SHUTTLE, 0, 25)],
+    "ga_bernoulli_h1": [("neural_rbmle_ga", {**NEURAL, "likelihood": "bernoulli", "precision": "float64"},
+                        SYNTHETIC, 1, 25)],
+    "pc_shuttle": [("neural_rbmle_pc", NEURAL, SHUTTLE, 1, 25)],
+    "ucb_mushroom": [("neural_ucb", NEURAL, MUSHROOM, 2, 25)],
+    "ts_h1": [("neural_ts", {**NEURAL, "precision": "float64"}, SYNTHETIC, 3, 25)],
+    "fpl_shuttle": [("deep_fpl", NEURAL, SHUTTLE, 4, 25)],
+    "bootstrap_h3": [("bootstrapped_nn", {**NEURAL, "q": 3}, SYNTHETIC_H3, 5, 25)],
+    "eps_h1": [("neural_eps_greedy", NEURAL, SYNTHETIC, 6, 25)],
+    "ucb_batch_h1": [("neural_ucb", {**NEURAL, "nu": nu, "precision": "float64"}, SYNTHETIC, seed, 25)
+                     for seed, nu in ((0, 1.0), (1, 0.1), (2, 0.01))],
+    "ga_batch_shuttle": [("neural_rbmle_ga", {**NEURAL, "nu": nu}, SHUTTLE, seed, 20)
+                         for seed, nu in ((0, 1.0), (1, 0.1))],
+    "random_kernel": [("random", {}, KERNEL_GRID, 0, 30)],
+    "apg_kernel": [("apg_exp3", {}, KERNEL_GRID, 1, 30)],
+    "kernel_exp3": [("kernel_exp3", {}, KERNEL_GRID, 2, 30)],
+    "rls_kernel_exp3": [("rls_kernel_exp3", {}, KERNEL_GRID, 3, 30)],
+    "rls_amvr_setting1": [("rls_kernel_exp3_amvr", {}, KERNEL_SETTING, 4, 20)],
+    "kernel_exp3_batch": [("kernel_exp3", params, KERNEL_GRID, seed, 30)
+                          for seed, params in ((5, {"c3": 5.0}), (6, {"c3": 1.0, "lam": 2.0}), (7, {}))],
+}
+
+ARRAYS = ("arm", "reward", "regret", "cum_regret")
+
+
+def specs(case: str) -> list[TrialSpec]:
+    return [TrialSpec.create(*trial) for trial in CASES[case]]
+
+
+def flatten(case: str, results) -> dict[str, np.ndarray]:
+    """The recorded values of one case: every per-round array and extra, and the diagnostics that
+    are not times (times differ from run to run)."""
+    out = {}
+    for index, result in enumerate(results):
+        prefix = f"{case}/{index}/"
+        for name in ARRAYS:
+            out[prefix + name] = np.asarray(getattr(result, name))
+        for name, values in result.extras.items():
+            out[prefix + "extra." + name] = np.asarray(values)
+        for name, value in result.diagnostics.items():
+            if "seconds" not in name:
+                out[prefix + "diag." + name] = np.asarray(value, dtype=np.float64)
+    return out
