@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pydantic
 import pytest
-from conftest import SHARED_DATASETS
+from conftest import TEST_DATASETS
 
 from banditsweep.core import registry, seeding
 from banditsweep.core.contracts import Decision
@@ -15,16 +15,16 @@ from banditsweep.core.datasets import DatasetError, load_dataset
 from banditsweep.core.environments.classification import ClassificationBandit, ClassificationConfig
 from banditsweep.core.trial import TrialSpec, run_trial
 
-SHARED = SHARED_DATASETS
+ROWS = 1000  # every dataset copy in tests/data
 
 
 @pytest.fixture(autouse=True)
 def data_dir(monkeypatch) -> Path:
-    if not (SHARED / "shuttle.parquet").is_file():
-        pytest.fail(f"the dataset files for tests are expected in {SHARED} "
-                    "(set BANDITSWEEP_TEST_DATASETS to their directory)")
-    monkeypatch.setenv("BANDITSWEEP_DATA", str(SHARED))
-    return SHARED
+    if not (TEST_DATASETS / "shuttle.parquet").is_file():
+        pytest.fail(f"the dataset copies for tests are expected in {TEST_DATASETS} "
+                    "(tests/data, or the directory BANDITSWEEP_TEST_DATASETS names)")
+    monkeypatch.setenv("BANDITSWEEP_DATA", str(TEST_DATASETS))
+    return TEST_DATASETS
 
 
 def make(dataset: str, horizon: int, seed: int = 0, **settings) -> ClassificationBandit:
@@ -80,21 +80,21 @@ def test_reward_and_regret():
 
 
 def test_rows_without_replacement_in_a_seed_dependent_order():
-    env = make("mushroom", 8000, seed=0)
-    rows = [env.row(t) for t in range(1, 8001)]
-    assert len(set(rows)) == 8000
-    again = make("mushroom", 8000, seed=0)
-    assert [again.row(t) for t in range(1, 8001)] == rows
-    other = make("mushroom", 8000, seed=1)
-    assert [other.row(t) for t in range(1, 8001)] != rows
+    env = make("mushroom", 800, seed=0)
+    rows = [env.row(t) for t in range(1, 801)]
+    assert len(set(rows)) == 800
+    again = make("mushroom", 800, seed=0)
+    assert [again.row(t) for t in range(1, 801)] == rows
+    other = make("mushroom", 800, seed=1)
+    assert [other.row(t) for t in range(1, 801)] != rows
     assert rows != sorted(rows)
-    full = make("mushroom", 8124, seed=0)
-    assert sorted(full.row(t) for t in range(1, 8125)) == list(range(8124))
+    full = make("mushroom", ROWS, seed=0)
+    assert sorted(full.row(t) for t in range(1, ROWS + 1)) == list(range(ROWS))
 
 
 def test_horizon_larger_than_dataset_is_an_error():
-    with pytest.raises(ValueError, match="horizon 9000 exceeds the 8124 rows of mushroom"):
-        make("mushroom", 9000)
+    with pytest.raises(ValueError, match="horizon 1001 exceeds the 1000 rows of mushroom"):
+        make("mushroom", ROWS + 1)
 
 
 def test_config_is_validated():
@@ -121,8 +121,8 @@ def test_trial_through_the_registry():
     assert result.arm.shape == (200,) and set(np.unique(result.arm)) <= set(range(7))
     np.testing.assert_array_equal(result.regret, 1.0 - result.reward)
     np.testing.assert_array_equal(result.cum_regret, np.cumsum(result.regret))
-    assert result.diagnostics["dataset_rows"] == 58000.0
-    # Shuttle is 79% class 1; a learner should beat playing one fixed wrong arm by far.
+    assert result.diagnostics["dataset_rows"] == float(ROWS)
+    # Shuttle (the copy too) is over 70% class 1; a learner should beat playing one fixed wrong arm by far.
     assert result.final_regret < 100
     np.testing.assert_array_equal(run_trial(spec).arm, result.arm)
     standardised = TrialSpec.create("linucb", {}, {"kind": "classification", "dataset": "shuttle",

@@ -4,7 +4,7 @@ import yaml
 
 from banditsweep.sweeps.cli import main
 
-from conftest import SHARED_DATASETS
+from conftest import TEST_DATASETS
 
 
 def _spec(tmp_path, horizon, dataset="mushroom"):
@@ -17,9 +17,9 @@ def _spec(tmp_path, horizon, dataset="mushroom"):
 def test_horizon_beyond_the_dataset_exits_2_before_anything_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("BANDITSWEEP_DATA", raising=False)  # `run --data-dir` sets it; restored afterwards
-    _spec(tmp_path, 9000)
-    assert main(["run", "cls.yaml", "--data-dir", str(SHARED_DATASETS)]) == 2
-    assert "horizon 9000 exceeds the 8124 rows of mushroom" in capsys.readouterr().err
+    _spec(tmp_path, 1001)  # the copies in tests/data hold 1000 rows
+    assert main(["run", "cls.yaml", "--data-dir", str(TEST_DATASETS)]) == 2
+    assert "horizon 1001 exceeds the 1000 rows of mushroom" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cls.yaml"]
 
 

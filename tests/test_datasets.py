@@ -9,32 +9,30 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from conftest import SHARED_DATASETS
+from conftest import TEST_DATASETS
 
 from banditsweep.core import datasets as core_datasets
 from banditsweep.core.datasets import DATASETS, DatasetError, data_directory, load_dataset, read_table
 from banditsweep.sweeps import datasets as sweep_datasets
 from banditsweep.sweeps.datasets import ensure_dataset, ensure_datasets_for
 
-SHARED = SHARED_DATASETS
-
-# name: (rows of the shipped file, d' ordinal, K)
-SHIPPED = {
-    "adult": (48842, 14, 2),
-    "covertype": (20000, 54, 7),
-    "magictelescope": (19020, 10, 2),
-    "mushroom": (8124, 22, 2),
-    "shuttle": (58000, 9, 7),
-    "mnist": (16000, 784, 10),
+# name: (rows of the test copy in tests/data, d' ordinal, K); every copy keeps every class.
+COPIES = {
+    "adult": (1000, 14, 2),
+    "covertype": (1000, 54, 7),
+    "magictelescope": (1000, 10, 2),
+    "mushroom": (1000, 22, 2),
+    "shuttle": (1000, 9, 7),
+    "mnist": (1000, 784, 10),
 }
 
 
 @pytest.fixture(scope="module")
-def shared() -> Path:
-    if not all((SHARED / f"{name}.parquet").is_file() for name in SHIPPED):
-        pytest.fail(f"the dataset files for tests are expected in {SHARED} "
-                    "(set BANDITSWEEP_TEST_DATASETS to their directory)")
-    return SHARED
+def copies() -> Path:
+    if not all((TEST_DATASETS / f"{name}.parquet").is_file() for name in COPIES):
+        pytest.fail(f"the dataset copies for tests are expected in {TEST_DATASETS} "
+                    "(tests/data, or the directory BANDITSWEEP_TEST_DATASETS names)")
+    return TEST_DATASETS
 
 
 @pytest.fixture
@@ -50,10 +48,10 @@ def no_network(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("name", sorted(SHIPPED))
-def test_shipped_files_load_with_expected_shapes(shared, name):
-    rows, features, classes = SHIPPED[name]
-    data = load_dataset(name, data_dir=shared)
+@pytest.mark.parametrize("name", sorted(COPIES))
+def test_copies_load_with_expected_shapes(copies, name):
+    rows, features, classes = COPIES[name]
+    data = load_dataset(name, data_dir=copies)
     assert data.features.shape == (rows, features) == (rows, DATASETS[name].features)
     assert data.features.dtype == np.float32
     assert len(data.class_names) == classes == DATASETS[name].classes
@@ -64,60 +62,60 @@ def test_shipped_files_load_with_expected_shapes(shared, name):
     assert not data.features.flags.writeable
 
 
-def test_labels_follow_the_class_column(shared):
-    table = pq.read_table(shared / "shuttle.parquet", columns=["class"]).to_pandas()
-    data = load_dataset("shuttle", data_dir=shared)
+def test_labels_follow_the_class_column(copies):
+    table = pq.read_table(copies / "shuttle.parquet", columns=["class"]).to_pandas()
+    data = load_dataset("shuttle", data_dir=copies)
     assert data.class_names == tuple(str(k) for k in range(1, 8))  # numeric order, not '1','10',...
     np.testing.assert_array_equal(np.array(data.class_names)[data.labels], table["class"].to_numpy())
-    assert np.bincount(data.labels).tolist() == [45586, 50, 171, 8903, 3267, 10, 13]
+    assert np.bincount(data.labels).tolist() == [720, 22, 22, 149, 64, 10, 13]  # the copy's counts
 
 
-def test_ordinal_encoding_and_missing_values(shared):
-    table = read_table("mushroom", shared / "mushroom.parquet")
+def test_ordinal_encoding_and_missing_values(copies):
+    table = read_table("mushroom", copies / "mushroom.parquet")
     raw = table.to_pandas()
     codes = core_datasets.encode_features(table)
     column = raw["stalk-root"]
     stalk_root = codes[:, raw.columns.get_loc("stalk-root")]
-    assert column.isna().sum() == 2480
+    assert column.isna().sum() == 318  # of the copy's 1000 rows
     np.testing.assert_array_equal(stalk_root[column.isna().to_numpy()], -1.0)
     categories = sorted(column.dropna().unique())  # sorted categories -> 0, 1, 2, ...
     expected = column.map({value: index for index, value in enumerate(categories)}).fillna(-1.0)
     np.testing.assert_array_equal(stalk_root, expected.to_numpy())
     # Row scaling of the preprocessed data is applied to exactly these codes.
-    data = load_dataset("mushroom", data_dir=shared)
+    data = load_dataset("mushroom", data_dir=copies)
     np.testing.assert_allclose(data.features * np.linalg.norm(codes, axis=1, keepdims=True), codes,
                                atol=1e-5)
 
 
-def test_onehot_and_standard_scaling(shared):
-    raw = pq.read_table(shared / "mushroom.parquet").to_pandas()
-    onehot = load_dataset("mushroom", data_dir=shared, encoding="onehot", scaling="standard")
+def test_onehot_and_standard_scaling(copies):
+    raw = pq.read_table(copies / "mushroom.parquet").to_pandas()
+    onehot = load_dataset("mushroom", data_dir=copies, encoding="onehot", scaling="standard")
     width = sum(raw[c].nunique() for c in raw.columns if c != "class")
-    assert onehot.features.shape == (8124, width)
+    assert onehot.features.shape == (1000, width)
     means = onehot.features.mean(axis=0, dtype=np.float64)
     np.testing.assert_allclose(means, 0.0, atol=1e-5)
     stds = onehot.features.std(axis=0, dtype=np.float64)
     constant = raw.drop(columns="class").nunique().to_numpy() == 1  # veil-type has one value
     assert constant.sum() == 1
     assert np.all((np.abs(stds - 1.0) < 1e-4) | (stds < 1e-6))
-    unscaled = load_dataset("mushroom", data_dir=shared, encoding="onehot")
+    unscaled = load_dataset("mushroom", data_dir=copies, encoding="onehot")
     # Row-normalised one-hot rows of 22 columns, one missing stalk-root: sqrt(22) or sqrt(21) ones.
     nonzero = (unscaled.features > 0).sum(axis=1)
     assert set(nonzero) == {21, 22}
 
 
-def test_adult_mixes_numeric_and_categorical(shared):
-    ordinal = load_dataset("adult", data_dir=shared)
-    onehot = load_dataset("adult", data_dir=shared, encoding="onehot")
+def test_adult_mixes_numeric_and_categorical(copies):
+    ordinal = load_dataset("adult", data_dir=copies)
+    onehot = load_dataset("adult", data_dir=copies, encoding="onehot")
     assert ordinal.features.shape[1] == 14
     assert onehot.features.shape[1] > 14 + 8  # 6 numeric columns plus the categories of 8 columns
 
 
-def test_loading_is_cached_per_file(shared, tmp_path):
-    first = load_dataset("mushroom", data_dir=shared)
-    assert load_dataset("mushroom", data_dir=shared) is first
+def test_loading_is_cached_per_file(copies, tmp_path):
+    first = load_dataset("mushroom", data_dir=copies)
+    assert load_dataset("mushroom", data_dir=copies) is first
     copy = tmp_path / "mushroom.parquet"
-    copy.write_bytes((shared / "mushroom.parquet").read_bytes())
+    copy.write_bytes((copies / "mushroom.parquet").read_bytes())
     other = load_dataset("mushroom", data_dir=tmp_path)
     assert other is not first
     np.testing.assert_array_equal(other.features, first.features)
@@ -168,8 +166,8 @@ def test_corrupt_file_is_an_error(tmp_path, no_network):
     assert no_network == []  # never silently replaced by a download
 
 
-def test_wrong_shaped_file_is_an_error(shared, tmp_path, no_network):
-    frame = pq.read_table(shared / "magictelescope.parquet").to_pandas()
+def test_wrong_shaped_file_is_an_error(copies, tmp_path, no_network):
+    frame = pq.read_table(copies / "magictelescope.parquet").to_pandas()
     frame.drop(columns="fAlpha").to_parquet(tmp_path / "magictelescope.parquet", index=False)
     with pytest.raises(DatasetError, match=r"wrong shape: 10 columns, expected 11"):
         ensure_dataset("magictelescope", data_dir=tmp_path)
@@ -184,8 +182,8 @@ def test_wrong_shaped_file_is_an_error(shared, tmp_path, no_network):
     (lambda f: f[["class"] + [c for c in f.columns if c != "class"]], "last column is 'fDist'"),
     (lambda f: f.assign(**{"class": f["class"].map({"g": 0, "h": 1})}), "expected string"),
 ])
-def test_verification_names_the_fault(shared, tmp_path, change, message):
-    frame = pq.read_table(shared / "magictelescope.parquet").to_pandas()
+def test_verification_names_the_fault(copies, tmp_path, change, message):
+    frame = pq.read_table(copies / "magictelescope.parquet").to_pandas()
     change(frame).to_parquet(tmp_path / "magictelescope.parquet", index=False)
     with pytest.raises(DatasetError, match=message):
         read_table("magictelescope", tmp_path / "magictelescope.parquet")
@@ -205,8 +203,8 @@ def _openml_like(frame: pd.DataFrame, numeric_target: bool = False):
 
 
 @pytest.mark.parametrize("name, numeric_target", [("mushroom", False), ("shuttle", True)])
-def test_download_is_converted_verified_and_cached(shared, tmp_path, monkeypatch, name, numeric_target):
-    source = pq.read_table(shared / f"{name}.parquet").to_pandas()
+def test_download_is_converted_verified_and_cached(copies, tmp_path, monkeypatch, name, numeric_target):
+    source = pq.read_table(copies / f"{name}.parquet").to_pandas()
     calls = []
 
     def fake_fetch(data_id, data_home):
@@ -224,29 +222,29 @@ def test_download_is_converted_verified_and_cached(shared, tmp_path, monkeypatch
     assert written.schema.names == list(source.columns)
     pd.testing.assert_frame_equal(written.to_pandas(), source, check_dtype=False)
     np.testing.assert_array_equal(load_dataset(name, data_dir=target_dir).features,
-                                  load_dataset(name, data_dir=shared).features)
+                                  load_dataset(name, data_dir=copies).features)
     # Second call: the cached file is used, nothing is fetched.
     assert ensure_dataset(name, data_dir=target_dir) == path
     assert len(calls) == 1
 
 
-def test_wrong_download_is_not_written(shared, tmp_path, monkeypatch):
-    source = pq.read_table(shared / "mushroom.parquet").to_pandas().drop(columns="odor")
+def test_wrong_download_is_not_written(copies, tmp_path, monkeypatch):
+    source = pq.read_table(copies / "mushroom.parquet").to_pandas().drop(columns="odor")
     monkeypatch.setattr(sweep_datasets, "_fetch_openml", lambda data_id, data_home: _openml_like(source))
     with pytest.raises(DatasetError, match="downloaded from OpenML id 24 .* wrong shape"):
         ensure_dataset("mushroom", data_dir=tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_ensure_datasets_for_a_sweep(shared, no_network):
+def test_ensure_datasets_for_a_sweep(copies, no_network):
     environments = [
         {"kind": "classification", "dataset": "shuttle"},
         {"kind": "synthetic", "function": "h1"},
-        {"kind": "classification", "dataset": "mushroom", "horizon": 8000},
+        {"kind": "classification", "dataset": "mushroom", "horizon": 800},
         {"kind": "classification", "dataset": "shuttle", "encoding": "onehot"},
     ]
-    paths = ensure_datasets_for(environments, data_dir=shared)
-    assert paths == {"shuttle": shared / "shuttle.parquet", "mushroom": shared / "mushroom.parquet"}
+    paths = ensure_datasets_for(environments, data_dir=copies)
+    assert paths == {"shuttle": copies / "shuttle.parquet", "mushroom": copies / "mushroom.parquet"}
     assert no_network == []
 
 
