@@ -1,0 +1,175 @@
+"""The report's tables from hand-made trials with known final regrets, and the results table that
+``banditsweep run`` prints for a sweep mixing environment kinds (one with a dict-valued setting)."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+import yaml
+
+from banditsweep.core.trial import TrialSpec, environment_label
+from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.report import MISSING, markdown_table, setting_table, summarise
+
+H1 = {"kind": "synthetic", "function": "h1", "dim": 5}
+H3 = {"kind": "synthetic", "function": "h3", "dim": 5}
+GRID = {"kind": "adversarial_kernel", "domain": {"grid": [5, 5]}, "kernel": "se", "candidates": 20, "centers": 5}
+SETTING = {"kind": "adversarial_kernel", "setting": 1, "kernel": "matern52"}
+SMALL = {"kind": "synthetic", "function": "h1", "dim": 3}
+
+
+def _name(env: dict) -> str:
+    return environment_label(env)
+
+
+def _trials(cells: list) -> pd.DataFrame:
+    """Rows as the trials table stores them: ``cells`` lists (label, environment dict, params dict,
+    [(final_regret, seconds_per_round), ...] with one pair per seed)."""
+    rows = []
+    for label, env, params, results in cells:
+        config = TrialSpec.create("random", {}, env, 0, 10).environment  # resolved: every default filled in
+        for seed, (regret, seconds) in enumerate(results):
+            rows.append({"trial_id": f"t{len(rows)}", "label": label, "environment": _name(env),
+                         "params": json.dumps(params, sort_keys=True),
+                         "environment_config": json.dumps(config, sort_keys=True),
+                         "diagnostics": json.dumps({"batch_size": 1, "batch_wall_seconds": 9.0,
+                                                    "update_seconds": seconds / 2}),
+                         "seed": seed, "final_regret": float(regret), "seconds_per_round": seconds,
+                         "status": "finished"})
+    return pd.DataFrame(rows)
+
+
+# Two algorithms x two grid points x two synthetic environments; listed in an order unlike the
+# label and environment orders given to `summarise`, so the tables' order must come from those.
+CELLS = [
+    ("alpha", H1, {"c": 1}, [(7, 1e-3), (7, 3e-3)]),
+    ("alpha", H1, {"c": 2}, [(4, 2e-3), (6, 4e-3)]),                # best: mean 5, std sqrt(2)
+    ("alpha", H3, {"c": 1}, [(20, 1e-3), (24, 1e-3)]),              # best: mean 22, std sqrt(8)
+    ("alpha", H3, {"c": 2}, [(30, 1e-3), (30, 1e-3)]),
+    ("zeta", H1, {"nu": 0.1}, [(1, 1e-4), (2, 2e-4), (3, 3e-4)]),   # best: mean 2, std 1
+    ("zeta", H1, {"nu": 1.0}, [(5, 1e-4), (5, 1e-4), (8, 1e-4)]),
+    ("zeta", H3, {"nu": 0.1}, [(10, 1e-4), (12, 1e-4), (14, 1e-4)]),
+    ("zeta", H3, {"nu": 1.0}, [(8, 5e-4), (9, 6e-4), (10, 7e-4)]),  # best: mean 9, std 1
+]
+LABELS = ["zeta", "alpha", "ghost"]  # "ghost" has no trials: left out of the tables
+ENVS = [_name(H3), _name(H1)]
+
+
+def test_summarise_picks_the_lowest_mean_grid_point_per_cell():
+    trials = _trials(CELLS)
+    summary = summarise(trials, LABELS, ENVS)
+    best = summary.best.set_index(["label", "environment"])
+    assert len(best) == 4
+    expected = [("zeta", H3, {"nu": 1.0}, 9.0, 1.0, 3, 6e-4), ("zeta", H1, {"nu": 0.1}, 2.0, 1.0, 3, 2e-4),
+                ("alpha", H3, {"c": 1}, 22.0, math.sqrt(8), 2, 1e-3), ("alpha", H1, {"c": 2}, 5.0, math.sqrt(2), 2, 3e-3)]
+    for label, env, params, mean, std, seeds, seconds in expected:
+        row = best.loc[(label, _name(env))]
+        assert json.loads(row["params"]) == params
+        assert row["mean"] == pytest.approx(mean) and row["std"] == pytest.approx(std)
+        assert row["seeds"] == seeds and row["seconds_per_round"] == pytest.approx(seconds)
+        chosen = trials[(trials["label"] == label) & (trials["environment"] == _name(env))
+                        & (trials["params"] == row["params"])]
+        assert sorted(row["trial_ids"]) == sorted(chosen["trial_id"])
+
+    # Pivoted tables: rows in the given label order, columns in the given environment order, named
+    # without the kind they all share.
+    columns = ["h3,dim=5", "h1,dim=5"]
+    expected_mean = pd.DataFrame([[9.0, 2.0], [22.0, 5.0]], index=pd.Index(["zeta", "alpha"], name="algorithm"),
+                                 columns=columns)
+    pd.testing.assert_frame_equal(summary.mean, expected_mean, check_names=True)
+    expected_std = pd.DataFrame([[1.0, 1.0], [math.sqrt(8), math.sqrt(2)]], index=expected_mean.index, columns=columns)
+    pd.testing.assert_frame_equal(summary.std, expected_std)
+    expected_seconds = pd.DataFrame([[6e-4, 2e-4], [1e-3, 3e-3]], index=expected_mean.index, columns=columns)
+    pd.testing.assert_frame_equal(summary.seconds, expected_seconds)
+
+    # Timing diagnostics: the chosen point's mean of every *_seconds value but the batch's wall time.
+    diagnostics = summary.diagnostics.set_index(["algorithm", "environment"])
+    assert "batch_wall_seconds" not in diagnostics.columns
+    assert diagnostics.loc[("zeta", _name(H3)), "update_seconds"] == pytest.approx(3e-4)
+
+    # The by-setting table: one row per environment, indexed by the one setting that varies.
+    by_setting = summary.by_setting
+    assert by_setting.index.names == ["function"] and list(by_setting.index) == ["h3", "h1"]
+    assert list(by_setting.columns) == [("zeta", "regret"), ("zeta", "s/round"), ("alpha", "regret"), ("alpha", "s/round")]
+    assert by_setting.loc["h3", ("zeta", "regret")] == "9.0 ± 1.0"
+    assert by_setting.loc["h3", ("alpha", "regret")] == "22.0 ± 2.8"
+    assert by_setting.loc["h1", ("zeta", "regret")] == "2.0 ± 1.0"
+    assert by_setting.loc["h1", ("alpha", "regret")] == "5.0 ± 1.4"
+    assert by_setting.loc["h3", ("zeta", "s/round")] == "6.00e-04"
+    assert by_setting.loc["h1", ("alpha", "s/round")] == "3.00e-03"
+
+
+def test_summarise_single_seed_and_no_trials():
+    summary = summarise(_trials([("zeta", H1, {}, [(3.5, 1e-3)])]), ["zeta"], [_name(H1)])
+    row = summary.best.iloc[0]
+    assert (row["mean"], row["std"], row["seeds"]) == (3.5, 0.0, 1)
+    # One environment: no setting varies, so its name indexes the by-setting table.
+    assert summary.by_setting.index.names == ["environment"]
+    assert summary.by_setting.loc[_name(H1), ("zeta", "regret")] == "3.5 ± 0.0"
+    assert summarise(pd.DataFrame(), ["zeta"], [_name(H1)]).mean.empty
+
+
+def test_setting_table_of_mixed_kinds_and_dict_settings():
+    """Kinds differ: ``kind`` leads the index, then the settings that vary within a kind; a dict
+    setting shows as canonical JSON, a setting of another kind (or unset) as MISSING."""
+    envs = [GRID, SETTING, SMALL, H3 | {"dim": 3}]
+    cells = [("random", env, {}, [(10 * (i + 1), 1e-5), (10 * (i + 1) + 2, 3e-5)]) for i, env in enumerate(envs)]
+    cells.append(("apg", GRID, {"c1": 0.5}, [(1, 1e-4), (3, 1e-4)]))
+    names = [_name(env) for env in envs]
+    summary = summarise(_trials(cells), ["random", "apg"], names)
+    # Kinds differ: the environments keep their full names.
+    assert list(summary.mean.columns) == names
+    table = summary.by_setting
+    assert table.index.names == ["kind", "candidates", "centers", "domain", "kernel", "setting", "function"]
+    assert list(table.index) == [
+        ("adversarial_kernel", 20, 5, '{"grid":[5,5]}', "se", MISSING, MISSING),
+        ("adversarial_kernel", 1000, 100, MISSING, "matern52", 1, MISSING),
+        ("synthetic", MISSING, MISSING, MISSING, MISSING, MISSING, "h1"),
+        ("synthetic", MISSING, MISSING, MISSING, MISSING, MISSING, "h3"),
+    ]
+    assert list(table[("random", "regret")]) == ["11.0 ± 1.4", "21.0 ± 1.4", "31.0 ± 1.4", "41.0 ± 1.4"]
+    # apg ran on one environment only: its other cells are empty.
+    assert table[("apg", "regret")].iloc[0] == "2.0 ± 1.4" and table[("apg", "regret")].iloc[1:].isna().all()
+
+    flat = table.copy()
+    flat.columns = [f"{a} {b}" for a, b in flat.columns]
+    text = markdown_table(flat)
+    assert '| adversarial_kernel | 20 | 5 | {"grid":[5,5]} | se | — | — | 11.0 ± 1.4 | 2.00e-05 | 2.0 ± 1.4 | 1.00e-04 |' in text
+    assert "| synthetic | — | — | — | — | — | h3 | 41.0 ± 1.4 | 2.00e-05 | — | — |" in text
+
+
+def test_setting_table_names_environments_the_settings_cannot_tell_apart():
+    """Two environments with the same settings under different labels: the name leads the index."""
+    trials = _trials([("random", H1, {}, [(1, 1e-5)]), ("random", H3, {}, [(2, 1e-5)])])
+    trials.loc[trials["environment"] == _name(H3), "environment_config"] = trials["environment_config"].iloc[0]
+    summary = summarise(trials, ["random"], [_name(H1), _name(H3)])
+    table = setting_table(trials, summary.best, ["random"], [_name(H1), _name(H3)])
+    assert table.index.names == ["environment"]
+    assert list(table.index) == [_name(H1), _name(H3)]
+
+
+MIXED = {
+    "sweep": "mixed",
+    "horizon": 20,
+    "seeds": 1,
+    "log_every": 10,
+    "environments": [GRID, SMALL],
+    "algorithms": [{"name": "random"}],
+}
+
+
+def test_run_prints_the_results_of_a_sweep_of_mixed_kinds(tmp_path, monkeypatch, capsys):
+    """Regression: a dict-valued setting (``domain``) beside another kind crashed the results table."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mixed.yaml").write_text(yaml.safe_dump(MIXED))
+    assert main(["run", "mixed.yaml", "--no-progress", "--max-workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "2 finished, 0 failed" in out
+    header = next(line for line in out.splitlines() if line.startswith("| algorithm"))
+    assert header == f"| algorithm | {_name(GRID)} | {_name(SMALL)} |"
+    assert next(line for line in out.splitlines() if line.startswith("| random |"))
+
+    assert main(["report", "mixed.yaml"]) == 0
+    by_setting = (tmp_path / "results" / "mixed" / "report" / "by_setting.md").read_text()
+    assert "| adversarial_kernel |" in by_setting and "| synthetic |" in by_setting
