@@ -13,8 +13,8 @@ Output: one JSON line per (algorithm, n, kernel)
 then one line per n where both run with ``"algorithm": "ratio"`` and ``seconds_per_round`` the ratio
 exact / RLS.
 
-``--batch B`` instead measures lockstep trial batching of exact Kernelized Exp3 (core.exp3
-``run_batch``): B trials (seeds 0..B-1) of the adversarial environment on the same n-point grid, run
+``--batch B`` instead measures lockstep trial batching of exact Kernelized Exp3 (core.trial
+``run_trials``): B trials (seeds 0..B-1) of the adversarial environment on the same n-point grid, run
 once as one lockstep batch (one batched Cholesky of the B weighted systems per round) and once one
 after another with ``run_trial``, through the same code the sweeps use. Round 1 (preparation) is
 excluded; ``seconds_per_trial_round`` is the wall time of a round divided by the trials it advances.
@@ -50,7 +50,7 @@ from banditsweep.core.algorithms.kernel_exp3 import KernelExp3, KernelExp3Params
 from banditsweep.core.algorithms.rls_kernel_exp3 import RLSKernelExp3, RLSKernelExp3Params  # noqa: E402
 from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Problem  # noqa: E402
 from banditsweep.core.kernels import Kernel  # noqa: E402
-from banditsweep.core.trial import TrialSpec, run_trial  # noqa: E402
+from banditsweep.core.trial import TrialSpec, run_trial, run_trials  # noqa: E402
 
 # The paper's selected (c3, c4, lambda) per kernel (SPEC 3.1).
 PAPER_CONSTANTS = {"se": (5.0, 0.1, 1.0), "matern52": (10.0, 0.1, 10.0), "matern32": (5.0, 0.1, 5.0)}
@@ -98,7 +98,7 @@ def measure_batch(kernel_name: str, n: int, batch: int, rounds: int, device: str
     environment = {"kind": "adversarial_kernel", "domain": {"grid": [n]}, "kernel": kernel_name}
     specs = [TrialSpec.create("kernel_exp3", {"c3": c3, "c4": c4, "lam": lam}, environment, seed, rounds + 1)
              for seed in range(batch)]
-    batched = KernelExp3.run_batch(specs, device=device)
+    batched = run_trials(specs, device=device)
     sequential = [run_trial(spec, device) for spec in specs]
     for together, alone in zip(batched, sequential):   # the batch plays each trial as alone
         assert np.array_equal(together.arm, alone.arm)

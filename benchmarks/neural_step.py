@@ -99,7 +99,7 @@ def make_policy(algorithm, K, d_block, horizon, seeds, params, device):
     cls = registry.algorithm_class(NAMES[algorithm])
     problem = Problem(num_arms=K, dim=K * d_block, horizon=horizon, disjoint_block=d_block)
     rngs = [seeding.stream(seed, seeding.POLICY_STREAM) for seed in seeds]
-    return cls.batched([cls.Params(**params)] * len(seeds), problem, rngs, device=device)
+    return cls.create_batch([cls.Params(**params)] * len(seeds), problem, rngs, device=device)
 
 
 class Threads:
@@ -124,7 +124,7 @@ def ours_trial(algorithm, K, d_block, horizon, params, device, trials=1) -> floa
     for t in range(1, horizon + 1):
         pairs = [draw() for draw in draws]
         contexts = np.stack([c for c, _ in pairs])
-        arms = policy.select_batch(t, contexts)
+        arms = policy.select_batch(t, contexts).arms
         rewards = np.array([float(rng.random() < 0.5) for _, rng in pairs])
         policy.update_batch(t, contexts, arms, rewards)
     synchronize(device)
@@ -148,7 +148,7 @@ def ours_round(policy, draw, history, device) -> float:
     contexts, _ = draw()
     t = history + 1
     start = time.perf_counter()
-    arms = policy.select_batch(t, contexts[None])
+    arms = policy.select_batch(t, contexts[None]).arms
     policy.update_batch(t, contexts[None], arms, np.array([1.0]))
     synchronize(device)
     seconds = time.perf_counter() - start

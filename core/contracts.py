@@ -11,6 +11,13 @@ A trial runs one :class:`Policy` against one :class:`Environment` for ``horizon`
 Exp3-type policies expose their sampling distribution P_t in ``Decision.probabilities``:
 the adaptive adversary of the kernel paper (SPEC 2.3) is allowed to read it before it picks f_t.
 
+The round loop itself (``core.trial.TrialRun``) always steps a :class:`BatchedPolicy`: B >= 1
+trials of one *batch key*, each with its own environment and random streams, in lockstep. A plain
+:class:`Policy` is a batch of one through :class:`PolicyBatch`; an algorithm that computes several
+trials as one batched program (the neural methods, exact Kernelized Exp3) overrides
+:meth:`Policy.batch_key` and :meth:`Policy.create_batch`. Either way each trial's result equals
+running it alone.
+
 Hyperparameters and environment settings are :class:`Config` models (pydantic): typed, immutable,
 unknown keys rejected, validated on construction — the policy contract of Open Bandit Pipeline with
 exact error locations for the sweep-spec validator.
@@ -20,10 +27,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, Hashable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from banditsweep.core.trial import TrialSpec
 
 
 class Config(BaseModel):
@@ -59,18 +69,46 @@ class Decision:
 
 
 @dataclass
+class BatchDecision:
+    """The decisions of the B trials of a batch in one round."""
+
+    arms: np.ndarray                          # (B,) one arm per trial
+    probabilities: np.ndarray | None = None   # (B, n) each trial's P_t, for Exp3-type policies
+
+    def __post_init__(self):
+        self.arms = np.asarray(self.arms, dtype=np.int64)
+
+    def of(self, trial: int) -> Decision:
+        return Decision(arm=int(self.arms[trial]),
+                        probabilities=None if self.probabilities is None else self.probabilities[trial])
+
+
+@dataclass
 class Feedback:
     reward: float
     regret: float  # increment of the cumulative regret this round
     cumulative_regret: float
+    # Per-round values beyond reward and regret; each name must be declared in the environment's
+    # ``round_extras`` (they are persisted as curve columns).
     extras: dict[str, float] = field(default_factory=dict)
 
 
 class Environment(ABC):
-    """A bandit environment; every random draw comes from ``rng`` (derived from the trial seed)."""
+    """A bandit environment; every random draw comes from ``rng`` (derived from the trial seed).
+
+    Declared beside the class: ``Config`` (its settings), ``interaction`` (what a policy sees each
+    round), ``round_extras`` (name -> meaning of every per-round value ``step`` reports in
+    ``Feedback.extras``; each is stored as a column of the curves table), and how trials name it:
+    ``label_field`` (the setting shown right after the kind, e.g. the dataset) and ``label_always``
+    (settings always shown as key=value). Other settings appear in a name when they differ from
+    their default.
+    """
 
     Config: ClassVar[type[Config]]
     interaction: ClassVar[str] = CONTEXTUAL
+    round_extras: ClassVar[dict[str, str]] = {}
+    label_field: ClassVar[str | None] = None
+    label_always: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: Config, horizon: int, rng: np.random.Generator):
         self.config = config
@@ -94,8 +132,28 @@ class Environment(ABC):
         return {}
 
 
+class BatchedPolicy(ABC):
+    """The policy of B trials stepped in lockstep (B >= 1). Trial i sees only ``contexts[i]`` and its
+    own random stream, so its result equals running it alone."""
+
+    @abstractmethod
+    def select_batch(self, t: int, contexts: np.ndarray) -> BatchDecision:
+        """Contexts (B, K, d) of round t -> one arm per trial (and P_t for Exp3-type policies)."""
+
+    @abstractmethod
+    def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
+        """Feedback of round t: arms (B,) and rewards (B,)."""
+
+    @abstractmethod
+    def diagnostics_batch(self) -> list[dict[str, float]]:
+        """Per-trial diagnostics (times shared by the batch are divided by its size)."""
+
+
 class Policy(ABC):
-    """A bandit algorithm. ``Params`` is its typed hyperparameter model."""
+    """A bandit algorithm. ``Params`` is its typed hyperparameter model.
+
+    Lockstep batching is opt-in through the class methods below; the defaults run every trial alone.
+    """
 
     Params: ClassVar[type[Config]]
     supports: ClassVar[frozenset[str]] = frozenset({CONTEXTUAL})
@@ -115,3 +173,47 @@ class Policy(ABC):
     def diagnostics(self) -> dict[str, float]:
         """Derived values recorded per trial (step sizes, design sizes, time spent inverting Z...)."""
         return {}
+
+    # ---- lockstep trial batching --------------------------------------------------------------
+
+    @classmethod
+    def batch_key(cls, spec: "TrialSpec") -> Hashable | None:
+        """Trials with equal non-None keys may run in one batch; None: the trial runs alone."""
+        return None
+
+    @classmethod
+    def preferred_batch_size(cls, spec: "TrialSpec", on_gpu: bool) -> int | None:
+        """How many trials like ``spec`` to batch on this kind of device; None: the framework's default."""
+        return None
+
+    @classmethod
+    def largest_batch(cls, specs: Sequence["TrialSpec"], device: str) -> int:
+        """The most of ``specs`` that fit in one batch on ``device`` (memory); the runner splits."""
+        return len(specs)
+
+    @classmethod
+    def create_batch(cls, params: list[Config], problem: Problem, rngs: list[np.random.Generator],
+                     environments: Sequence[Environment], device: str = "cpu") -> BatchedPolicy:
+        """The batched policy of several trials of one batch key (one per entry of ``params``)."""
+        return PolicyBatch([cls(p, problem, rng, device) for p, rng in zip(params, rngs)])
+
+
+class PolicyBatch(BatchedPolicy):
+    """Plain policies as a batch: each trial's policy selects and updates on its own."""
+
+    def __init__(self, policies: list[Policy]):
+        self.policies = policies
+
+    def select_batch(self, t: int, contexts: np.ndarray) -> BatchDecision:
+        decisions = [policy.select(t, contexts[i]) for i, policy in enumerate(self.policies)]
+        arms = np.array([decision.arm for decision in decisions], dtype=np.int64)
+        if any(decision.probabilities is None for decision in decisions):
+            return BatchDecision(arms)
+        return BatchDecision(arms, np.stack([decision.probabilities for decision in decisions]))
+
+    def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
+        for i, policy in enumerate(self.policies):
+            policy.update(t, contexts[i], int(arms[i]), float(rewards[i]))
+
+    def diagnostics_batch(self) -> list[dict[str, float]]:
+        return [policy.diagnostics() for policy in self.policies]

@@ -9,24 +9,21 @@ only in pi (MVR design, G-optimal design) and in the estimator u_t. :class:`Expo
 keeps the scores in log space (eta times the cumulative estimates), so that exp never overflows
 however large the importance-weighted estimates get; :class:`Exp3Policy` is the round skeleton.
 
-Lockstep trial batching: :meth:`Exp3Policy.run_batch` steps several trials of one batch key together
-(core.batching). Each trial keeps its own environment, policy, weights and random stream, and plays
-its round exactly as alone (``select``); only the estimate is computed for all trials at once, by
+Lockstep trial batching (:class:`Exp3Batch`, stepped by the round loop of core.trial): each trial
+keeps its own policy, weights and random stream and selects exactly as alone, exposing its P_t to
+its adversary (SPEC 2.3); only the estimate is computed for all trials at once, by
 :meth:`Exp3Policy.estimate_batch`. An algorithm opts in by defining ``batch_key`` (Kernelized Exp3:
 one batched Cholesky of the B weighted kernel systems per round) and overriding ``estimate_batch``.
-The lockstep runner of core.batching does not fit here: the adaptive adversary of SPEC 2.3 reads P_t
-from each trial's Decision, so every trial's own ``select`` produces the Decision.
 """
 
 from __future__ import annotations
 
-import time
 from abc import abstractmethod
 
 import numpy as np
 from scipy.special import logsumexp
 
-from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Decision, Policy
+from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Decision, Policy, PolicyBatch
 
 
 class ExponentialWeights:
@@ -85,7 +82,7 @@ class Exp3Policy(Policy):
         if problem.kernel is None or problem.norm_bound is None:
             raise ValueError(f"{type(self).__name__} needs a kernel problem (Problem.kernel and norm_bound)")
         self.weights: ExponentialWeights | None = None
-        self._probabilities: np.ndarray | None = None
+        self.probabilities: np.ndarray | None = None  # P_t of the current round
         self._domain: np.ndarray | None = None
 
     @abstractmethod
@@ -100,13 +97,13 @@ class Exp3Policy(Policy):
         if self.weights is None:
             self._domain = contexts
             self.weights = self.prepare(contexts)
-        self._probabilities = self.weights.distribution()
-        return Decision(arm=sample(self._probabilities, self.rng), probabilities=self._probabilities)
+        self.probabilities = self.weights.distribution()
+        return Decision(arm=sample(self.probabilities, self.rng), probabilities=self.probabilities)
 
     def update(self, t: int, contexts: np.ndarray, arm: int, reward: float) -> None:
-        self.weights.add(self.estimate(self._probabilities, arm, float(reward)))
+        self.weights.add(self.estimate(self.probabilities, arm, float(reward)))
 
-    # ---- lockstep trial batching (core.batching) ------------------------------------------------------
+    # ---- lockstep trial batching ---------------------------------------------------------------------
 
     @classmethod
     def estimate_batch(cls, policies: list["Exp3Policy"], probabilities: np.ndarray, arms: np.ndarray,
@@ -117,36 +114,17 @@ class Exp3Policy(Policy):
                          for i, policy in enumerate(policies)])
 
     @classmethod
-    def share_batch(cls, policies: list["Exp3Policy"], environments: list) -> None:
-        """Before the first round of a batch: state the trials share (none by default)."""
+    def create_batch(cls, params, problem, rngs, environments, device="cpu") -> "Exp3Batch":
+        return Exp3Batch([cls(p, problem, rng, device) for p, rng in zip(params, rngs)])
 
-    @classmethod
-    def run_batch(cls, specs, device: str = "cpu", on_progress=None, progress_every: int = 100):
-        """Run trials of one batch key in lockstep (see the module docstring); results as
-        :func:`banditsweep.core.trial.run_trial` gives each trial alone. The per-round ``seconds`` of
-        each trial is the batch's round time divided by the batch size."""
-        from banditsweep.core.trial import TrialRecorder
 
-        horizon = specs[0].horizon
-        if any(spec.horizon != horizon for spec in specs):
-            raise ValueError("trials of one lockstep batch must share the horizon")
-        built = [spec.build(device) for spec in specs]
-        environments = [env for env, _ in built]
-        policies = [policy for _, policy in built]
-        if any(type(policy) is not cls for policy in policies):
-            raise ValueError(f"every trial of a {cls.__name__} batch must use that algorithm")
-        cls.share_batch(policies, environments)
-        recorder = TrialRecorder(len(specs), horizon)
-        for index in range(horizon):
-            t = index + 1
-            started = time.perf_counter()
-            for trial, (env, policy) in enumerate(built):
-                decision = policy.select(t, env.contexts(t))
-                recorder.record(trial, index, decision.arm, env.step(t, decision))
-            probabilities = np.stack([policy._probabilities for policy in policies])
-            estimates = cls.estimate_batch(policies, probabilities, recorder.arm[:, index],
-                                           recorder.reward[:, index])
-            for policy, estimate in zip(policies, estimates):
-                policy.weights.add(estimate)
-            recorder.round_done(index, started, on_progress, progress_every)
-        return recorder.results([{**env.diagnostics(), **policy.diagnostics()} for env, policy in built])
+class Exp3Batch(PolicyBatch):
+    """Exp3 trials in lockstep: each selects alone; the estimates u_t of all are one batched call."""
+
+    policies: list[Exp3Policy]
+
+    def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
+        probabilities = np.stack([policy.probabilities for policy in self.policies])
+        estimates = type(self.policies[0]).estimate_batch(self.policies, probabilities, arms, rewards)
+        for policy, estimate in zip(self.policies, estimates):
+            policy.weights.add(estimate)

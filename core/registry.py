@@ -1,9 +1,11 @@
-"""Name -> class registry for algorithms and environments (lazy imports, as Ray Tune's search registry).
+"""Name -> class registry for algorithms, environments and result sinks (lazy imports, as Ray Tune's
+search registry).
 
-A sweep spec names algorithms and environments only by these keys; a spec never carries code.
-Adding an algorithm is one module plus one line here. Out-of-tree algorithms register through
-plugins: modules named in ``BANDITSWEEP_PLUGINS`` (comma-separated) are imported on first lookup
-and may call :func:`register_algorithm` / :func:`register_environment`.
+A sweep spec names algorithms, environments and sinks only by these keys; a spec never carries code.
+Adding an algorithm is one module plus one line here. Out-of-tree code registers through plugins:
+modules named in ``BANDITSWEEP_PLUGINS`` (comma-separated) are imported on first lookup and may call
+:func:`register_algorithm` / :func:`register_environment` / :func:`register_sink`. Sinks live in the
+workers layer; this table only names them (their modules are imported when a run asks for them).
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ _ENVIRONMENTS: dict[str, str] = {
     "adversarial_kernel": "banditsweep.core.environments.adversarial_kernel:AdversarialKernelBandit",
 }
 
+# Mirrors of a sweep's Parquet record of truth (banditsweep.workers.sinks.Sink).
+_SINKS: dict[str, str] = {
+    "mlflow": "banditsweep.workers.mlflow_sink:MLflowSink",
+}
+DEFAULT_SINKS = ("mlflow",)
+
 _plugins_loaded: set[str] = set()
 
 
@@ -49,6 +57,11 @@ def register_algorithm(name: str, target: str | type[Policy]) -> None:
 
 def register_environment(name: str, target: str | type[Environment]) -> None:
     _ENVIRONMENTS[name] = target  # type: ignore[assignment]
+
+
+def register_sink(name: str, target: str | type) -> None:
+    """Register a result sink ``name`` -> ``"module:Class"`` (or the class itself)."""
+    _SINKS[name] = target  # type: ignore[assignment]
 
 
 def _load_plugins() -> None:
@@ -88,3 +101,12 @@ def environment_names() -> list[str]:
     return sorted(_ENVIRONMENTS)
 
 
+
+
+def sink_class(name: str) -> type:
+    return _resolve(_SINKS, name, "sink")
+
+
+def sink_names() -> list[str]:
+    _load_plugins()
+    return sorted(_SINKS)

@@ -3,20 +3,27 @@
 A trial is a pure function of its content. That is what makes resume, retries and trial batching
 safe: the same content always has the same ``trial_id`` and, on the same machine, bit-identical
 results.
+
+The round loop lives here, once: :class:`TrialRun` steps B >= 1 trials of one batch key in
+lockstep (a single trial is the batch of one) through the batched-policy contract of
+``core.contracts``. Its whole state (environments, policy, recorded arrays, next round) can be
+captured between rounds (:meth:`TrialRun.snapshot`) and restored (:meth:`TrialRun.restore`), which
+is where checkpoints and sharded trials plug in. :func:`run_trials` groups trials into batches.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
 from banditsweep.core import registry, seeding
-from banditsweep.core.contracts import Config, Environment, Feedback, Policy
+from banditsweep.core.contracts import BatchedPolicy, Config, Environment, Feedback, Policy
 
 
 def canonical_json(value: Any) -> str:
@@ -46,8 +53,8 @@ def environment_label(config: dict[str, Any]) -> str:
     env_cls = registry.environment_class(config["kind"])
     resolved = resolve_environment(config)
     defaults = {name: f.default for name, f in env_cls.Config.model_fields.items()}
-    primary = getattr(env_cls, "label_field", None)
-    always = tuple(getattr(env_cls, "label_always", ()))
+    primary = env_cls.label_field
+    always = env_cls.label_always
     values = resolved.model_dump(mode="json")
     parts = [config["kind"]]
     if primary:
@@ -93,19 +100,32 @@ class TrialSpec:
     def environment_label(self) -> str:
         return environment_label(self.environment)
 
-    def build(self, device: str = "cpu") -> tuple[Environment, Policy]:
+    def build_environment(self) -> Environment:
+        """The trial's environment, drawing from the trial's environment stream."""
         env_cls = registry.environment_class(self.environment["kind"])
-        env = env_cls(resolve_environment(self.environment), self.horizon,
-                      seeding.stream(self.seed, seeding.ENVIRONMENT_STREAM))
-        policy_cls = registry.algorithm_class(self.algorithm)
-        if env.interaction not in policy_cls.supports:
-            raise ValueError(
-                f"algorithm {self.algorithm!r} does not run on environment kind "
-                f"{self.environment['kind']!r} (it supports: {', '.join(sorted(policy_cls.supports))})"
-            )
+        return env_cls(resolve_environment(self.environment), self.horizon,
+                       seeding.stream(self.seed, seeding.ENVIRONMENT_STREAM))
+
+    @property
+    def policy_class(self) -> type[Policy]:
+        return registry.algorithm_class(self.algorithm)
+
+    def build(self, device: str = "cpu") -> tuple[Environment, Policy]:
+        """The trial's environment and its policy run alone (for inspecting one trial's objects)."""
+        env = self.build_environment()
+        policy_cls = self.policy_class
+        _check_supported(policy_cls, self, env)
         policy = policy_cls(resolve_algorithm(self.algorithm, self.params), env.problem,
                             seeding.stream(self.seed, seeding.POLICY_STREAM), device=device)
         return env, policy
+
+
+def _check_supported(policy_cls: type[Policy], spec: TrialSpec, env: Environment) -> None:
+    if env.interaction not in policy_cls.supports:
+        raise ValueError(
+            f"algorithm {spec.algorithm!r} does not run on environment kind "
+            f"{spec.environment['kind']!r} (it supports: {', '.join(sorted(policy_cls.supports))})"
+        )
 
 
 @dataclass
@@ -133,7 +153,8 @@ class TrialResult:
         return float(self.seconds.mean())
 
 
-ProgressCallback = Callable[[int, float], None]
+# on_progress(index of the trial in the batch, round t, cumulative regret)
+ProgressCallback = Callable[[int, int, float], None]
 
 
 class TrialRecorder:
@@ -156,35 +177,124 @@ class TrialRecorder:
         for key, value in feedback.extras.items():
             self.extras[trial].setdefault(key, np.zeros(self.horizon))[index] = value
 
-    def round_done(self, index: int, started: float, on_progress: Callable[[int, int, float], None] | None,
-                   progress_every: int) -> None:
-        """Close round ``index``: each trial's seconds are the round's time divided by the trial count
-        (so a batch's seconds sum to its wall time); report progress every ``progress_every`` rounds."""
-        self.seconds[:, index] = (time.perf_counter() - started) / self.count
-        t = index + 1
-        if on_progress is not None and (t % progress_every == 0 or t == self.horizon):
-            for trial in range(self.count):
-                on_progress(trial, t, float(self.cum_regret[trial, index]))
-
     def results(self, diagnostics: list[dict[str, float]]) -> list[TrialResult]:
         return [TrialResult(self.arm[i], self.reward[i], self.regret[i], self.cum_regret[i], self.seconds[i],
                             self.extras[i], diagnostics[i]) for i in range(self.count)]
 
 
-def run_trial(spec: TrialSpec, device: str = "cpu", on_progress: ProgressCallback | None = None,
+class TrialRun:
+    """The round loop of B >= 1 trials of one batch key, stepped in lockstep.
+
+    Each trial has its own environment and random streams, exactly as when it runs alone; one
+    round is one batched ``select``, one ``step`` per environment (which may read the trial's P_t)
+    and one batched ``update``. A trial's per-round ``seconds`` is the round's time divided by B,
+    so summed over a batch it is the batch's wall time.
+    """
+
+    def __init__(self, specs: Sequence[TrialSpec], device: str = "cpu"):
+        if not specs:
+            raise ValueError("a trial run needs at least one trial")
+        self.specs = list(specs)
+        self.horizon = self.specs[0].horizon
+        if any(spec.horizon != self.horizon for spec in self.specs):
+            raise ValueError("trials of one lockstep batch must share the horizon")
+        if len({spec.algorithm for spec in self.specs}) > 1:
+            raise ValueError("trials of one lockstep batch must share the algorithm")
+        policy_cls = self.specs[0].policy_class
+        self.environments = [spec.build_environment() for spec in self.specs]
+        problem = self.environments[0].problem
+        if any(env.problem != problem for env in self.environments[1:]):
+            raise ValueError("trials of one lockstep batch must share the environment shape")
+        _check_supported(policy_cls, self.specs[0], self.environments[0])
+        params = [resolve_algorithm(spec.algorithm, spec.params) for spec in self.specs]
+        rngs = [seeding.stream(spec.seed, seeding.POLICY_STREAM) for spec in self.specs]
+        self.policy: BatchedPolicy = policy_cls.create_batch(params, problem, rngs, self.environments, device)
+        self.recorder = TrialRecorder(len(self.specs), self.horizon)
+        self.next_round = 1
+
+    @property
+    def done(self) -> bool:
+        return self.next_round > self.horizon
+
+    def contexts(self, t: int) -> np.ndarray:
+        """(B, K, d): a view for one trial, stacked for several."""
+        if len(self.environments) == 1:
+            return self.environments[0].contexts(t)[None]
+        return np.stack([env.contexts(t) for env in self.environments])
+
+    def play_round(self) -> None:
+        t, index = self.next_round, self.next_round - 1
+        started = time.perf_counter()
+        contexts = self.contexts(t)
+        decision = self.policy.select_batch(t, contexts)
+        for trial, env in enumerate(self.environments):
+            self.recorder.record(trial, index, int(decision.arms[trial]), env.step(t, decision.of(trial)))
+        self.policy.update_batch(t, contexts, decision.arms, self.recorder.reward[:, index].copy())
+        self.recorder.seconds[:, index] = (time.perf_counter() - started) / len(self.environments)
+        self.next_round += 1
+
+    def advance(self, rounds: int | None = None, on_progress: ProgressCallback | None = None,
+                progress_every: int = 100) -> None:
+        """Play ``rounds`` more rounds (all that are left by default). ``on_progress(trial, t,
+        cumulative regret)`` is called every ``progress_every`` rounds and at the last round."""
+        last = self.horizon if rounds is None else min(self.horizon, self.next_round + rounds - 1)
+        while self.next_round <= last:
+            self.play_round()
+            t = self.next_round - 1
+            if on_progress is not None and (t % progress_every == 0 or t == self.horizon):
+                for trial in range(len(self.environments)):
+                    on_progress(trial, t, float(self.recorder.cum_regret[trial, t - 1]))
+
+    def results(self) -> list[TrialResult]:
+        if not self.done:
+            raise RuntimeError(f"the trials have played {self.next_round - 1} of {self.horizon} rounds")
+        policy_diagnostics = self.policy.diagnostics_batch()
+        return self.recorder.results([{**env.diagnostics(), **policy_diagnostics[i]}
+                                      for i, env in enumerate(self.environments)])
+
+    # ---- capture and restore between rounds --------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """The whole state between two rounds (random streams included): restoring it and playing
+        on gives the same results as never stopping."""
+        return pickle.dumps(self.__dict__, protocol=pickle.HIGHEST_PROTOCOL)
+
+    @classmethod
+    def restore(cls, state: bytes) -> "TrialRun":
+        run = cls.__new__(cls)
+        run.__dict__.update(pickle.loads(state))
+        return run
+
+
+def batch_key(spec: TrialSpec) -> Hashable | None:
+    """Trials with equal non-None keys may run in lockstep; None means the trial runs alone."""
+    return spec.policy_class.batch_key(spec)
+
+
+def run_trials(specs: Sequence[TrialSpec], device: str = "cpu", on_progress: ProgressCallback | None = None,
+               progress_every: int = 100) -> list[TrialResult]:
+    """Run ``specs`` and return their results in order. Trials that share one batch key run in
+    lockstep batches (as large as the algorithm's ``largest_batch`` allows on ``device``); any
+    other set runs one trial at a time."""
+    specs = list(specs)
+    keys = {batch_key(spec) for spec in specs}
+    if len(specs) > 1 and len(keys) == 1 and None not in keys:
+        size = max(1, specs[0].policy_class.largest_batch(specs, device))
+    else:
+        size = 1
+    results: list[TrialResult] = []
+    for start in range(0, len(specs), size):
+        run = TrialRun(specs[start:start + size], device)
+        callback = None if on_progress is None else (
+            lambda trial, t, regret, offset=start: on_progress(offset + trial, t, regret))
+        run.advance(on_progress=callback, progress_every=progress_every)
+        results.extend(run.results())
+    return results
+
+
+def run_trial(spec: TrialSpec, device: str = "cpu", on_progress: Callable[[int, float], None] | None = None,
               progress_every: int = 100) -> TrialResult:
     """Run one trial. ``on_progress(t, cumulative_regret)`` is called every ``progress_every`` rounds
     and at the last round."""
-    env, policy = spec.build(device)
-    recorder = TrialRecorder(1, spec.horizon)
     callback = None if on_progress is None else (lambda _trial, t, value: on_progress(t, value))
-    for index in range(spec.horizon):
-        t = index + 1
-        started = time.perf_counter()
-        contexts = env.contexts(t)
-        decision = policy.select(t, contexts)
-        feedback = env.step(t, decision)
-        policy.update(t, contexts, decision.arm, feedback.reward)
-        recorder.record(0, index, decision.arm, feedback)
-        recorder.round_done(index, started, callback, progress_every)
-    return recorder.results([{**env.diagnostics(), **policy.diagnostics()}])[0]
+    return run_trials([spec], device, callback, progress_every)[0]

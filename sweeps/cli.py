@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retry-failed", action="store_true", help="also rerun trials recorded as failed")
     run.add_argument("--data-dir", default=None, help="dataset directory (default: $BANDITSWEEP_DATA, else "
                                                       "a per-user cache directory)")
+    run.add_argument("--sink", dest="sinks", action="append", default=None, metavar="NAME",
+                     help="a result sink mirroring the Parquet results (repeatable; default: the spec's "
+                          "`sinks:`, else mlflow); `banditsweep list` names them")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     status = commands.add_parser("status", help="done / failed / pending trial counts")
     _common(status)
@@ -116,33 +119,57 @@ def cmd_run(args) -> int:
         return _run_locked(args, sweep, env_vars)
 
 
+def _sink_names(args, sweep: Sweep) -> list[str]:
+    """--sink, else the spec's ``sinks:``, else the default; each must be a registered sink."""
+    from banditsweep.core import registry
+
+    names = args.sinks or sweep.spec.sinks or list(registry.DEFAULT_SINKS)
+    known = registry.sink_names()
+    for name in names:
+        if name not in known:
+            source = "--sink" if args.sinks else f"{args.spec}: sinks"
+            raise SpecError(source, name, f"unknown sink; allowed: {', '.join(known)}")
+    return list(dict.fromkeys(names))
+
+
 def _run_locked(args, sweep: Sweep, env_vars: dict[str, str]) -> int:
     from banditsweep.workers.dispatcher import Job, RunOptions, run_sweep
-    from banditsweep.workers.sink import ResultSink, resolve_tracking_uri
-    from banditsweep.workers.store import FAILED, FINISHED
+    from banditsweep.workers.mlflow_sink import resolve_tracking_uri
+    from banditsweep.workers.record import FAILED, FINISHED
+    from banditsweep.workers.sinks import SinkContext, open_sinks
+    from banditsweep.workers.store import TrialsTable
 
     store = _store(args, sweep)
+    sinks = _sink_names(args, sweep)
     tracking_uri = resolve_tracking_uri(args.mlflow_uri)
     journal = store.journal()
+    state = {trial_id: record.status for trial_id, record in journal.items()}
     skip = {FINISHED} if args.retry_failed else {FINISHED, FAILED}
-    pending = [t for t in sweep.trials if journal.get(t.trial_id, {}).get("status") not in skip]
-    finished = sum(1 for t in sweep.trials if journal.get(t.trial_id, {}).get("status") == FINISHED)
-    failed_before = sum(1 for t in sweep.trials if journal.get(t.trial_id, {}).get("status") == FAILED)
+    pending = [t for t in sweep.trials if state.get(t.trial_id) not in skip]
+    finished = sum(1 for t in sweep.trials if state.get(t.trial_id) == FINISHED)
+    failed_before = sum(1 for t in sweep.trials if state.get(t.trial_id) == FAILED)
     print(f"{sweep.name}: {len(sweep.trials)} trials, {finished} finished, {failed_before} failed, "
           f"{len(pending)} to run")
     if not pending:
-        sink = ResultSink(str(store.root.parent), sweep.name, tracking_uri)
-        counts = sink.reconcile([])
-        if counts["rebuilt_runs"]:
+        # Bring the trials table and the sinks up to date with the journal (a crash may have left
+        # either behind), then show the results.
+        store.compact()
+        TrialsTable(store, journal).flush()
+        context = SinkContext(sweep.name, str(store.root.parent), tracking_uri)
+        opened, counts, errors = open_sinks(sinks, context, journal, [])
+        for error in errors:
+            print(f"warning: {error}", file=sys.stderr)
+        if counts.get("rebuilt_runs"):
             print(f"restored {counts['rebuilt_runs']} MLflow runs from the Parquet results")
-        sink.close()
+        for sink in opened:
+            sink.close("FINISHED", {})
         _print_results(store, sweep)
         return EXIT_FAILED_TRIALS if failed_before else 0
     resources = sweep.spec.resources
-    options = RunOptions(results_root=str(store.root.parent), tracking_uri=tracking_uri,
-                         log_every=sweep.spec.log_every, cpus_per_trial=resources.cpus_per_trial,
-                         gpus_per_trial=resources.gpus_per_trial, batch_trials=resources.batch_trials,
-                         max_workers=args.max_workers, address=args.address, env_vars=env_vars)
+    options = RunOptions(results_root=str(store.root.parent), tracking_uri=tracking_uri, sinks=sinks,
+                         cpus_per_trial=resources.cpus_per_trial, gpus_per_trial=resources.gpus_per_trial,
+                         batch_trials=resources.batch_trials, max_workers=args.max_workers,
+                         address=args.address, env_vars=env_vars)
     jobs = [Job(spec=t.spec, record=_record(sweep, t)) for t in pending]
     bar = None
     if not args.no_progress:
@@ -167,7 +194,10 @@ def _run_locked(args, sweep: Sweep, env_vars: dict[str, str]) -> int:
         if bar is not None:
             bar.close()
     print(f"{outcome.finished} finished, {outcome.failed} failed in {outcome.seconds:.1f} s "
-          f"on {outcome.workers} {outcome.device} worker(s); MLflow parent run {outcome.parent_run_id}")
+          f"on {outcome.workers} {outcome.device} worker(s)"
+          + "".join(f"; {note}" for note in outcome.mirror.notes))
+    for error in outcome.mirror.errors[:5]:
+        print(f"warning: result sink: {error}", file=sys.stderr)
     print(f"results: {store.root}")
     _print_results(store, sweep)
     failures = store.read_trials()
@@ -177,23 +207,25 @@ def _run_locked(args, sweep: Sweep, env_vars: dict[str, str]) -> int:
     return EXIT_FAILED_TRIALS if len(failures) else 0
 
 
-def _record(sweep: Sweep, trial) -> dict:
+def _record(sweep: Sweep, trial):
+    from banditsweep.workers.record import TrialRecord
+
     spec = trial.spec
-    return {"trial_id": trial.trial_id, "sweep": sweep.name, "algorithm": spec.algorithm, "label": trial.label,
-            "environment": trial.environment, "seed": spec.seed, "horizon": spec.horizon,
-            "params": spec.params, "environment_config": spec.environment, "log_every": sweep.spec.log_every}
+    return TrialRecord(trial_id=trial.trial_id, sweep=sweep.name, algorithm=spec.algorithm, label=trial.label,
+                       environment=trial.environment, seed=spec.seed, horizon=spec.horizon, params=spec.params,
+                       environment_config=spec.environment, log_every=sweep.spec.log_every)
 
 
 def cmd_status(args) -> int:
     import pandas as pd
 
-    from banditsweep.workers.store import FAILED, FINISHED
+    from banditsweep.workers.record import FAILED, FINISHED
 
     sweep = _load(args)
     journal = _store(args, sweep).journal()
     rows = []
     for trial in sweep.trials:
-        state = journal.get(trial.trial_id, {}).get("status")
+        state = journal[trial.trial_id].status if trial.trial_id in journal else None
         rows.append({"algorithm": trial.label, "environment": trial.environment,
                      "done": state == FINISHED, "failed": state == FAILED, "pending": state not in (FINISHED, FAILED)})
     frame = pd.DataFrame(rows)
@@ -209,7 +241,7 @@ def cmd_status(args) -> int:
 
 def cmd_report(args) -> int:
     from banditsweep.sweeps.report import finished_trials, log_report_to_mlflow, markdown_table, summarise, write_report
-    from banditsweep.workers.sink import resolve_tracking_uri
+    from banditsweep.workers.mlflow_sink import resolve_tracking_uri
 
     sweep = _load(args)
     store = _store(args, sweep)
@@ -255,6 +287,7 @@ def cmd_list(args) -> int:
     for name in registry.environment_names():
         environment = registry.environment_class(name)
         print(f"  {name} [{environment.interaction}]: {describe(environment.Config)}")
+    print(f"result sinks (default: {', '.join(registry.DEFAULT_SINKS)}): {', '.join(registry.sink_names())}")
     return 0
 
 

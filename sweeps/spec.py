@@ -71,6 +71,8 @@ class SweepSpec(_Strict):
     algorithms: list[AlgorithmEntry] = Field(min_length=1)
     resources: Resources = Field(default_factory=Resources)
     log_every: int = Field(100, ge=1)
+    # Result sinks mirroring the Parquet results (registry names; None: the default, MLflow).
+    sinks: list[str] | None = None
 
     @field_validator("seeds")
     @classmethod

@@ -8,6 +8,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from banditsweep.sweeps.cli import main
+from banditsweep.workers.store import SweepStore
 
 HORIZON = 60
 SPEC = {
@@ -178,15 +179,15 @@ def test_interrupted_sweep_is_completed_by_running_it_again(tmp_path, monkeypatc
     (tmp_path / "stop.yaml").write_text(yaml.safe_dump(spec))
     driver = subprocess.Popen([sys.executable, "-m", "banditsweep", "run", "stop.yaml", "--no-progress",
                                "--max-workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    journal = tmp_path / "results" / "stop" / ".journal"
+    store = SweepStore.for_sweep(tmp_path / "results", "stop")
     deadline = time.time() + 240
-    while time.time() < deadline and len(list(journal.glob("*.json")) if journal.is_dir() else []) < 2:
-        time.sleep(0.2)
+    while time.time() < deadline and len(store.journal()) < 2:
+        time.sleep(0.1)
     driver.send_signal(signal.SIGTERM)
     output, _ = driver.communicate(timeout=120)
     assert driver.returncode == 130, output
     assert "run the same command again to resume" in output
-    done_before = len(list(journal.glob("*.json")))
+    done_before = len(store.journal())
     assert 2 <= done_before < 12
 
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")

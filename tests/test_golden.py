@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 
 from cases import CASES, DATA, RECORDED, flatten, specs  # noqa: E402
 
-from banditsweep.core.batching import run_trials  # noqa: E402
+from banditsweep.core.trial import run_trials  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Lockstep trial batching of exact Kernelized Exp3 (core.exp3 run_batch, kernel_exp3 batch_key)."""
+"""Lockstep trial batching of exact Kernelized Exp3 (core.trial run_trials, kernel_exp3 batch_key)."""
 
 import numpy as np
 import pytest
@@ -7,9 +7,8 @@ import torch
 from banditsweep.core import kernels
 from banditsweep.core.algorithms.kernel_exp3 import (LOCKSTEP_BATCH, KernelExp3, kernel_form_statistics,
                                                      work_bytes)
-from banditsweep.core.batching import batch_key, run_trials
 from banditsweep.core.kernels import Kernel
-from banditsweep.core.trial import TrialSpec, run_trial
+from banditsweep.core.trial import TrialRun, TrialSpec, batch_key, run_trial, run_trials
 
 GRID = {"kind": "adversarial_kernel", "domain": {"grid": [8, 8]}, "kernel": "matern32",
         "candidates": 100, "centers": 20}
@@ -68,9 +67,19 @@ def test_each_trial_of_a_batch_equals_the_trial_alone(alone):
 
 
 def test_a_batch_larger_than_the_device_memory_runs_in_chunks(monkeypatch, alone):
+    # The algorithm reports how many trials fit on the device ...
     monkeypatch.setattr(kernels, "available_memory_bytes", lambda device="cpu": work_bytes(64, 2))
+    assert KernelExp3.largest_batch(specs(), "cpu") == 2
+    monkeypatch.undo()
+    # ... and the runner splits a batch into chunks of that size, each trial as alone.
+    monkeypatch.setattr(KernelExp3, "largest_batch", classmethod(lambda cls, batch, device: 2))
+    sizes = []
+    create = KernelExp3.create_batch.__func__
+    monkeypatch.setattr(KernelExp3, "create_batch", classmethod(
+        lambda cls, params, *rest: sizes.append(len(params)) or create(cls, params, *rest)))
     seen = []
-    results = KernelExp3.run_batch(specs(), on_progress=lambda i, t, r: seen.append(i), progress_every=HORIZON)
+    results = run_trials(specs(), on_progress=lambda i, t, r: seen.append(i), progress_every=HORIZON)
+    assert sizes == [2, 1]
     assert sorted(seen) == [0, 1, 2]
     for batched, single in zip(results, alone):
         assert_same_trial(batched, single)
@@ -112,7 +121,6 @@ def test_a_batch_refuses_trials_that_do_not_share_the_domain():
     uniform = {**GRID, "domain": {"uniform": 64, "dim": 2}}
     batch = [TrialSpec.create("kernel_exp3", {}, uniform, seed, 5) for seed in (0, 1)]
     with pytest.raises(ValueError, match="share the domain"):
-        KernelExp3.run_batch(batch)
+        TrialRun(batch)
     with pytest.raises(ValueError, match="share the horizon"):
-        KernelExp3.run_batch([TrialSpec.create("kernel_exp3", {}, GRID, 0, 5),
-                              TrialSpec.create("kernel_exp3", {}, GRID, 1, 6)])
+        TrialRun([TrialSpec.create("kernel_exp3", {}, GRID, 0, 5), TrialSpec.create("kernel_exp3", {}, GRID, 1, 6)])

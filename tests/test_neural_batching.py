@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from banditsweep.core import batching
-from banditsweep.core.trial import TrialSpec, run_trial
+from banditsweep.core.trial import TrialSpec, batch_key, run_trial, run_trials
 
 CASES = {
     "neural_rbmle_ga": [{"nu": 1.0}, {"nu": 0.1, "lr": 0.002}, {"nu": 0.001}],
@@ -28,9 +27,9 @@ def specs_for(name, horizon=30):
 @pytest.mark.parametrize("name", list(CASES))
 def test_each_trial_of_a_batch_equals_running_it_alone(name):
     specs = specs_for(name)
-    assert len({batching.batch_key(spec) for spec in specs}) == 1
+    assert len({batch_key(spec) for spec in specs}) == 1
     progress = []
-    batched = batching.run_trials(specs, on_progress=lambda i, t, r: progress.append((i, t)), progress_every=10)
+    batched = run_trials(specs, on_progress=lambda i, t, r: progress.append((i, t)), progress_every=10)
     for spec, result in zip(specs, batched):
         alone = run_trial(spec)
         np.testing.assert_array_equal(result.arm, alone.arm)
@@ -43,7 +42,7 @@ def test_each_trial_of_a_batch_equals_running_it_alone(name):
 def test_float32_batch_matches_alone_to_tolerance():
     specs = [TrialSpec.create("neural_rbmle_ga", {"width": 16, "steps": 5, "nu": nu}, {"kind": "synthetic"}, seed, 40)
              for seed, nu in ((4, 1.0), (5, 0.1))]
-    for spec, result in zip(specs, batching.run_trials(specs)):
+    for spec, result in zip(specs, run_trials(specs)):
         alone = run_trial(spec)
         np.testing.assert_allclose(result.cum_regret, alone.cum_regret, rtol=1e-5)
 
@@ -51,10 +50,10 @@ def test_float32_batch_matches_alone_to_tolerance():
 def test_batch_keys_separate_structural_choices():
     base = TrialSpec.create("neural_ucb", {"width": 8}, {"kind": "synthetic"}, 1, 10)
     same = TrialSpec.create("neural_ucb", {"width": 8, "nu": 0.1, "lr": 0.01}, {"kind": "synthetic"}, 2, 10)
-    assert batching.batch_key(base) == batching.batch_key(same)
+    assert batch_key(base) == batch_key(same)
     for other in (TrialSpec.create("neural_ucb", {"width": 16}, {"kind": "synthetic"}, 1, 10),
                   TrialSpec.create("neural_ucb", {"width": 8, "z": "full"}, {"kind": "synthetic"}, 1, 10),
                   TrialSpec.create("neural_ucb", {"width": 8}, {"kind": "synthetic", "dim": 5}, 1, 10),
                   TrialSpec.create("neural_ucb", {"width": 8}, {"kind": "synthetic"}, 1, 11),
                   TrialSpec.create("neural_ts", {"width": 8}, {"kind": "synthetic"}, 1, 10)):
-        assert batching.batch_key(other) != batching.batch_key(base)
+        assert batch_key(other) != batch_key(base)

@@ -1,66 +1,199 @@
-"""The single writer: idempotent per trial id, and MLflow reconciled with the Parquet journal."""
+"""The record of truth (Parquet store and journal) and its mirrors (the sink protocol, MLflow)."""
+
+import json
+import os
 
 import numpy as np
 import pandas as pd
+import pytest
 from mlflow.tracking import MlflowClient
 
-from banditsweep.workers.sink import ResultSink, child_runs_by_trial
-from banditsweep.workers.store import SweepStore
+from banditsweep.workers import store as store_module
+from banditsweep.workers.mlflow_sink import MLflowSink, child_runs_by_trial
+from banditsweep.workers.record import FAILED, FINISHED, TrialOutcome, TrialRecord
+from banditsweep.workers.sinks import Mirror, SinkContext
+from banditsweep.workers.store import CURVE_SCHEMA, SweepStore, TrialsTable
 
 
-def _record(trial_id, algorithm, params, seed=0):
-    return {"trial_id": trial_id, "sweep": "s", "algorithm": algorithm, "label": algorithm, "environment": "env",
-            "seed": seed, "horizon": 4, "params": params, "environment_config": {"kind": "synthetic"},
-            "log_every": 2, "status": "finished", "final_regret": 3.0, "wall_seconds": 0.1,
-            "seconds_per_round": 0.025, "diagnostics": {"eta": 0.5}, "attempts": 1}
+def _record(trial_id, algorithm="linucb", params=None, seed=0, status=FINISHED, final=3.0):
+    return TrialRecord(trial_id=trial_id, sweep="s", algorithm=algorithm, label=algorithm, environment="env",
+                       seed=seed, horizon=4, params=params or {"nu": 1.0}, environment_config={"kind": "synthetic"},
+                       log_every=2, status=status, attempts=1, final_regret=final if status == FINISHED else None,
+                       wall_seconds=0.1, seconds_per_round=0.025, diagnostics={"eta": 0.5},
+                       started_at=1.7e9, finished_at=1.7e9 + 0.1, node="127.0.0.1", device="cpu")
 
 
 ARRAYS = {"arm": np.array([0, 1, 1, 0]), "reward": np.ones(4), "regret": np.array([1.0, 0, 2.0, 0]),
           "cum_regret": np.array([1.0, 1.0, 3.0, 3.0]), "seconds": np.full(4, 0.025)}
 
 
-def test_finish_is_idempotent_and_the_table_unifies_param_columns(tmp_path):
-    uri = f"sqlite:///{tmp_path}/m.db"
-    sink = ResultSink(str(tmp_path / "results"), "s", uri)
+def _finished(record, **extras):
+    return TrialOutcome(record, {**ARRAYS, **extras})
+
+
+def test_groups_of_outcomes_are_durable_and_compact_into_one_file_each(tmp_path):
+    store = SweepStore.for_sweep(tmp_path, "s")
     a = _record("a" * 20, "linucb", {"nu": 1, "lam": 1.0})
     b = _record("b" * 20, "neural", {"nu": 0.5, "form": "paper"}, seed=1)
-    for record in (a, b, a):  # a written twice: one copy
-        sink.start_trial(record)
-        sink.finish_trial(record, ARRAYS)
-    sink.close()
-    trials = pd.read_parquet(tmp_path / "results" / "s" / "trials")
-    assert sorted(trials["trial_id"]) == ["a" * 20, "b" * 20]
-    assert trials["nu"].dtype == np.float64 and sorted(trials["nu"]) == [0.5, 1.0]
-    assert trials.set_index("algorithm").loc["neural", "form"] == "paper"
-    assert pd.isna(trials.set_index("algorithm").loc["linucb", "form"])
-    curves = pd.read_parquet(tmp_path / "results" / "s" / "curves")
-    assert len(curves) == 8 and curves["expected_regret"].isna().all()
-    # No temporary files are left behind, and readers skip them by name anyway.
-    assert not [p for p in (tmp_path / "results" / "s").rglob(".*.tmp")]
-    runs = child_runs_by_trial(MlflowClient(uri), sink.experiment_id)
-    assert {k: [r.info.status for r in v] for k, v in runs.items()} == {"a" * 20: ["FINISHED"], "b" * 20: ["FINISHED"]}
+    c = _record("c" * 20, status=FAILED)
+    store.write_outcomes([_finished(a), TrialOutcome(c)])
+    # b with per-round extras: a declared column and one no column exists for; a again (a crash fell
+    # between its curves and its journal entry, and it ran again): one copy is kept.
+    store.write_outcomes([_finished(b, expected_regret=np.arange(4.0), novel=np.full(4, 7.0)), _finished(a)])
+    assert len(list(store.curves_dir.glob("*.parquet"))) == 2 and len(list(store.journal_dir.glob("*.jsonl"))) == 2
+    journal = store.journal()
+    assert sorted(journal) == ["a" * 20, "b" * 20, "c" * 20] and journal["a" * 20] == a
+    TrialsTable(store, journal).flush()
+    store.compact()
+    assert [p.name.startswith("c-") for p in store.curves_dir.iterdir()] == [True]
+    assert len(list(store.journal_dir.iterdir())) == 1 and store.journal() == journal
+    assert not [p for p in store.root.rglob(".*") if p.name != ".journal"]   # no temporary files left
+
+    curves = pd.read_parquet(store.curves_dir)
+    assert len(curves) == 8 and list(curves.columns) == CURVE_SCHEMA.names
+    rows_b = curves[curves["trial_id"] == "b" * 20].sort_values("t")
+    assert rows_b["expected_regret"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert [dict(x) for x in rows_b["other_extras"]] == [{"novel": 7.0}] * 4
+    assert curves[curves["trial_id"] == "a" * 20]["expected_regret"].isna().all()
+
+    trials = pd.read_parquet(store.trials_dir).set_index("trial_id")
+    assert trials["nu"].dtype == np.float64 and sorted(trials["nu"]) == [0.5, 1.0, 1.0]
+    assert trials.loc["b" * 20, "form"] == "paper" and pd.isna(trials.loc["a" * 20, "form"])
+    assert trials.loc["c" * 20, "status"] == FAILED and pd.isna(trials.loc["c" * 20, "final_regret"])
+    assert str(trials["started_at"].dtype) == "datetime64[us, UTC]"
+    assert trials.loc["a" * 20, "finished_at"] == pd.Timestamp("2023-11-14 22:13:20.1", tz="UTC")
+    assert trials.loc["a" * 20, "node"] == "127.0.0.1" and trials.loc["a" * 20, "device"] == "cpu"
+    assert json.loads(trials.loc["b" * 20, "diagnostics"]) == {"eta": 0.5}
 
 
-def test_reconcile_rebuilds_lost_runs_and_clears_stale_ones(tmp_path):
+def test_a_compaction_cut_short_is_finished_by_the_next_open(tmp_path, monkeypatch):
+    store = SweepStore.for_sweep(tmp_path, "s")
+    for name in "abc":
+        store.write_outcomes([_finished(_record(name * 20))])
+    real_replace = os.replace
+
+    def crash_on_show(source, target):
+        if os.path.basename(str(source)).startswith(".c-"):
+            raise OSError("the machine went down")
+        return real_replace(source, target)
+
+    monkeypatch.setattr(store_module.os, "replace", crash_on_show)
+    with pytest.raises(OSError):
+        store.compact()
+    monkeypatch.undo()
+    assert store.read_curves().empty or len(store.read_curves()) < 12   # parts gone, merged file hidden
+    store.recover()
+    curves = store.read_curves()
+    assert len(curves) == 12 and sorted(curves["trial_id"].unique()) == ["a" * 20, "b" * 20, "c" * 20]
+    assert len(list(store.curves_dir.glob("*.parquet"))) == 1
+
+
+def test_journals_of_the_earlier_layout_are_read(tmp_path):
+    store = SweepStore.for_sweep(tmp_path, "s")
+    store.journal_dir.mkdir(parents=True)
+    old = {"trial_id": "d" * 20, "sweep": "s", "algorithm": "random", "label": "random", "environment": "env",
+           "seed": 0, "horizon": 4, "params": {}, "environment_config": {"kind": "synthetic"}, "log_every": 2,
+           "status": "failed", "final_regret": None, "error": "boom", "attempts": 1, "finished_at": 1.7e9}
+    (store.journal_dir / f"{'d' * 20}.json").write_text(json.dumps(old))
+    assert store.journal()["d" * 20].error == "boom"
+    # Run again and finished: the newer segment wins.
+    store.write_outcomes([_finished(_record("d" * 20))])
+    assert store.journal()["d" * 20].status == FINISHED
+
+
+def _runs(uri, sink):
+    return child_runs_by_trial(MlflowClient(uri), sink.experiment_id)
+
+
+def test_mlflow_reconcile_rebuilds_lost_runs_and_clears_stale_ones(tmp_path):
     uri = f"sqlite:///{tmp_path}/m.db"
     client = MlflowClient(uri)
-    sink = ResultSink(str(tmp_path / "results"), "s", uri)
-    a, b, c = (_record(x * 20, "linucb", {"nu": 1.0}, seed=i) for i, x in enumerate("abc"))
-    for record in (a, b):
-        sink.start_trial(record)
-        sink.finish_trial(record, ARRAYS)
-    sink.start_trial(c)  # c was running when the driver died
-    sink.close(status="KILLED")
+    context = SinkContext("s", str(tmp_path / "results"), uri)
+    store = context.store
+    a, b, c = (_record(x * 20, seed=i) for i, x in enumerate("abc"))
+    sink = MLflowSink(context)
+    assert sink.open(store.journal(), []) == {"deleted_runs": 0, "rebuilt_runs": 0}
+    store.write_outcomes([_finished(a), _finished(b)])
+    sink.trials_ended([(a, [(2, 1.0), (4, 3.0)]), (b, [(2, 1.0), (4, 3.0)])])
+    sink.trials_started([c])  # c was running when the driver died
+    sink.close("KILLED", {})
     # A crash between the journal write and MLflow: a's run is gone.
-    client.delete_run(child_runs_by_trial(client, sink.experiment_id)["a" * 20][0].info.run_id)
+    client.delete_run(_runs(uri, sink)["a" * 20][0].info.run_id)
 
-    again = ResultSink(str(tmp_path / "results"), "s", uri)
-    counts = again.reconcile(pending_trial_ids=["c" * 20])
-    assert counts == {"deleted_runs": 1, "rebuilt_runs": 1}
-    again.close()
-    runs = child_runs_by_trial(client, again.experiment_id)
+    again = MLflowSink(context)
+    assert again.open(store.journal(), pending=["c" * 20]) == {"deleted_runs": 1, "rebuilt_runs": 1}
+    again.close("FINISHED", {})
+    runs = _runs(uri, again)
     assert sorted(runs) == ["a" * 20, "b" * 20]
     rebuilt = runs["a" * 20][0]
     assert rebuilt.info.status == "FINISHED" and rebuilt.data.metrics["final_regret"] == 3.0
+    assert rebuilt.data.params["nu"] == "1.0" and rebuilt.data.tags["status"] == FINISHED
     assert [m.step for m in client.get_metric_history(rebuilt.info.run_id, "regret")] == [2, 4]
-    assert SweepStore.for_sweep(tmp_path / "results", "s").read_trials()["trial_id"].tolist() == ["a" * 20, "b" * 20]
+
+
+class Recording:
+    """A sink that records what it is given."""
+
+    def __init__(self, context=None):
+        self.calls = []
+
+    def open(self, records, pending):
+        return {}
+
+    def trials_started(self, records):
+        self.calls.append(("started", [r.trial_id for r in records]))
+
+    def progress(self, points):
+        self.calls.append(("progress", {k: list(v) for k, v in points.items()}))
+
+    def trials_ended(self, ended):
+        self.calls.append(("ended", [(r.trial_id, list(curve)) for r, curve in ended]))
+
+    def close(self, status, summary):
+        self.calls.append(("close", status))
+        return "closed"
+
+
+def test_the_mirror_folds_events_of_one_delivery():
+    sink = Recording()
+    mirror = Mirror([sink], interval=30.0)   # nothing is delivered before close
+    a, b = _record("a" * 20), _record("b" * 20)
+    mirror.started([a, b])
+    mirror.progress(a.trial_id, [(2, 1.0)])
+    mirror.progress(b.trial_id, [(2, 5.0)])
+    mirror.started([b])                      # b retried: its earlier points are void
+    mirror.progress(b.trial_id, [(2, 6.0)])
+    mirror.ended([(a, [(2, 1.0), (4, 3.0)])])
+    status = mirror.close("FINISHED", {}, timeout=10)
+    assert sink.calls == [("started", ["b" * 20]), ("progress", {"b" * 20: [(2, 6.0)]}),
+                          ("ended", [("a" * 20, [(2, 1.0), (4, 3.0)])]), ("close", "FINISHED")]
+    assert status.delivered == 1 and status.notes == ["closed"] and not status.errors
+
+
+def test_a_failing_sink_is_reported_and_the_others_still_get_everything():
+    class Broken(Recording):
+        def trials_ended(self, ended):
+            raise ConnectionError("tracking server unreachable")
+
+    good, broken = Recording(), Broken()
+    mirror = Mirror([broken, good], interval=0.01)
+    mirror.ended([(_record("a" * 20), [])])
+    status = mirror.close("FINISHED", {}, timeout=10)
+    assert ("ended", [("a" * 20, [])]) in good.calls
+    assert status.errors == ["Broken.trials_ended: ConnectionError: tracking server unreachable"]
+
+
+def test_streamed_points_are_not_logged_twice(tmp_path):
+    uri = f"sqlite:///{tmp_path}/m.db"
+    sink = MLflowSink(SinkContext("s", str(tmp_path / "results"), uri))
+    a = _record("a" * 20)
+    sink.trials_started([a])
+    sink.progress({a.trial_id: [(2, 1.0)]})
+    sink.trials_started([a])              # retried: a fresh run
+    sink.progress({a.trial_id: [(2, 1.5)]})
+    sink.trials_ended([(a, [(2, 1.5), (4, 3.0)])])
+    sink.close("FINISHED", {})
+    runs = _runs(uri, sink)["a" * 20]
+    assert len(runs) == 1
+    history = MlflowClient(uri).get_metric_history(runs[0].info.run_id, "regret")
+    assert [(m.step, m.value) for m in history] == [(2, 1.5), (4, 3.0)]

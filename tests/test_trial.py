@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from banditsweep.core import registry
-from banditsweep.core.trial import TrialSpec, run_trial
+from banditsweep.core.trial import TrialRun, TrialSpec, run_trial
 
 ENV = {"kind": "synthetic", "function": "h2", "arms": 4, "dim": 6}
 
@@ -71,3 +71,60 @@ def test_plugins_register_algorithms(monkeypatch, repo):
     assert "always_raises" in registry.algorithm_names()
     with pytest.raises(ValueError, match="round 3"):
         run_trial(TrialSpec.create("always_raises", {}, ENV, 0, 10))
+
+
+SNAPSHOT_CASES = {
+    "linucb alone": [("linucb", {}, ENV, 3)],
+    "neural_ucb batch": [("neural_ucb", {"width": 8, "steps": 2, "nu": nu}, ENV, seed)
+                         for seed, nu in ((0, 1.0), (1, 0.1))],
+    "kernel_exp3 batch": [("kernel_exp3", {}, {"kind": "adversarial_kernel", "domain": {"grid": [5, 5]},
+                                               "candidates": 30, "centers": 5}, seed) for seed in (0, 1)],
+    "rls_kernel_exp3 alone": [("rls_kernel_exp3", {}, {"kind": "adversarial_kernel", "domain": {"grid": [6, 6]},
+                                                       "candidates": 30, "centers": 5}, 2)],
+}
+
+
+@pytest.mark.parametrize("case", list(SNAPSHOT_CASES))
+def test_a_run_captured_between_rounds_and_restored_ends_as_if_never_stopped(case):
+    specs = [TrialSpec.create(name, params, env, seed, horizon=30) for name, params, env, seed in SNAPSHOT_CASES[case]]
+    straight = TrialRun(specs)
+    straight.advance()
+    interrupted = TrialRun(specs)
+    interrupted.advance(12)
+    assert interrupted.next_round == 13 and not interrupted.done
+    state = interrupted.snapshot()
+    interrupted.advance(5)   # the original goes on: the snapshot is independent of it
+    resumed = TrialRun.restore(state)
+    assert resumed.next_round == 13
+    seen = []
+    resumed.advance(on_progress=lambda trial, t, regret: seen.append((trial, t)), progress_every=10)
+    assert sorted(seen) == [(i, t) for i in range(len(specs)) for t in (20, 30)]
+    for expected, got in zip(straight.results(), resumed.results()):
+        for name in ("arm", "reward", "regret", "cum_regret"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(expected, name))
+        for name, values in expected.extras.items():
+            np.testing.assert_array_equal(got.extras[name], values)
+
+
+def test_results_before_the_last_round_are_refused():
+    run = TrialRun([TrialSpec.create("random", {}, ENV, 0, horizon=10)])
+    run.advance(3)
+    with pytest.raises(RuntimeError, match="played 3 of 10 rounds"):
+        run.results()
+
+
+def test_plain_policies_run_as_a_batch_of_one_and_equal_a_hand_written_loop():
+    """The one round loop gives what the contract's loop (core.contracts docstring) gives."""
+    spec = TrialSpec.create("linucb", {"nu": 0.3}, ENV, seed=4, horizon=60)
+    env, policy = spec.build()
+    arms, regret = [], []
+    for t in range(1, 61):
+        contexts = env.contexts(t)
+        decision = policy.select(t, contexts)
+        feedback = env.step(t, decision)
+        policy.update(t, contexts, decision.arm, feedback.reward)
+        arms.append(decision.arm)
+        regret.append(feedback.cumulative_regret)
+    result = run_trial(spec)
+    np.testing.assert_array_equal(result.arm, arms)
+    np.testing.assert_array_equal(result.cum_regret, regret)

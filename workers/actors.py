@@ -1,125 +1,110 @@
-"""The trial actor: pulls batches of trials, runs them on its device, streams to the sink."""
+"""The Ray actors of a sweep: trial actors that run batches of trials, and the mirror that feeds the
+result sinks.
+
+A trial actor returns its trials' outcomes (records and per-round arrays) to the driver, which makes
+them durable in the Parquet store; it streams a thinned regret curve of running trials to the mirror
+without waiting for it.
+"""
 
 from __future__ import annotations
 
+import sys
 import time
 import traceback
-from typing import Any
 
 import ray
 
-from banditsweep.core.batching import run_trials
-from banditsweep.core.trial import TrialResult, TrialSpec
-from banditsweep.workers.store import FAILED, FINISHED
+from banditsweep.core.trial import TrialSpec, run_trials
+from banditsweep.workers.record import TrialOutcome, TrialRecord
+from banditsweep.workers.sinks import Mirror, MirrorStatus, SinkContext, open_sinks
 
 
-def finished_record(record: dict[str, Any], result: TrialResult) -> dict[str, Any]:
-    return {**record, "status": FINISHED, "final_regret": result.final_regret,
-            "wall_seconds": result.wall_seconds, "seconds_per_round": result.seconds_per_round,
-            "diagnostics": result.diagnostics, "error": None, "traceback": None}
-
-
-def failed_record(record: dict[str, Any], error: str, trace: str | None) -> dict[str, Any]:
-    return {**record, "status": FAILED, "final_regret": None, "wall_seconds": None,
-            "seconds_per_round": None, "diagnostics": {}, "error": error, "traceback": trace}
-
-
-def result_arrays(result: TrialResult) -> dict[str, Any]:
-    arrays = {"arm": result.arm, "reward": result.reward, "regret": result.regret,
-              "cum_regret": result.cum_regret, "seconds": result.seconds}
-    if "expected_regret" in result.extras:
-        arrays["expected_regret"] = result.extras["expected_regret"]
-    return arrays
+def _describe_error() -> tuple[str, str]:
+    error = sys.exc_info()[1]
+    return f"{type(error).__name__}: {error}", traceback.format_exc()
 
 
 @ray.remote
 class TrialActor:
     """One per GPU (or per ``cpus_per_trial`` CPUs). Runs a batch of compatible trials at a time."""
 
-    def __init__(self, sink, log_every: int, threads: int):
-        import torch
+    def __init__(self, mirror, threads: int):
+        self.mirror = mirror
+        self.threads = max(1, threads)
+        self.node = ray.util.get_node_ip_address()
+        self.device, self.device_label = "cpu", "cpu"
+        if ray.get_gpu_ids():
+            import torch
 
-        torch.set_num_threads(max(1, threads))
-        self.sink = sink
-        self.log_every = log_every
-        self.device = "cuda" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"
+            if torch.cuda.is_available():
+                self.device, self.device_label = "cuda", torch.cuda.get_device_name()
 
-    def device_name(self) -> str:
-        return self.device
-
-    def run(self, batch: list[tuple[TrialSpec, dict[str, Any]]]) -> list[tuple[str, str]]:
-        """Run the batch; every trial's outcome reaches the sink before this returns."""
-        for _, record in batch:
-            self.sink.start_trial.remote(record)
+    def run(self, batch: list[tuple[TrialSpec, TrialRecord]]) -> list[TrialOutcome]:
+        """Run the batch; a trial that raises is recorded as failed (a batch that raised is run
+        again one trial at a time, so that only the trial at fault fails)."""
+        specs = [spec for spec, _ in batch]
+        self._configure_threads(specs[0])
+        now = time.time()
+        records = [record.started(record.attempts, self.node, self.device_label, now) for _, record in batch]
         try:
-            outcomes = self._run_together(batch)
+            return self._run_together(specs, records)
         except Exception:
             if len(batch) == 1:
-                failed = failed_record(batch[0][1], *self._describe_error())
-                ray.get(self.sink.finish_trial.remote(failed, None))
-                outcomes = [failed]
-            else:
-                # Isolate the trial that raised: run each alone.
-                outcomes = [self._run_alone(spec, record) for spec, record in batch]
-        return [(record["trial_id"], record["status"]) for record in outcomes]
+                return [TrialOutcome.of(records[0].failed(*_describe_error(), at=time.time()))]
+        outcomes = []
+        for spec, record in zip(specs, records):
+            record = record.started(record.attempts, self.node, self.device_label, time.time())
+            try:
+                outcomes.extend(self._run_together([spec], [record]))
+            except Exception:
+                outcomes.append(TrialOutcome.of(record.failed(*_describe_error(), at=time.time())))
+        return outcomes
 
-    @staticmethod
-    def _describe_error() -> tuple[str, str]:
-        import sys
+    def _configure_threads(self, spec: TrialSpec) -> None:
+        """Torch's intra-op threads follow the actor's CPUs; set once the algorithm's module (and
+        torch, if it uses it) is imported, so actors of torch-free algorithms never load torch."""
+        spec.policy_class
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(self.threads)
 
-        error = sys.exc_info()[1]
-        return f"{type(error).__name__}: {error}", traceback.format_exc()
-
-    def _run_alone(self, spec: TrialSpec, record: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return self._run_together([(spec, record)])[0]
-        except Exception:
-            failed = failed_record(record, *self._describe_error())
-            ray.get(self.sink.finish_trial.remote(failed, None))
-            return failed
-
-    def _run_together(self, batch) -> list[dict[str, Any]]:
-        specs = [spec for spec, _ in batch]
-        trial_ids = [record["trial_id"] for _, record in batch]
+    def _run_together(self, specs: list[TrialSpec], records: list[TrialRecord]) -> list[TrialOutcome]:
+        self.mirror.started.remote(records)
 
         def stream(index: int, t: int, cumulative_regret: float) -> None:
-            self.sink.log_progress.remote(trial_ids[index], [(t, cumulative_regret)])
+            self.mirror.progress.remote(records[index].trial_id, [(t, cumulative_regret)])
 
         started = time.perf_counter()
-        results = run_trials(specs, self.device, on_progress=stream, progress_every=self.log_every)
+        results = run_trials(specs, self.device, on_progress=stream, progress_every=records[0].log_every)
         elapsed = time.perf_counter() - started
-        records = []
-        writes = []
-        for (_, record), result in zip(batch, results):
-            done = finished_record(record, result)
-            done["diagnostics"] = {**done["diagnostics"], "batch_size": len(batch),
-                                   "batch_wall_seconds": elapsed}
-            records.append(done)
-            writes.append(self.sink.finish_trial.remote(done, result_arrays(result)))
-        ray.get(writes)
-        return records
+        now = time.time()
+        return [TrialOutcome.of(record.finished(result, now, batch_size=float(len(specs)),
+                                                batch_wall_seconds=elapsed), result)
+                for record, result in zip(records, results)]
 
 
 @ray.remote(num_cpus=0)
-class SinkActor:
-    """The single writer, as an actor (pinned to the driver's node by the dispatcher)."""
+class MirrorActor:
+    """The sinks of a run, fed by a :class:`~banditsweep.workers.sinks.Mirror` (pinned by the
+    dispatcher to the driver's node: a SQLite MLflow store is a file there). The sinks are opened
+    (reconciled with the journal) when the actor is built, before any event reaches it, so the
+    driver need not wait for that."""
 
-    def __init__(self, *args, **kwargs):
-        from banditsweep.workers.sink import ResultSink
+    def __init__(self, names: list[str], context: SinkContext, pending: list[str]):
+        sinks, self.counts, errors = open_sinks(names, context, context.store.journal(), pending)
+        self.mirror = Mirror(sinks)
+        self.mirror.status.errors += errors
 
-        self.sink = ResultSink(*args, **kwargs)
+    def reconciled(self) -> dict[str, int]:
+        return self.counts
 
-    def reconcile(self, pending):
-        return self.sink.reconcile(pending)
+    def started(self, records):
+        self.mirror.started(records)
 
-    def start_trial(self, record):
-        return self.sink.start_trial(record)
+    def progress(self, trial_id, points):
+        self.mirror.progress(trial_id, points)
 
-    def log_progress(self, trial_id, points):
-        self.sink.log_progress(trial_id, points)
+    def ended(self, ended):
+        self.mirror.ended(ended)
 
-    def finish_trial(self, record, arrays):
-        self.sink.finish_trial(record, arrays)
-
-    def close(self, status="FINISHED", summary=None):
-        return self.sink.close(status, summary)
+    def close(self, status: str, summary: dict[str, float], timeout: float) -> MirrorStatus:
+        return self.mirror.close(status, summary, timeout)

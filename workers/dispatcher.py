@@ -1,9 +1,12 @@
-"""The driver side of a sweep: connect to Ray, start the sink and the trial actors, hand out
-batches of trials until none is left, re-queue the trials of actors that died.
+"""The driver side of a sweep: connect to Ray, start the mirror and the trial actors, hand out
+batches of trials until none is left, make every outcome durable, re-queue the trials of actors
+that died.
 
-Ray Core does the scheduling (actors placed by their resource requests); this module only keeps
-a queue and a pool. One trial actor per GPU when the cluster has GPUs, else one per
-``cpus_per_trial`` CPUs, capped by ``max_workers``.
+Ray Core does the scheduling (actors placed by their resource requests); this module keeps a queue
+and a pool. One trial actor per GPU when the cluster has GPUs, else one per ``cpus_per_trial``
+CPUs, capped by ``max_workers``. Each actor holds up to two batches (the one it runs and the next),
+so it never waits for the driver; the driver writes the outcomes that arrive together as one group
+(workers.store) and only then counts them done.
 """
 
 from __future__ import annotations
@@ -13,25 +16,39 @@ import math
 import os
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from banditsweep.core.batching import batch_key, preferred_batch_size
-from banditsweep.core.trial import TrialSpec
+from banditsweep.core.trial import TrialSpec, batch_key
+from banditsweep.workers.actors import MirrorActor, TrialActor
+from banditsweep.workers.record import FINISHED, TrialOutcome, TrialRecord, thinned_curve
 from banditsweep.workers.signals import stop_cleanly_on_sigterm
-from banditsweep.workers.actors import SinkActor, TrialActor, failed_record
+from banditsweep.workers.sinks import MirrorStatus, SinkContext
+from banditsweep.workers.store import SweepStore, TrialsTable
 
 MAX_ATTEMPTS = 3
+# Batches an actor holds at once: the one it runs and the next one, queued on the actor.
+ACTOR_QUEUE = 2
+# Seconds the end of a run waits for the sinks to catch up before it reports how far behind they are.
+MIRROR_CLOSE_TIMEOUT = 120.0
+
+# Lockstep batch sizes when neither the spec (resources.batch_trials) nor the algorithm says otherwise.
+# On a GPU, batching trials is what fills the device. On a CPU slot it pays little for the neural
+# algorithms (0.8-2.1x throughput for 10 trials with both cores, docs/benchmarks.md: every trial has
+# its own weights, so a batch only saves per-operation overhead), and a one-CPU trial actor would
+# hold ten trials' results back until the slowest finishes, so trials run one at a time there.
+CPU_BATCH = 1
+GPU_BATCH = 32
 
 
 @dataclass
 class RunOptions:
     results_root: str
     tracking_uri: str
-    log_every: int = 100
+    sinks: list[str] = field(default_factory=lambda: ["mlflow"])
     cpus_per_trial: float = 1.0
     gpus_per_trial: float | None = None
     batch_trials: int | None = None
@@ -42,10 +59,10 @@ class RunOptions:
 
 @dataclass
 class Job:
-    """One trial to run: its spec, its record for the sink, how often it was tried."""
+    """One trial to run: its spec, its record, how often it was tried."""
 
     spec: TrialSpec
-    record: dict[str, Any]
+    record: TrialRecord
     attempts: int = 0
 
 
@@ -61,10 +78,10 @@ class Progress:
 class SweepOutcome:
     finished: int
     failed: int
-    parent_run_id: str
     workers: int
     device: str
     reconcile: dict[str, int]
+    mirror: MirrorStatus
     seconds: float
 
 
@@ -108,9 +125,17 @@ class RayConnection:
             ray.shutdown()
 
 
+def preferred_batch_size(spec: TrialSpec, on_gpu: bool) -> int:
+    """How many trials like ``spec`` to run in one lockstep batch on this kind of device: the
+    algorithm's ``preferred_batch_size`` where it states one, else the defaults above."""
+    preferred = spec.policy_class.preferred_batch_size(spec, on_gpu)
+    if preferred is None:
+        return GPU_BATCH if on_gpu else CPU_BATCH
+    return max(1, int(preferred))
+
+
 def default_batch_size(spec: TrialSpec, on_gpu: bool, group_size: int, workers: int) -> int:
-    """What the algorithm prefers on this device (core.batching.preferred_batch_size), but small
-    enough that every worker gets a batch."""
+    """What the algorithm prefers on this device, but small enough that every worker gets a batch."""
     return max(1, min(preferred_batch_size(spec, on_gpu), math.ceil(group_size / max(1, workers))))
 
 
@@ -149,17 +174,45 @@ def worker_plan(options: RunOptions) -> tuple[int, float, float]:
     return count, cpus_each, gpus_each
 
 
+class ResultWriter:
+    """The driver's side of the record of truth: durable groups of outcomes, the trials table, and
+    the mirror told once they are durable."""
+
+    def __init__(self, store: SweepStore, mirror, progress: Progress):
+        self.store, self.mirror, self.progress = store, mirror, progress
+        self.table = TrialsTable(store, store.journal())
+
+    def write(self, outcomes: list[TrialOutcome]) -> None:
+        if not outcomes:
+            return
+        self.store.write_outcomes(outcomes)
+        self.table.add(outcome.record for outcome in outcomes)
+        self.mirror.ended.remote([(o.record, thinned_curve(o.arrays, o.record.log_every) if o.arrays else [])
+                                  for o in outcomes])
+        for outcome in outcomes:
+            if outcome.record.status == FINISHED:
+                self.progress.done += 1
+            else:
+                self.progress.failed += 1
+
+    def close(self) -> None:
+        self.store.compact()
+        self.table.flush()
+
+
 def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
               on_progress: Callable[[Progress], None] | None = None) -> SweepOutcome:
-    """Run ``jobs`` (trials not yet finished) on Ray; every outcome is written by the sink."""
+    """Run ``jobs`` (trials not yet finished) on Ray; every outcome is made durable by the driver."""
     started = time.perf_counter()
+    store = SweepStore.for_sweep(options.results_root, sweep_name)
+    context = SinkContext(sweep_name, str(store.root.parent), options.tracking_uri)
     with RayConnection(options.address, options.env_vars):
         here = ray.get_runtime_context().get_node_id()
-        sink = SinkActor.options(
+        mirror = MirrorActor.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
-        ).remote(options.results_root, sweep_name, options.tracking_uri)
-        reconcile = ray.get(sink.reconcile.remote([job.record["trial_id"] for job in jobs]))
+        ).remote(options.sinks, context, [job.record.trial_id for job in jobs])
         progress = Progress(total=len(jobs))
+        writer = ResultWriter(store, mirror, progress)
         if on_progress:
             on_progress(progress)
         count, cpus_each, gpus_each = worker_plan(options)
@@ -167,59 +220,70 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
         count = min(count, len(batches)) if batches else 0
 
         def new_actor():
-            return TrialActor.options(num_cpus=cpus_each, num_gpus=gpus_each).remote(
-                sink, options.log_every, max(1, int(cpus_each)))
+            return TrialActor.options(num_cpus=cpus_each, num_gpus=gpus_each).remote(mirror, max(1, int(cpus_each)))
 
         actors = [new_actor() for _ in range(count)]
-        idle = list(range(count))
-        in_flight: dict[Any, tuple[int, list[Job]]] = {}
+        queued = [0] * count                                  # batches each actor holds
+        in_flight: dict[Any, tuple[int, Any, list[Job]]] = {}  # ref -> (slot, actor, batch)
         status = "FINISHED"
+
+        def hand_out() -> None:
+            # Every idle actor gets a batch first; a second one only while there is more work than actors.
+            for depth in range(1, ACTOR_QUEUE + 1):
+                for slot in range(count):
+                    if not batches or (depth > 1 and len(batches) <= count):
+                        return
+                    if queued[slot] < depth:
+                        batch = batches.popleft()
+                        for job in batch:
+                            job.attempts += 1
+                        items = [(job.spec, replace(job.record, attempts=job.attempts)) for job in batch]
+                        in_flight[actors[slot].run.remote(items)] = (slot, actors[slot], batch)
+                        queued[slot] += 1
+                        progress.running += len(batch)
+
         try:
             while batches or in_flight:
-                while idle and batches:
-                    slot = idle.pop()
-                    batch = batches.popleft()
-                    for job in batch:
-                        job.attempts += 1
-                        job.record["attempts"] = job.attempts
-                    in_flight[actors[slot].run.remote([(job.spec, job.record) for job in batch])] = (slot, batch)
-                    progress.running += len(batch)
+                hand_out()
                 if on_progress:
                     on_progress(progress)
-                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+                ready, rest = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+                if ready and rest:
+                    more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+                    ready += more
+                arrived: list[TrialOutcome] = []
                 for ref in ready:
-                    slot, batch = in_flight.pop(ref)
+                    slot, actor, batch = in_flight.pop(ref)
+                    queued[slot] -= 1
                     progress.running -= len(batch)
                     try:
-                        outcomes = ray.get(ref)
+                        arrived += ray.get(ref)
                     except ray.exceptions.RayActorError as error:
                         # The actor died (node lost, out of memory, a crash in native code): a fresh
-                        # actor takes its slot and the batch is tried again, one trial at a time.
-                        actors[slot] = new_actor()
+                        # actor takes its slot and its batches are tried again, one trial at a time.
+                        if actors[slot] is actor:
+                            actors[slot] = new_actor()
                         for job in batch:
                             if job.attempts >= MAX_ATTEMPTS:
-                                failed = failed_record(job.record, f"worker died {job.attempts} times: {error}", None)
-                                ray.get(sink.finish_trial.remote(failed, None))
-                                progress.failed += 1
+                                record = replace(job.record, attempts=job.attempts)
+                                arrived.append(TrialOutcome.of(record.failed(
+                                    f"worker died {job.attempts} times: {error}", None, at=time.time())))
                             else:
                                 batches.appendleft([job])
-                    else:
-                        for _, trial_status in outcomes:
-                            if trial_status == "finished":
-                                progress.done += 1
-                            else:
-                                progress.failed += 1
-                    idle.append(slot)
-                    if on_progress:
-                        on_progress(progress)
+                hand_out()   # the actors get their next batch before the driver writes
+                writer.write(arrived)
+                if on_progress and ready:
+                    on_progress(progress)
         except BaseException:
             status = "KILLED"
             raise
         finally:
             for actor in actors:
                 ray.kill(actor)
+            writer.close()
             summary = {"trials_finished": progress.done, "trials_failed": progress.failed}
-            parent_run_id = ray.get(sink.close.remote(status, summary))
+            reconcile = ray.get(mirror.reconciled.remote())
+            mirrored = ray.get(mirror.close.remote(status, summary, MIRROR_CLOSE_TIMEOUT))
         device = "GPU" if gpus_each > 0 else "CPU"
-        return SweepOutcome(progress.done, progress.failed, parent_run_id, count, device, reconcile,
+        return SweepOutcome(progress.done, progress.failed, count, device, reconcile, mirrored,
                             time.perf_counter() - started)

@@ -1,15 +1,23 @@
-"""The Parquet results of a sweep, under ``<results root>/<sweep>/``.
+"""The Parquet results of a sweep, under ``<results root>/<sweep>/``: the record of truth.
 
-- ``trials/trials.parquet``: one row per finished or failed trial (``pd.read_parquet(".../trials")``).
-- ``curves/<trial_id>.parquet``: one row per round of one trial (``pd.read_parquet(".../curves")``
-  reads them all; every file has the same schema).
-- ``.journal/<trial_id>.json``: the durable record of each trial's outcome. The trials table is a
-  materialised view of the journal, rebuilt whenever a trial ends, so a crash between the two loses
-  nothing: the next ``run`` rebuilds the table from the journal.
+- ``.journal/``: the durable outcome of every trial (:class:`~banditsweep.workers.record.TrialRecord`
+  as JSON lines). Each write appends one new segment file holding the outcomes of a group of
+  trials; a later segment's record of a trial replaces an earlier one (a failed trial run again).
+  A trial is *done* once its segment exists.
+- ``curves/``: one row per trial per round (:data:`CURVE_SCHEMA`), written in the same groups, one
+  Parquet part per group, and compacted into one file at the end of a run
+  (``pd.read_parquet(".../curves")`` reads them all: every file has the same schema).
+- ``trials/trials.parquet``: one row per finished or failed trial, a materialised view of the
+  journal rebuilt at a bounded rate while trials stream in and at the end of a run
+  (``pd.read_parquet(".../trials")``).
 
-Every file appears by atomic rename of a temporary file whose name starts with ``.`` — Parquet
-readers skip such names, so a reader never sees a half-written file — and nothing is ever appended
-to a closed file. Files are keyed by trial id: writing a trial twice leaves one copy.
+Order of writes for a group: curves part, then journal segment. A crash between the two leaves
+curves of trials that are not done; they run again and :meth:`SweepStore.read_curves` keeps the
+rows of the journal's record only. Every file appears by atomic rename of a fully written, fsynced
+temporary file whose name starts with ``.`` (Parquet readers skip such names), so a reader never
+sees half a file, and nothing is ever appended to a closed file. Compaction first writes the merged
+file under a hidden name, then removes the parts it replaces, then makes it visible; a crash in
+between is finished by the next :meth:`SweepStore.recover`.
 """
 
 from __future__ import annotations
@@ -20,52 +28,136 @@ import math
 import os
 import socket
 import tempfile
+import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+
+from banditsweep.workers.record import FAILED, FINISHED, TrialOutcome, TrialRecord
+
+__all__ = ["CURVE_SCHEMA", "FAILED", "FINISHED", "SweepBusyError", "SweepStore", "TrialsTable"]
+
 
 class SweepBusyError(RuntimeError):
     """Another ``run`` of the same sweep holds its results folder."""
 
 
-FINISHED = "finished"
-FAILED = "failed"
-
-# Fixed columns of the trials table; each grid/param key gets a column of its own after these.
-TRIAL_COLUMNS = ["trial_id", "sweep", "algorithm", "label", "environment", "seed", "horizon", "status",
-                 "final_regret", "wall_seconds", "seconds_per_round", "attempts", "error", "traceback",
-                 "params", "environment_config", "diagnostics", "finished_at"]
-
+# Per-round values every environment of the project may report (``Environment.round_extras``) get
+# a column of their own (NaN where a trial has none); any other reported value goes into
+# ``other_extras``. Nothing a trial reports per round is dropped.
+CURVE_EXTRA_COLUMNS = ("expected_regret", "adversary_choice")
 CURVE_SCHEMA = pa.schema([
     ("trial_id", pa.string()),
     ("t", pa.int64()),
     ("arm", pa.int64()),
     ("reward", pa.float64()),
-    ("regret", pa.float64()),
-    ("cum_regret", pa.float64()),
-    # The lower-variance expected form of adversarial regret (SPEC 2.1); NaN where not defined.
-    ("expected_regret", pa.float64()),
+    ("regret", pa.float64()),          # per-round regret increment
+    ("cum_regret", pa.float64()),      # cumulative regret after round t
     ("seconds", pa.float64()),
+    *[(name, pa.float64()) for name in CURVE_EXTRA_COLUMNS],
+    ("other_extras", pa.map_(pa.string(), pa.float64())),
 ])
 
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+# The trials table: one column per TrialRecord field (dicts as JSON text), then one column per
+# parameter name across the sweep.
+_JSON_FIELDS = ("params", "environment_config", "diagnostics")
+_FIELD_TYPES = {"seed": pa.int64(), "horizon": pa.int64(), "log_every": pa.int64(), "attempts": pa.int64(),
+                "final_regret": pa.float64(), "wall_seconds": pa.float64(), "seconds_per_round": pa.float64(),
+                "started_at": TIMESTAMP, "finished_at": TIMESTAMP}
+TRIAL_COLUMNS = [f.name for f in fields(TrialRecord)]
 
-def _atomic_write(path: Path, write) -> None:
+
+def _fsync_write(path: Path, write: Callable[[str], None]) -> None:
+    """Write through a hidden temporary file, fsync it and rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _visible(directory: Path, pattern: str) -> list[Path]:
+    """Files matching ``pattern``, without hidden ones (temporary or not yet complete; pathlib's glob
+    would match them)."""
+    return [p for p in directory.glob(pattern) if not p.name.startswith(".")] if directory.is_dir() else []
+
+
+def _unique_name(prefix: str, suffix: str) -> str:
+    """Names that sort in write order (nanoseconds first) and never collide between processes."""
+    return f"{prefix}{time.time_ns():020d}-{os.getpid()}{suffix}"
+
+
+def curve_table(outcomes: Iterable[TrialOutcome]) -> pa.Table:
+    """The curve rows of finished trials, in CURVE_SCHEMA."""
+    columns: dict[str, list] = {name: [] for name in CURVE_SCHEMA.names}
+    for outcome in outcomes:
+        arrays = outcome.arrays
+        horizon = len(arrays["cum_regret"])
+        columns["trial_id"].append(pa.array([outcome.record.trial_id] * horizon, pa.string()))
+        columns["t"].append(pa.array(np.arange(1, horizon + 1, dtype=np.int64)))
+        for name in ("arm", "reward", "regret", "cum_regret", "seconds", *CURVE_EXTRA_COLUMNS):
+            values = arrays.get(name)
+            values = np.full(horizon, np.nan) if values is None else np.asarray(values)
+            columns[name].append(pa.array(values, CURVE_SCHEMA.field(name).type))
+        other = sorted(set(arrays) - set(CURVE_SCHEMA.names))
+        columns["other_extras"].append(pa.array(
+            [[(name, float(arrays[name][i])) for name in other] for i in range(horizon)],
+            CURVE_SCHEMA.field("other_extras").type))
+    return pa.table({name: pa.concat_arrays(parts) if parts else pa.array([], CURVE_SCHEMA.field(name).type)
+                     for name, parts in columns.items()}, schema=CURVE_SCHEMA)
+
+
+def _column_array(values: list[Any]) -> pa.Array:
+    """One typed column for a parameter name across all trials (int/float/bool/str; else JSON)."""
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, bool) for v in present):
+        return pa.array(values, pa.bool_())
+    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        return pa.array(values, pa.int64())
+    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        return pa.array([None if v is None else float(v) for v in values], pa.float64())
+    return pa.array([None if v is None else (v if isinstance(v, str) else json.dumps(v)) for v in values],
+                    pa.string())
+
+
+def _nullable_float(value) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def _column(name: str, records: list[TrialRecord]) -> pa.Array:
+    values = [getattr(r, name) for r in records]
+    if name in _JSON_FIELDS:
+        return pa.array([json.dumps(v or {}, sort_keys=True) for v in values], pa.string())
+    kind = _FIELD_TYPES.get(name, pa.string())
+    if kind == TIMESTAMP:
+        return pa.array([None if v is None else round(v * 1e6) for v in values], pa.int64()).cast(TIMESTAMP)
+    if kind == pa.float64():
+        values = [_nullable_float(v) for v in values]
+    return pa.array(values, kind)
+
+
+def trials_table(records: list[TrialRecord]) -> pa.Table:
+    records = sorted(records, key=lambda r: (r.label, r.environment, r.seed, r.trial_id))
+    columns = {name: _column(name, records) for name in TRIAL_COLUMNS}
+    for key in sorted({k for r in records for k in r.params} - set(columns)):
+        columns[key] = _column_array([r.params.get(key) for r in records])
+    return pa.table(columns)
 
 
 @dataclass
@@ -118,108 +210,153 @@ class SweepStore:
                 handle.truncate()
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    # -- writing (only the sink calls these) -------------------------------------------------
+    # -- writing (only the driver of a run calls these) ------------------------------------------
 
-    def write_curve(self, trial_id: str, arrays: dict[str, np.ndarray]) -> None:
-        horizon = len(arrays["cum_regret"])
-        columns = {
-            "trial_id": pa.array([trial_id] * horizon, pa.string()),
-            "t": pa.array(np.arange(1, horizon + 1, dtype=np.int64)),
-        }
-        for field in CURVE_SCHEMA:
-            if field.name in columns:
-                continue
-            values = arrays.get(field.name)
-            if values is None:
-                values = np.full(horizon, np.nan)
-            columns[field.name] = pa.array(np.asarray(values), field.type)
-        table = pa.Table.from_pydict(columns, schema=CURVE_SCHEMA)
-        _atomic_write(self.curves_dir / f"{trial_id}.parquet", lambda tmp: pq.write_table(table, tmp))
+    def write_outcomes(self, outcomes: list[TrialOutcome]) -> None:
+        """Make a group of trial outcomes durable: one curves part, then one journal segment."""
+        if not outcomes:
+            return
+        finished = [o for o in outcomes if o.arrays is not None]
+        if finished:
+            table = curve_table(finished)
+            _fsync_write(self.curves_dir / _unique_name("part-", ".parquet"),
+                         lambda tmp: pq.write_table(table, tmp))
+        text = "".join(json.dumps(o.record.to_json(), sort_keys=True, allow_nan=False) + "\n" for o in outcomes)
+        _fsync_write(self.journal_dir / _unique_name("s", ".jsonl"), lambda tmp: Path(tmp).write_text(text))
 
-    def write_journal(self, record: dict[str, Any]) -> None:
-        text = json.dumps(record, sort_keys=True, default=_json_default)
-        _atomic_write(self.journal_dir / f"{record['trial_id']}.json", lambda tmp: Path(tmp).write_text(text))
-
-    def write_trials_table(self, records: list[dict[str, Any]]) -> None:
+    def write_trials_table(self, records: list[TrialRecord]) -> None:
         table = trials_table(records)
-        _atomic_write(self.trials_dir / "trials.parquet", lambda tmp: pq.write_table(table, tmp))
+        _fsync_write(self.trials_dir / "trials.parquet", lambda tmp: pq.write_table(table, tmp))
+
+    def compact(self) -> None:
+        """Merge the curve parts into one file and the journal segments into one segment."""
+        self.recover()
+        parts = sorted(_visible(self.curves_dir, "part-*.parquet"), key=_write_order)
+        if len(parts) > 1:
+            records = self.journal()
+            table = _latest_rows(pa.concat_tables([pq.read_table(p, schema=CURVE_SCHEMA) for p in parts]), records)
+            self._replace(parts, self.curves_dir / _unique_name("c-", ".parquet"),
+                          lambda tmp: pq.write_table(table, tmp, row_group_size=1 << 20))
+        segments = self._segments()
+        if len(segments) > 1:
+            lines = [json.dumps(record.to_json(), sort_keys=True, allow_nan=False) + "\n"
+                     for record in self.journal().values()]
+            self._replace(segments, self.journal_dir / _unique_name("s", ".jsonl"),
+                          lambda tmp: Path(tmp).write_text("".join(lines)))
+
+    def _replace(self, parts: list[Path], target: Path, write: Callable[[str], None]) -> None:
+        """Write ``target`` hidden, note which parts it replaces, remove them, then show ``target``."""
+        hidden = target.with_name("." + target.name)
+        _fsync_write(hidden, write)
+        manifest = target.with_name("." + target.name + ".replaces")
+        _fsync_write(manifest, lambda tmp: Path(tmp).write_text("\n".join(p.name for p in parts)))
+        self._finish_replace(manifest)
+
+    @staticmethod
+    def _finish_replace(manifest: Path) -> None:
+        hidden = manifest.with_name(manifest.name[: -len(".replaces")])
+        for name in manifest.read_text().split("\n"):
+            (manifest.parent / name).unlink(missing_ok=True)
+        os.replace(hidden, manifest.parent / hidden.name[1:])
+        manifest.unlink()
+
+    def recover(self) -> None:
+        """Finish compactions a crash interrupted (their merged file is complete: only the removal
+        of the parts and the final rename may be missing)."""
+        for directory in (self.curves_dir, self.journal_dir):
+            if directory.is_dir():
+                for manifest in directory.glob(".*.replaces"):
+                    self._finish_replace(manifest)
 
     # -- reading -------------------------------------------------------------------------------
 
-    def journal(self) -> dict[str, dict[str, Any]]:
-        records = {}
-        if self.journal_dir.is_dir():
-            for path in sorted(self.journal_dir.glob("*.json")):
-                record = json.loads(path.read_text())
-                records[record["trial_id"]] = record
+    def _segments(self) -> list[Path]:
+        return sorted(_visible(self.journal_dir, "s*.jsonl"))
+
+    def journal(self) -> dict[str, TrialRecord]:
+        """Every trial's latest record: per-trial files of earlier versions first, then the segments
+        in write order."""
+        records: dict[str, TrialRecord] = {}
+        if not self.journal_dir.is_dir():
+            return records
+        for path in sorted(_visible(self.journal_dir, "*.json")):
+            record = TrialRecord.from_json(json.loads(path.read_text()))
+            records[record.trial_id] = record
+        for path in self._segments():
+            for line in path.read_text().splitlines():
+                if line:
+                    record = TrialRecord.from_json(json.loads(line))
+                    records[record.trial_id] = record
         return records
 
     def read_trials(self) -> pd.DataFrame:
         path = self.trials_dir / "trials.parquet"
         if not path.exists():
-            return pd.DataFrame(columns=TRIAL_COLUMNS)
+            return trials_table([]).to_pandas()
         return pd.read_parquet(path)
 
     def read_curves(self, trial_ids: list[str] | None = None) -> pd.DataFrame:
-        if not self.curves_dir.is_dir():
-            return pd.DataFrame(columns=CURVE_SCHEMA.names)
-        if trial_ids is None:
-            return pd.read_parquet(self.curves_dir)
-        paths = [self.curves_dir / f"{tid}.parquet" for tid in trial_ids]
-        paths = [p for p in paths if p.exists()]
-        if not paths:
-            return pd.DataFrame(columns=CURVE_SCHEMA.names)
-        return pa.concat_tables([pq.read_table(p) for p in paths]).to_pandas()
+        """Curve rows (of ``trial_ids``, else of every trial), one copy per trial and round."""
+        files = sorted(_visible(self.curves_dir, "*.parquet"), key=_write_order)
+        if not files:
+            return CURVE_SCHEMA.empty_table().to_pandas()
+        dataset = ds.dataset(files, schema=CURVE_SCHEMA, format="parquet")
+        wanted = None if trial_ids is None else ds.field("trial_id").isin(list(trial_ids))
+        table = dataset.to_table(filter=wanted)
+        return _latest_rows(table, None).to_pandas()
 
 
-def _json_default(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+def _write_order(path: Path) -> tuple:
+    """Files of earlier versions (one per trial, named by trial id) first, then parts and merged
+    files by the time in their names."""
+    stem = path.stem
+    if stem.startswith(("part-", "c-")):
+        return (1, stem.split("-", 1)[1])
+    return (0, stem)
 
 
-def _column_array(values: list[Any]) -> pa.Array:
-    """One typed column for a grid/param key across all trials (int/float/bool/str; else JSON)."""
-    present = [v for v in values if v is not None]
-    if present and all(isinstance(v, bool) for v in present):
-        return pa.array(values, pa.bool_())
-    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
-        return pa.array(values, pa.int64())
-    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
-        return pa.array([None if v is None else float(v) for v in values], pa.float64())
-    return pa.array([None if v is None else (v if isinstance(v, str) else json.dumps(v)) for v in values],
-                    pa.string())
+def _latest_rows(table: pa.Table, records: dict[str, TrialRecord] | None) -> pa.Table:
+    """One row per (trial, round): a trial's curves can be on disk twice only when a crash fell
+    between its curves and its journal entry and it then ran again; the rows of the last write win
+    (files are read in write order). With ``records``, rows of trials the journal does not hold as
+    finished are dropped."""
+    if table.num_rows == 0:
+        return table
+    frame = pa.table({"trial_id": table["trial_id"], "t": table["t"],
+                      "order": pa.array(np.arange(table.num_rows))})
+    keep = frame.group_by(["trial_id", "t"]).aggregate([("order", "max")])["order_max"]
+    table = table.take(pa.array(np.sort(keep.to_numpy())))
+    if records is not None:
+        done = [tid for tid, r in records.items() if r.status == FINISHED]
+        table = table.filter(pc.is_in(table["trial_id"], pa.array(done, pa.string())))
+    return table
 
 
-def _nullable_float(value) -> float | None:
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+class TrialsTable:
+    """The journal's records in memory and ``trials.parquet`` rebuilt from them at a bounded rate:
+    at most every ``min_interval`` seconds and never more than ``max_share`` of the time (a rebuild
+    costs more as the sweep grows), and always on :meth:`flush`."""
 
+    def __init__(self, store: SweepStore, records: dict[str, TrialRecord], min_interval: float = 2.0,
+                 max_share: float = 0.05):
+        self.store, self.records = store, records
+        self.min_interval, self.max_share = min_interval, max_share
+        self.dirty = False
+        self.written_at = 0.0
+        self.cost = 0.0
 
-def trials_table(records: list[dict[str, Any]]) -> pa.Table:
-    records = sorted(records, key=lambda r: (r["label"], r["environment"], r["seed"], r["trial_id"]))
-    columns: dict[str, pa.Array] = {
-        "trial_id": pa.array([r["trial_id"] for r in records], pa.string()),
-        "sweep": pa.array([r["sweep"] for r in records], pa.string()),
-        "algorithm": pa.array([r["algorithm"] for r in records], pa.string()),
-        "label": pa.array([r["label"] for r in records], pa.string()),
-        "environment": pa.array([r["environment"] for r in records], pa.string()),
-        "seed": pa.array([r["seed"] for r in records], pa.int64()),
-        "horizon": pa.array([r["horizon"] for r in records], pa.int64()),
-        "status": pa.array([r["status"] for r in records], pa.string()),
-        "final_regret": pa.array([_nullable_float(r.get("final_regret")) for r in records], pa.float64()),
-        "wall_seconds": pa.array([_nullable_float(r.get("wall_seconds")) for r in records], pa.float64()),
-        "seconds_per_round": pa.array([_nullable_float(r.get("seconds_per_round")) for r in records], pa.float64()),
-        "attempts": pa.array([r.get("attempts", 1) for r in records], pa.int64()),
-        "error": pa.array([r.get("error") for r in records], pa.string()),
-        "traceback": pa.array([r.get("traceback") for r in records], pa.string()),
-        "params": pa.array([json.dumps(r["params"], sort_keys=True) for r in records], pa.string()),
-        "environment_config": pa.array([json.dumps(r["environment_config"], sort_keys=True) for r in records],
-                                       pa.string()),
-        "diagnostics": pa.array([json.dumps(r.get("diagnostics") or {}, sort_keys=True) for r in records],
-                                pa.string()),
-        "finished_at": pa.array([r.get("finished_at") for r in records], pa.float64()),
-    }
-    keys = sorted({k for r in records for k in r["params"]} - set(columns))
-    for key in keys:
-        columns[key] = _column_array([r["params"].get(key) for r in records])
-    return pa.table(columns)
+    def add(self, records: Iterable[TrialRecord]) -> None:
+        for record in records:
+            self.records[record.trial_id] = record
+            self.dirty = True
+        wait = max(self.min_interval, self.cost / self.max_share)
+        if self.dirty and time.monotonic() - self.written_at >= wait:
+            self.flush()
+
+    def flush(self) -> None:
+        started = time.monotonic()
+        if self.records:
+            self.store.write_trials_table(list(self.records.values()))
+        self.dirty = False
+        self.written_at = time.monotonic()
+        self.cost = self.written_at - started

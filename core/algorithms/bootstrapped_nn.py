@@ -34,7 +34,7 @@ class BootstrappedNN(NeuralPolicy):
     def initial_networks(self, draw) -> list[tuple]:
         return [draw() for _ in range(self.params.q)]
 
-    def select_batch(self, t: int, contexts: np.ndarray) -> np.ndarray:
+    def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
         drawn = np.array([rng.integers(self.params.q) for rng in self.rngs])
         values = self.current_values(self.active(contexts))  # (G, K, q)
         rows = torch.arange(self.groups, device=self.torch_device)

@@ -23,7 +23,7 @@ class DeepFPLParams(NeuralParams):
 class DeepFPL(NeuralPolicy):
     Params = DeepFPLParams
 
-    def select_batch(self, t: int, contexts: np.ndarray) -> np.ndarray:
+    def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
         return self.current_values(self.active(contexts))[..., 0].argmax(dim=1).cpu().numpy()
 
     def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:

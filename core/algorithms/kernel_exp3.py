@@ -21,7 +21,7 @@ one Cholesky L L^T = D^{1/2} K D^{1/2} + mu I and one triangular solve V = L^{-1
 O(n^3) time, float64, on ``device`` (CUDA when the trial is given one). This is the one algorithm
 that holds the n x n matrix K (and three more n x n work arrays): it checks the free memory first.
 
-Lockstep trial batching (core.batching, core.exp3): trials with the same environment and horizon
+Lockstep trial batching (core.trial, core.exp3): trials with the same environment and horizon
 (seeds and c3, c4, lambda, beta may differ) share one K on the device and factorise their B weighted
 systems with one batched Cholesky per round: (1 + 3 B) n x n float64 arrays at the peak. A single
 trial is the batch of one (the same code).
@@ -45,11 +45,11 @@ from banditsweep.core.contracts import Config
 from banditsweep.core.exp3 import Exp3Policy, ExponentialWeights, empirical_distribution
 from banditsweep.core.kernels import check_memory, growth_rate
 from banditsweep.core.mvr import mvr_sequence
+from banditsweep.core.trial import canonical_json
 
 # n x n float64 arrays alive at the peak of a round: K, D^{1/2} K, the system and its factor.
 EXACT_WORK_MATRICES = 4
-# The batch size batch_key checks the memory for: the trial actors' lockstep batch on a CPU slot
-# (banditsweep.workers.dispatcher.CPU_BATCH).
+# The lockstep batch a CPU slot runs (preferred_batch_size), and so the one batch_key checks memory for.
 LOCKSTEP_BATCH = 8
 
 
@@ -138,7 +138,7 @@ class KernelExp3(Exp3Policy):
 
     def prepare(self, domain: np.ndarray) -> ExponentialWeights:
         n = len(domain)
-        if self.kernel_matrix is None:   # a lockstep batch shares K (share_batch)
+        if self.kernel_matrix is None:   # a lockstep batch shares K (create_batch)
             check_memory(work_bytes(n), str(self.torch_device), f"exact kernel_exp3 on |X| = {n}")
             self.kernel_matrix = torch.from_numpy(self.problem.kernel.matrix(domain)).to(self.torch_device)
         sequence, _ = mvr_sequence(self.problem.kernel, domain, self.schedule.design_length, self.params.lam)
@@ -148,7 +148,7 @@ class KernelExp3(Exp3Policy):
     def estimate(self, probabilities: np.ndarray, arm: int, reward: float) -> np.ndarray:
         return self.estimate_batch([self], probabilities[None], np.array([arm]), np.array([reward]))[0]
 
-    # ---- lockstep trial batching (core.batching; the round loop is Exp3Policy.run_batch) ----------------
+    # ---- lockstep trial batching (stepped by the round loop of core.trial) -------------------------------
 
     @classmethod
     def estimate_batch(cls, policies, probabilities: np.ndarray, arms: np.ndarray,
@@ -157,7 +157,7 @@ class KernelExp3(Exp3Policy):
         device = policies[0].torch_device
         kernel_matrix = policies[0].kernel_matrix
         if any(policy.kernel_matrix is not kernel_matrix for policy in policies[1:]):
-            raise ValueError("the trials of a kernel_exp3 batch must share the kernel matrix (share_batch)")
+            raise ValueError("the trials of a kernel_exp3 batch must share the kernel matrix (create_batch)")
         p = torch.from_numpy(np.ascontiguousarray(probabilities)).to(device)
         mu = torch.tensor([policy.schedule.mu for policy in policies], dtype=torch.float64, device=device)
         beta = torch.tensor([policy.schedule.beta for policy in policies], dtype=torch.float64, device=device)
@@ -167,18 +167,22 @@ class KernelExp3(Exp3Policy):
         return (column * reward[:, None] + beta[:, None] * width).cpu().numpy()
 
     @classmethod
-    def share_batch(cls, policies, environments) -> None:
+    def create_batch(cls, params, problem, rngs, environments, device="cpu"):
         """One K for the batch, after checking the batch's work arrays fit on the device."""
+        batch = super().create_batch(params, problem, rngs, environments, device)
+        if len(batch.policies) == 1:
+            return batch   # a trial alone builds its K when it first sees the domain (prepare)
         domain = environments[0].contexts(1)
         if any(not np.array_equal(env.contexts(1), domain) for env in environments[1:]):
             raise ValueError("the trials of a kernel_exp3 batch must share the domain")
-        device = policies[0].torch_device
+        torch_device = batch.policies[0].torch_device
         n = len(domain)
-        check_memory(work_bytes(n, len(policies)), str(device),
-                     f"a lockstep batch of {len(policies)} exact kernel_exp3 trials on |X| = {n}")
-        shared = torch.from_numpy(policies[0].problem.kernel.matrix(domain)).to(device)
-        for policy in policies:
+        check_memory(work_bytes(n, len(batch.policies)), str(torch_device),
+                     f"a lockstep batch of {len(batch.policies)} exact kernel_exp3 trials on |X| = {n}")
+        shared = torch.from_numpy(problem.kernel.matrix(domain)).to(torch_device)
+        for policy in batch.policies:
             policy.kernel_matrix = shared
+        return batch
 
     @classmethod
     def batch_key(cls, spec) -> tuple | None:
@@ -189,11 +193,9 @@ class KernelExp3(Exp3Policy):
         None (the trial runs alone) for a domain drawn from the seed ({uniform: n, dim: d}: the
         trials' K would differ) and when the work arrays of a batch of ``LOCKSTEP_BATCH`` = 8 trials,
         (1 + 3 * 8) n x n float64 (:func:`work_bytes`; n = 10^4: 20 GB), would not fit in the free host
-        memory when the key is computed (core.kernels.check_memory). ``run_batch`` checks the memory
-        of the device the batch actually runs on and splits the batch into chunks that fit there.
+        memory when the key is computed (core.kernels.check_memory). :meth:`largest_batch` checks the
+        memory of the device the batch actually runs on, and the runner splits the batch to fit.
         """
-        from banditsweep.core.trial import canonical_json
-
         n = domain_size(spec.environment)
         if n is None:
             return None
@@ -205,8 +207,8 @@ class KernelExp3(Exp3Policy):
 
     @classmethod
     def preferred_batch_size(cls, spec, on_gpu: bool) -> int:
-        """On a GPU, 32 (``run_batch`` splits by the device's memory). On a CPU, batching pays only
-        while one round is short: 2-4x throughput for 8 trials at |X| = 400, none at 2000
+        """On a GPU, 32 (:meth:`largest_batch` splits by the device's memory). On a CPU, batching pays
+        only while one round is short: 2-4x throughput for 8 trials at |X| = 400, none at 2000
         (docs/benchmarks.md), so 8 trials up to |X| = 1000 and one at a time beyond."""
         if on_gpu:
             return 32
@@ -214,20 +216,15 @@ class KernelExp3(Exp3Policy):
         return LOCKSTEP_BATCH if n is not None and n <= 1000 else 1
 
     @classmethod
-    def run_batch(cls, specs, device: str = "cpu", on_progress=None, progress_every: int = 100):
-        """Lockstep batches of as many trials as fit in the memory of ``device`` (at least one)."""
+    def largest_batch(cls, specs, device: str) -> int:
+        """As many trials as the memory of ``device`` holds (at least one)."""
         n = domain_size(specs[0].environment)
         size = len(specs)
         if n is not None:
             available = kernels.available_memory_bytes(str(device))
             while size > 1 and work_bytes(n, size) > available:
                 size -= 1
-        results = []
-        for start in range(0, len(specs), size):
-            callback = None if on_progress is None else (
-                lambda trial, t, regret, offset=start: on_progress(offset + trial, t, regret))
-            results.extend(super().run_batch(specs[start:start + size], device, callback, progress_every))
-        return results
+        return size
 
     def diagnostics(self) -> dict[str, float]:
         return {**self.schedule.as_dict(), "mvr_distinct_points": float(self.mvr_distinct)}

@@ -2,7 +2,7 @@
 the optimiser and lockstep trial batching.
 
 Each algorithm is written once, batched: its state carries a leading *group* axis, one group per
-trial. A policy built through the ordinary constructor is the batch of one; ``run_batch`` builds one
+trial. A policy built through the ordinary constructor is the batch of one; ``create_batch`` builds one
 policy for several compatible trials (same algorithm, environment and structural parameters,
 different seeds and per-trial values such as nu or lr) and steps them in lockstep, so each trial's
 result equals running it alone (to float tolerance; tests/test_neural_batching.py).
@@ -22,9 +22,10 @@ import torch
 from pydantic import Field
 
 from banditsweep.core import seeding
-from banditsweep.core.contracts import Config, Decision, Policy, Problem
+from banditsweep.core.contracts import BatchDecision, BatchedPolicy, Config, Decision, Policy, Problem
 from banditsweep.core.networks import StackedNetwork, initial_parameters, output_scale, rows_of_contexts, rows_to_arms
 from banditsweep.core.training import History, gradient_ascent
+from banditsweep.core.trial import canonical_json
 from banditsweep.core.z_matrix import ZMatrix
 
 
@@ -56,7 +57,7 @@ class BiasedParams(NeuralParams):
 SHARED_STRUCTURE = ("width", "depth", "steps", "init", "objective_scale", "train_every", "precision")
 
 
-class NeuralPolicy(Policy):
+class NeuralPolicy(Policy, BatchedPolicy):
     """Base of the neural policies: G trials in lockstep (G = 1 through the ordinary constructor)."""
 
     Params: ClassVar[type[Config]] = NeuralParams
@@ -67,9 +68,10 @@ class NeuralPolicy(Policy):
         self._setup([params], [rng])
 
     @classmethod
-    def batched(cls, params_list: list[Config], problem: Problem, rngs: list[np.random.Generator],
-                device: str = "cpu") -> "NeuralPolicy":
+    def create_batch(cls, params: list[Config], problem: Problem, rngs: list[np.random.Generator],
+                     environments=(), device: str = "cpu") -> "NeuralPolicy":
         """One policy for several trials of the same problem (lockstep batching)."""
+        params_list = params
         policy = cls.__new__(cls)
         Policy.__init__(policy, params_list[0], problem, rngs[0], device)
         policy._setup(params_list, rngs)
@@ -189,8 +191,11 @@ class NeuralPolicy(Policy):
 
     # ---- the batched policy -----------------------------------------------------------------------
 
+    def select_batch(self, t: int, contexts: np.ndarray) -> BatchDecision:
+        return BatchDecision(self.choose_arms(t, contexts))
+
     @abstractmethod
-    def select_batch(self, t: int, contexts: np.ndarray) -> np.ndarray:
+    def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
         """Contexts (G, K, d) of round t -> one arm per trial (G,)."""
 
     @abstractmethod
@@ -208,7 +213,7 @@ class NeuralPolicy(Policy):
     # ---- the Policy contract (a batch of one) -------------------------------------------------------
 
     def select(self, t: int, contexts: np.ndarray) -> Decision:
-        return Decision(arm=int(self.select_batch(t, contexts[None])[0]))
+        return self.select_batch(t, contexts[None]).of(0)
 
     def update(self, t: int, contexts: np.ndarray, arm: int, reward: float) -> None:
         self.update_batch(t, contexts[None], np.array([arm]), np.array([reward], dtype=np.float64))
@@ -216,20 +221,14 @@ class NeuralPolicy(Policy):
     def diagnostics(self) -> dict[str, float]:
         return self.diagnostics_batch()[0]
 
-    # ---- lockstep trial batching (core.batching) ------------------------------------------------------
+    # ---- lockstep trial batching --------------------------------------------------------------------
 
     @classmethod
     def batch_key(cls, spec) -> tuple:
         """Trials with equal keys run in one batch: same algorithm, environment and horizon, same
         structural parameters; seeds and the remaining parameters (nu, lr, lam, ...) may differ."""
-        from banditsweep.core.trial import canonical_json
         structure = tuple((name, spec.params[name]) for name in cls.structural)
         return (spec.algorithm, canonical_json(spec.environment), spec.horizon, structure)
-
-    @classmethod
-    def run_batch(cls, specs, device: str = "cpu", on_progress=None, progress_every: int = 100):
-        from banditsweep.core.batching import run_lockstep
-        return run_lockstep(cls, specs, device, on_progress, progress_every)
 
 
 class GradientExplorationPolicy(NeuralPolicy):

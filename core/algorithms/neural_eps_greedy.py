@@ -19,7 +19,7 @@ class NeuralEpsGreedyParams(NeuralParams):
 class NeuralEpsGreedy(NeuralPolicy):
     Params = NeuralEpsGreedyParams
 
-    def select_batch(self, t: int, contexts: np.ndarray) -> np.ndarray:
+    def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
         arms = self.current_values(self.active(contexts))[..., 0].argmax(dim=1).cpu().numpy()
         epsilon = self.per_trial("epsilon")
         for group, rng in enumerate(self.rngs):

@@ -54,7 +54,7 @@ class NeuralRBMLEGA(NeuralPolicy):
         arms = torch.arange(self.num_arms, device=self.torch_device)
         return f[:, arms, 0, arms] if self.disjoint else f[:, 0, arms, arms]
 
-    def select_batch(self, t: int, contexts: np.ndarray) -> np.ndarray:
+    def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
         x = self.active(contexts)
         self.history.set_current(rows_of_contexts(x, self.disjoint))
         X, reward, mask = self.history.view()

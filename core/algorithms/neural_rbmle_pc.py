@@ -31,7 +31,7 @@ class NeuralRBMLEPC(GradientExplorationPolicy):
     Params = NeuralRBMLEPCParams
     structural = SHARED_STRUCTURE + ("z",)
 
-    def select_batch(self, t: int, contexts: np.ndarray) -> np.ndarray:
+    def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
         x = self.active(contexts)
         theta_hat = self.network.arm_parameters(self.block_of_arm)
         _, g = theta_hat.forward(x, with_gradient=True)

@@ -49,7 +49,7 @@ class NeuralUCB(GradientExplorationPolicy):
     def score(self, mean: torch.Tensor, g) -> torch.Tensor:
         return mean + torch.sqrt(torch.clamp(self.variance(g), min=0.0))
 
-    def select_batch(self, t: int, contexts: np.ndarray) -> np.ndarray:
+    def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
         mean, g = self.gradients(self.active(contexts))
         index = self.score(mean, g)
         self.last_index = index

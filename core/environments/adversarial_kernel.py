@@ -86,6 +86,10 @@ class AdversarialKernelBandit(Environment):
     Config = AdversarialKernelConfig
     interaction = ADVERSARIAL_DOMAIN
     label_always = ("setting", "kernel")  # display name e.g. "adversarial_kernel:setting=1,kernel=se"
+    round_extras = {
+        "expected_regret": "R^E_t, the expected form of the regret (SPEC 2.1)",
+        "adversary_choice": "index i of the candidate function f_t = f^(i) the adversary played",
+    }
 
     def __init__(self, config: AdversarialKernelConfig, horizon: int, rng: np.random.Generator):
         super().__init__(config, horizon, rng)

@@ -2,7 +2,7 @@
 
 ``always_raises`` raises in round 3; ``crash_once`` kills its worker process in round 5 the first
 time each trial runs (a marker file under ``BANDITSWEEP_TEST_MARKERS`` remembers), then behaves
-like ``random``.
+like ``random``; ``raises_in_batch`` runs in lockstep batches and its ``fail: true`` trials raise.
 """
 
 import hashlib
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from banditsweep.core import registry
 from banditsweep.core.algorithms.random_policy import RandomPolicy
+from banditsweep.core.contracts import Config
 
 
 class AlwaysRaises(RandomPolicy):
@@ -35,3 +36,31 @@ class CrashOnce(RandomPolicy):
 
 registry.register_algorithm("always_raises", AlwaysRaises)
 registry.register_algorithm("crash_once", CrashOnce)
+
+
+class RaisesInBatchParams(Config):
+    fail: bool = False
+
+
+class RaisesInBatch(RandomPolicy):
+    """Runs in lockstep batches (one batch key for all trials of a horizon); a trial with ``fail``
+    raises in round ``horizon - 1``, after every trial of its batch has streamed points: the batch
+    is then run again one trial at a time."""
+
+    Params = RaisesInBatchParams
+
+    @classmethod
+    def batch_key(cls, spec):
+        return ("raises_in_batch", spec.horizon)
+
+    @classmethod
+    def preferred_batch_size(cls, spec, on_gpu):
+        return 8
+
+    def select(self, t, contexts):
+        if self.params.fail and t == self.problem.horizon - 1:
+            raise ValueError("deliberate failure of one trial of a batch")
+        return super().select(t, contexts)
+
+
+registry.register_algorithm("raises_in_batch", RaisesInBatch)

@@ -1,0 +1,81 @@
+"""Result sinks through the CLI: a plugin sink gets every trial exactly once, and a batch that raised
+and ran again one trial at a time logs each regret point once."""
+
+import json
+import os
+
+import pandas as pd
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from banditsweep.sweeps.cli import main
+
+
+@pytest.fixture
+def plugins(monkeypatch, repo):
+    path = str(repo / "tests" / "plugins")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([path, os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(path)
+    monkeypatch.setenv("BANDITSWEEP_PLUGINS", "faulty_algorithms,jsonl_sink")
+
+
+def _events(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_plugin_sink_receives_every_trial_exactly_once(tmp_path, monkeypatch, plugins, capsys):
+    monkeypatch.chdir(tmp_path)
+    spec = {"sweep": "plug", "horizon": 30, "seeds": 3, "log_every": 10, "sinks": ["jsonl", "mlflow"],
+            "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
+            "algorithms": [{"name": "linucb", "grid": {"nu": [0.1, 1.0]}}, {"name": "random"}]}
+    (tmp_path / "plug.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", "plug.yaml", "--max-workers", "2", "--no-progress"]) == 0
+    assert "events in" in capsys.readouterr().out
+    trials = pd.read_parquet("results/plug/trials").set_index("trial_id")
+    events = _events(tmp_path / "results" / "plug.events.jsonl")
+    ended = [e for e in events if e["event"] == "ended"]
+    assert sorted(e["trial"] for e in ended) == sorted(trials.index) and len(ended) == 9
+    for event in ended:
+        assert event["final_regret"] == trials.loc[event["trial"], "final_regret"]
+        assert [t for t, _ in event["curve"]] == [10, 20, 30]
+    assert [e["event"] for e in events][0] == "open" and events[-1]["event"] == "close"
+    assert events[-1]["status"] == "FINISHED"
+    # MLflow, the other sink of the spec, got them too.
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("plug").experiment_id], "tags.kind = 'trial'")
+    assert len(runs) == 9
+
+    # --sink on the command line replaces the spec's list; nothing left to run sends nothing more.
+    assert main(["run", "plug.yaml", "--sink", "jsonl", "--no-progress"]) == 0
+    again = _events(tmp_path / "results" / "plug.events.jsonl")
+    assert len([e for e in again if e["event"] == "ended"]) == 9
+
+    assert main(["run", "plug.yaml", "--sink", "nope", "--no-progress"]) == 2
+    assert "--sink: nope: unknown sink; allowed: jsonl, mlflow" in capsys.readouterr().err
+
+
+def test_a_batch_that_raised_logs_each_regret_point_once(tmp_path, monkeypatch, plugins):
+    monkeypatch.chdir(tmp_path)
+    spec = {"sweep": "rerun", "horizon": 12, "seeds": 2, "log_every": 1,
+            "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
+            "algorithms": [{"name": "raises_in_batch", "grid": {"fail": [False, True]}}]}
+    (tmp_path / "rerun.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", "rerun.yaml", "--max-workers", "1", "--no-progress"]) == 1
+    trials = pd.read_parquet("results/rerun/trials").set_index("trial_id")
+    assert len(trials) == 4
+    assert (trials.loc[trials["fail"], "status"] == "failed").all()
+    assert trials.loc[trials["fail"], "error"].str.contains("deliberate failure of one trial").all()
+    finished = trials[~trials["fail"]]
+    assert (finished["status"] == "finished").all()
+    # They ran in a batch of four first (that raised), then alone.
+    assert all(json.loads(d)["batch_size"] == 1.0 for d in finished["diagnostics"])
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("rerun").experiment_id], "tags.kind = 'trial'")
+    assert len(runs) == 4
+    for run in runs:
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "regret")]
+        if run.data.tags["status"] == "finished":
+            assert sorted(steps) == list(range(1, 13)), run.data.tags["trial_id"]
+        else:
+            assert len(steps) == len(set(steps)) and run.info.status == "FAILED"

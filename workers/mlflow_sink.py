@@ -1,0 +1,217 @@
+"""The MLflow mirror of a sweep: experiment = sweep, one parent run per ``run`` command, one child
+run per trial with its parameters, tags ``trial_id`` and ``status``, the stepped metric ``regret``
+(the cumulative regret every ``log_every`` rounds), ``final_regret``, ``seconds_per_round``,
+``wall_seconds`` and the trial's diagnostics (``diag.*``).
+
+A trial costs three store calls when it starts and ends between two deliveries of the mirror
+(create the run, one ``log_batch`` of everything, close it); a long trial's run is created when it
+starts and gets its streamed points as they come. Every run is keyed by ``trial_id``: :meth:`open`
+makes MLflow agree with the journal before a run starts (a lost run is rebuilt from the Parquet
+files; runs of trials about to run again, or left RUNNING by a crash, are deleted), so each trial
+has exactly one FINISHED (or FAILED) child run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from mlflow.entities import Metric, Param, RunTag, ViewType
+from mlflow.tracking import MlflowClient
+
+from banditsweep.workers.record import FINISHED, TrialRecord, thinned_curve
+from banditsweep.workers.sinks import Points, SinkContext
+
+# MLflow's log_batch limits: 1000 entities in all, at most 100 params and 100 tags.
+MAX_ENTITIES_PER_BATCH = 1000
+MAX_PARAMS_PER_BATCH = 100
+MAX_TAGS_PER_BATCH = 100
+
+
+def resolve_tracking_uri(uri: str | None) -> str:
+    """``--mlflow-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``; relative SQLite
+    paths become absolute so that every process (and the report later) sees the same store."""
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        uri = "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
+    return uri
+
+
+def local_artifact_root(uri: str) -> str | None:
+    """Artifacts of a local SQLite store go next to the database (``mlartifacts/``); a tracking
+    server chooses its own artifact store (None)."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
+    return None
+
+
+def get_experiment_id(client: MlflowClient, sweep: str, tracking_uri: str) -> str:
+    experiment = client.get_experiment_by_name(sweep)
+    if experiment is not None:
+        if experiment.lifecycle_stage == "deleted":
+            client.restore_experiment(experiment.experiment_id)
+        return experiment.experiment_id
+    return client.create_experiment(sweep, artifact_location=local_artifact_root(tracking_uri))
+
+
+def child_runs_by_trial(client: MlflowClient, experiment_id: str) -> dict[str, list]:
+    """Every (non-deleted) child run of the experiment, grouped by its ``trial_id`` tag."""
+    runs: dict[str, list] = {}
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], filter_string="tags.kind = 'trial'",
+                                  run_view_type=ViewType.ACTIVE_ONLY, max_results=5000, page_token=token)
+        for run in page:
+            runs.setdefault(run.data.tags.get("trial_id"), []).append(run)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _param_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text[:6000]
+
+
+def trial_params(record: TrialRecord) -> dict[str, Any]:
+    return {"algorithm": record.algorithm, "label": record.label, "environment": record.environment,
+            "seed": record.seed, "horizon": record.horizon,
+            **{f"env.{k}": v for k, v in record.environment_config.items()}, **record.params}
+
+
+def final_metrics(record: TrialRecord) -> dict[str, float]:
+    values = {"final_regret": record.final_regret, "seconds_per_round": record.seconds_per_round,
+              "wall_seconds": record.wall_seconds, **{f"diag.{k}": v for k, v in record.diagnostics.items()}}
+    return {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and np.isfinite(v)}
+
+
+class MLflowSink:
+    def __init__(self, context: SinkContext):
+        self.context = context
+        self.client = MlflowClient(context.tracking_uri)
+        self.experiment_id = get_experiment_id(self.client, context.sweep, context.tracking_uri)
+        self._parent_run_id: str | None = None
+        self.open_runs: dict[str, str] = {}       # trial id -> run of its current attempt
+        self.last_step: dict[str, int] = {}       # trial id -> last regret step logged to that run
+
+    @property
+    def parent_run_id(self) -> str:
+        """The parent run of this invocation, created when the first child run needs it."""
+        if self._parent_run_id is None:
+            self._parent_run_id = self.client.create_run(
+                self.experiment_id, run_name=f"{self.context.sweep} {time.strftime('%Y-%m-%d %H:%M:%S')}",
+                tags={"kind": "sweep", "sweep": self.context.sweep, "command": self.context.command},
+            ).info.run_id
+        return self._parent_run_id
+
+    # ---- the Sink protocol ----------------------------------------------------------------------
+
+    def open(self, records: dict[str, TrialRecord], pending: list[str]) -> dict[str, int]:
+        runs = child_runs_by_trial(self.client, self.experiment_id)
+        pending_ids = set(pending)
+        deleted = 0
+        for trial_id, trial_runs in runs.items():
+            record = records.get(trial_id)
+            if trial_id in pending_ids:
+                doomed = trial_runs  # it runs again now: a fresh run replaces whatever is there
+            elif record is None:
+                doomed = []  # a trial of another variant of this sweep that never ended: its own run fixes it
+            else:
+                wanted = "FINISHED" if record.status == FINISHED else "FAILED"
+                matching = [r for r in trial_runs if r.info.status == wanted]
+                doomed = [r for r in trial_runs if not matching or r is not matching[0]]
+            for run in doomed:
+                self.client.delete_run(run.info.run_id)
+                deleted += 1
+        lost = [record for trial_id, record in records.items()
+                if trial_id not in pending_ids and record.status == FINISHED
+                and not any(r.info.status == "FINISHED" for r in runs.get(trial_id, []))]
+        if lost:
+            curves = self.context.store.read_curves([record.trial_id for record in lost])
+            by_trial = {tid: frame for tid, frame in curves.groupby("trial_id")}
+            self.trials_ended([(record, thinned_curve({"cum_regret": by_trial[record.trial_id]
+                                                       .sort_values("t")["cum_regret"].to_numpy()},
+                                                      record.log_every))
+                               for record in lost if record.trial_id in by_trial])
+        return {"deleted_runs": deleted, "rebuilt_runs": len(lost)}
+
+    def trials_started(self, records: list[TrialRecord]) -> None:
+        for record in records:
+            previous = self.open_runs.pop(record.trial_id, None)
+            if previous is not None:   # a retry: the earlier attempt's run and points go
+                self.client.delete_run(previous)
+            run_id = self._create_run(record, "running")
+            self._log_batch(run_id, params=trial_params(record))
+            self.open_runs[record.trial_id] = run_id
+            self.last_step[record.trial_id] = 0
+
+    def progress(self, points: dict[str, Points]) -> None:
+        for trial_id, new in points.items():
+            run_id = self.open_runs.get(trial_id)
+            if run_id is not None:
+                self._log_batch(run_id, metrics=self._regret_metrics(trial_id, new))
+
+    def trials_ended(self, ended: list[tuple[TrialRecord, Points]]) -> None:
+        for record, curve in ended:
+            run_id = self.open_runs.pop(record.trial_id, None)
+            params = {}
+            if run_id is None:
+                run_id = self._create_run(record, record.status)
+                params = trial_params(record)
+                self.last_step[record.trial_id] = 0
+            metrics = self._regret_metrics(record.trial_id, curve)
+            tags = {"status": record.status}
+            if record.status == FINISHED:
+                now = int(time.time() * 1000)
+                metrics += [Metric(k, v, now, 0) for k, v in final_metrics(record).items()]
+            else:
+                tags["error"] = (record.error or "")[:5000]
+            self._log_batch(run_id, metrics=metrics, params=params, tags=tags)
+            self.client.set_terminated(run_id, "FINISHED" if record.status == FINISHED else "FAILED")
+            self.last_step.pop(record.trial_id, None)
+
+    def close(self, status: str, summary: dict[str, float]) -> str | None:
+        for trial_id in list(self.open_runs):
+            self.client.set_terminated(self.open_runs.pop(trial_id), "KILLED")
+        if self._parent_run_id is None:
+            return None
+        if summary:
+            now = int(time.time() * 1000)
+            self.client.log_batch(self.parent_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()])
+        self.client.set_terminated(self.parent_run_id, status)
+        return f"MLflow parent run {self.parent_run_id}"
+
+    # ---- helpers -------------------------------------------------------------------------------
+
+    def _create_run(self, record: TrialRecord, status: str) -> str:
+        return self.client.create_run(
+            self.experiment_id, run_name=f"{record.label} | {record.environment} | seed {record.seed}",
+            tags={"mlflow.parentRunId": self.parent_run_id, "kind": "trial", "trial_id": record.trial_id,
+                  "sweep": self.context.sweep, "status": status},
+        ).info.run_id
+
+    def _regret_metrics(self, trial_id: str, points: Points) -> list[Metric]:
+        """The points not yet logged to the trial's run (streamed points are not logged twice)."""
+        last = self.last_step.get(trial_id, 0)
+        now = int(time.time() * 1000)
+        new = [Metric("regret", float(value), now, int(t)) for t, value in points if t > last]
+        if new:
+            self.last_step[trial_id] = new[-1].step
+        return new
+
+    def _log_batch(self, run_id: str, metrics: list[Metric] = (), params: dict[str, Any] | None = None,
+                   tags: dict[str, str] | None = None) -> None:
+        """One store call when everything fits in MLflow's limits, else as few as they allow."""
+        metrics = list(metrics)
+        params = [Param(k, _param_value(v)) for k, v in (params or {}).items()]
+        tags = [RunTag(k, v) for k, v in (tags or {}).items()]
+        while metrics or params or tags:
+            batch_params, params = params[:MAX_PARAMS_PER_BATCH], params[MAX_PARAMS_PER_BATCH:]
+            batch_tags, tags = tags[:MAX_TAGS_PER_BATCH], tags[MAX_TAGS_PER_BATCH:]
+            room = MAX_ENTITIES_PER_BATCH - len(batch_params) - len(batch_tags)
+            batch_metrics, metrics = metrics[:room], metrics[room:]
+            self.client.log_batch(run_id, metrics=batch_metrics, params=batch_params, tags=batch_tags)

@@ -1,0 +1,196 @@
+"""Result sinks: mirrors of a sweep's Parquet record of truth (MLflow, or a plugin's).
+
+The Parquet store (workers.store) is written by the driver and decides what is done. Every other
+destination is a :class:`Sink`, a class registered by name (``registry.register_sink``) and chosen
+with ``--sink NAME`` or a spec's ``sinks:`` list. Sinks are fed by a :class:`Mirror`: trial actors
+and the driver hand it events without waiting, and a background thread delivers them in batches,
+so a slow sink never slows the sweep, and one that raises is reported, not fatal (the next ``run``
+reconciles it with the journal through :meth:`Sink.open`).
+
+Batching is what makes a mirror keep up with a cluster: the mirror drains its queue every
+``interval`` seconds; a trial that started and ended within one drain reaches the sinks as one
+ended trial (its start and streamed points are folded into it), and the streamed points of a
+running trial arrive as one list per drain.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from banditsweep.core import registry
+from banditsweep.workers.record import TrialRecord
+
+log = logging.getLogger(__name__)
+
+# (t, cumulative regret) points of a trial's curve
+Points = list[tuple[int, float]]
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    """What a sink knows about the store it mirrors."""
+
+    sweep: str
+    results_root: str        # with ``sweep``, the store's identity
+    tracking_uri: str        # MLflow tracking URI of the run (a sink may ignore it)
+    command: str = "run"
+
+    @property
+    def store(self):
+        """The sweep's Parquet store (imported here: trial actors load this module and need no pyarrow)."""
+        from banditsweep.workers.store import SweepStore
+
+        return SweepStore.for_sweep(self.results_root, self.sweep)
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """A mirror of the record of truth. Constructed as ``cls(context)``; every call gets lists, in
+    the order the events happened; a trial's ``trials_started`` may come again when it is retried
+    (its earlier attempt's points are then void)."""
+
+    def open(self, records: dict[str, TrialRecord], pending: list[str]) -> dict[str, int]:
+        """Before a run: agree with the journal's ``records``; ``pending`` trials are about to run.
+        Returns counts worth reporting (e.g. ``{"rebuilt_runs": 3}``)."""
+
+    def trials_started(self, records: list[TrialRecord]) -> None: ...
+
+    def progress(self, points: dict[str, Points]) -> None:
+        """Streamed curve points of running trials, by trial id."""
+
+    def trials_ended(self, ended: list[tuple[TrialRecord, Points]]) -> None:
+        """Finished or failed trials, each with its thinned curve (empty when it failed); durable in
+        the Parquet store when they get here."""
+
+    def close(self, status: str, summary: dict[str, float]) -> str | None:
+        """The run ended (``FINISHED``, ``KILLED``); ``summary`` counts its trials. May return one
+        line for the user (where to look at the results)."""
+
+
+@dataclass
+class MirrorStatus:
+    delivered: int = 0                                  # ended trials handed to every sink
+    pending: int = 0                                    # events not delivered when the mirror closed
+    errors: list[str] = field(default_factory=list)     # one line per failed sink call
+    notes: list[str] = field(default_factory=list)      # what the sinks said when they closed
+
+
+class Mirror:
+    """Feeds sinks from a queue on a background thread (see the module docstring)."""
+
+    def __init__(self, sinks: list[Sink], interval: float = 0.5):
+        self.sinks = sinks
+        self.interval = interval
+        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        self.status = MirrorStatus()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._deliver_forever, name="banditsweep-mirror", daemon=True)
+        self._thread.start()
+
+    # ---- what producers call (never blocks) ---------------------------------------------------
+
+    def started(self, records: list[TrialRecord]) -> None:
+        self.events.put(("started", records))
+
+    def progress(self, trial_id: str, points: Points) -> None:
+        self.events.put(("progress", (trial_id, points)))
+
+    def ended(self, ended: list[tuple[TrialRecord, Points]]) -> None:
+        self.events.put(("ended", ended))
+
+    def close(self, status: str, summary: dict[str, float], timeout: float = 60.0) -> MirrorStatus:
+        """Deliver what is queued (waiting at most ``timeout`` seconds), then close every sink."""
+        self.events.put(("close", (status, summary)))
+        self._stop.set()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self.status.pending = self.events.qsize()
+            self.status.errors.append(f"sinks still busy after {timeout:.0f} s; "
+                                      "the next run brings them up to date from the Parquet results")
+        return self.status
+
+    # ---- the delivery thread ------------------------------------------------------------------
+
+    def _deliver_forever(self) -> None:
+        while True:
+            self._stop.wait(self.interval)
+            events = []
+            while True:
+                try:
+                    events.append(self.events.get_nowait())
+                except queue.Empty:
+                    break
+            closing = self._deliver(events)
+            if closing:
+                return
+
+    def _deliver(self, events: list) -> bool:
+        """Fold a drain's events (see the module docstring) and hand them to every sink."""
+        started: dict[str, TrialRecord] = {}
+        points: dict[str, Points] = {}
+        ended: dict[str, tuple[TrialRecord, Points]] = {}
+        close = None
+        for kind, payload in events:
+            if kind == "started":
+                for record in payload:
+                    points.pop(record.trial_id, None)   # points of an earlier attempt are void
+                    started[record.trial_id] = record
+            elif kind == "progress":
+                trial_id, new = payload
+                points.setdefault(trial_id, []).extend(new)
+            elif kind == "ended":
+                for record, curve in payload:
+                    started.pop(record.trial_id, None)  # started and ended in one drain: one event
+                    points.pop(record.trial_id, None)   # the ended trial carries its whole curve
+                    ended[record.trial_id] = (record, curve)
+            elif kind == "close":
+                close = payload
+        if started:
+            self._call_all("trials_started", list(started.values()))
+        if points:
+            self._call_all("progress", points)
+        if ended:
+            self._call_all("trials_ended", list(ended.values()))
+            self.status.delivered += len(ended)
+        if close is not None:
+            self.status.notes += [note for note in self._call_all("close", *close) if note]
+            return True
+        return False
+
+    def _call_all(self, method: str, *arguments) -> list:
+        answers = []
+        for sink in self.sinks:
+            try:
+                answers.append(getattr(sink, method)(*arguments))
+            except Exception as error:  # a mirror may fail; the record of truth is already written
+                message = f"{type(sink).__name__}.{method}: {type(error).__name__}: {error}"
+                log.warning("%s\n%s", message, traceback.format_exc())
+                self.status.errors.append(message)
+        return answers
+
+
+def open_sinks(names: list[str], context: SinkContext, records: dict[str, TrialRecord],
+               pending: list[str]) -> tuple[list[Sink], dict[str, int], list[str]]:
+    """Create the sinks and bring each up to date with the journal. Returns the sinks that opened,
+    the summed counts they reported, and one line per sink that could not open (it is left out of
+    this run; the record of truth does not need it)."""
+    sinks: list[Sink] = []
+    counts: dict[str, int] = {}
+    errors: list[str] = []
+    for name in names:
+        try:
+            sink = registry.sink_class(name)(context)
+            opened = sink.open(records, pending) or {}
+        except Exception as error:
+            errors.append(f"sink {name!r} could not open, left out of this run: {type(error).__name__}: {error}")
+            log.warning("%s\n%s", errors[-1], traceback.format_exc())
+            continue
+        sinks.append(sink)
+        for key, value in opened.items():
+            counts[key] = counts.get(key, 0) + value
+    return sinks, counts, errors
