@@ -120,7 +120,7 @@ def prepare_tree(tree: Tree, python: str, scratch: Path) -> None:
     if tree.path is not None:
         tree.code_dir = Path(tempfile.mkdtemp(prefix=f"code_{tree.label}_", dir=scratch))
         (tree.code_dir / "banditsweep").symlink_to(tree.path)
-    probe = ("import os, banditsweep, banditsweep.workers.dispatcher, banditsweep.workers.sink, torch, mlflow; "
+    probe = ("import os, banditsweep, banditsweep.workers.dispatcher, torch, mlflow; "
              "print(os.path.dirname(os.path.realpath(banditsweep.__file__)))")
     empty = Path(tempfile.mkdtemp(prefix="probe_", dir=scratch))
     out = subprocess.run([python, "-c", probe], cwd=empty, env=run_env(tree), capture_output=True, text=True)
@@ -210,6 +210,16 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def epoch_seconds(column):
+    """Epoch seconds from the trials table's ``finished_at``: a UTC timestamp column in this version,
+    float seconds in earlier ones."""
+    import pandas as pd
+
+    if pd.api.types.is_datetime64_any_dtype(column):
+        return (column - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
+    return column.astype(float)
+
+
 def sleep_figures(tree: Tree, run_dir: Path, cmd: dict, trials: int, seconds: float, actors: int) -> dict:
     import pandas as pd
 
@@ -218,7 +228,7 @@ def sleep_figures(tree: Tree, run_dir: Path, cmd: dict, trials: int, seconds: fl
         raise SystemExit(f"{tree.label}: expected {trials} finished trials in {run_dir}, found {len(table)}")
     diag = pd.DataFrame([json.loads(text) for text in table["diagnostics"]])
     diag["trial_id"] = table["trial_id"].to_numpy()
-    diag["finished_at"] = table["finished_at"].to_numpy()
+    diag["finished_at"] = epoch_seconds(table["finished_at"]).to_numpy()
     wrong = set(diag["package"]) - {tree.package}
     if wrong:
         raise SystemExit(f"{tree.label}: Ray workers imported {sorted(wrong)}, not {tree.package}")
@@ -265,8 +275,9 @@ def quickstart_figures(run_dir: Path, cmd: dict) -> dict:
 
     (sweep_dir,) = [p for p in (run_dir / "results").iterdir() if p.is_dir()]
     table = pd.read_parquet(sweep_dir / "trials")
-    first_start = float((table["finished_at"] - table["wall_seconds"]).min())
-    last_recorded = float(table["finished_at"].max())
+    finished_at = epoch_seconds(table["finished_at"])
+    first_start = float((finished_at - table["wall_seconds"]).min())
+    last_recorded = float(finished_at.max())
     return {"cli_seconds": cmd["cli_seconds"], "command": cmd["wall"], "workers": cmd["workers"],
             "startup": first_start - cmd["began_epoch"], "trial_phase": last_recorded - first_start,
             "teardown": cmd["ended_epoch"] - last_recorded, "trial_compute": float(table["wall_seconds"].sum()),
@@ -394,7 +405,7 @@ def main(argv=None) -> int:
         if not sep or not label or not path:
             raise SystemExit(f"--code {item!r}: expected LABEL=PATH")
         path = Path(path).expanduser().resolve()
-        if not (path / "__init__.py").exists() or not (path / "workers" / "sink.py").exists():
+        if not (path / "__init__.py").exists() or not (path / "workers" / "dispatcher.py").exists():
             raise SystemExit(f"--code {item!r}: {path} is not a checkout of banditsweep")
         trees.append(Tree(label, path))
     if len({t.label for t in trees}) != len(trees):
