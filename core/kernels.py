@@ -52,11 +52,6 @@ class Kernel:
         smoothness = {"matern52": 2.5, "matern32": 1.5}.get(name, nu)
         return cls(name, scale, None if name == "se" else float(smoothness) if smoothness is not None else None)
 
-    @property
-    def smoothness(self) -> float | None:
-        """Matern nu (None for SE); used by the gamma_T formula."""
-        return self.nu
-
     # ------------------------------------------------------------------ evaluation
     def profile(self, distance: np.ndarray) -> np.ndarray:
         """k as a function of r = ||x - x'|| (float64, same shape)."""

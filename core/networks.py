@@ -43,11 +43,6 @@ def output_scale(width: int, init: str) -> float:
     return math.sqrt(width) if init == PAPER else 1.0
 
 
-def parameter_count(width: int, depth: int, dim: int) -> int:
-    """p = m + m d + m^2 (L - 1) (paper sec. 2.2)."""
-    return width + width * dim + width * width * (depth - 2)
-
-
 def _paper_layer(out_dim: int, in_dim: int, generator: torch.Generator) -> torch.Tensor:
     """[[W, 0], [0, W]] with W_ij ~ N(0, 2/m), returned as (out, in); m = out_dim."""
     half_out, half_in = out_dim // 2, in_dim // 2

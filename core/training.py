@@ -15,7 +15,7 @@ backward pass over the history written as batched matmuls, no autograd graph and
 arms or trials. The history is kept grouped by first-layer block (the block-sparse layer of SPEC 1.3).
 
 One hidden layer (L = 2, the paper's experiments, SPEC 1.6) has a fused path,
-:func:`_ascend_one_hidden_layer`: the gradients are derived by hand and a step is ten tensor
+:func:`ascend_one_hidden_layer`: the gradients are derived by hand and a step is ten tensor
 operations on buffers allocated once per call, with the trial axis G and the block axis B merged
 into the batch of one ``bmm`` (so a lockstep batch of trials costs one batched matmul per product,
 not one per trial). It iterates on Delta = theta - theta_0 (what the ridge term pulls towards 0):
@@ -144,11 +144,11 @@ def gradient_ascent(network: StackedNetwork, initial: StackedNetwork, X: torch.T
     over ``workers`` threads (default: torch's intra-op thread count; each thread then runs its
     operations single-threaded).
     """
-    ascend = _ascend_one_hidden_layer if not network.hidden else _ascend_layers
+    ascend = ascend_one_hidden_layer if not network.hidden else ascend_layers
     G, S = network.W1.shape[0], network.W1.shape[3]
     workers = torch.get_num_threads() if workers is None else workers
     step_flops = 4.0 * float(np.prod(X.shape)) * S * network.W1.shape[4]
-    chunks = _independent_chunks(G, S, workers, step_flops) if X.device.type == "cpu" else []
+    chunks = independent_chunks(G, S, workers, step_flops) if X.device.type == "cpu" else []
     if len(chunks) <= 1:
         ascend(network, initial, X, reward, mask, likelihood, steps, step_size, ridge, bias, block_rows)
         return
@@ -175,7 +175,7 @@ def gradient_ascent(network: StackedNetwork, initial: StackedNetwork, X: torch.T
 MIN_CHUNK_FLOPS = 2.5e7
 
 
-def _independent_chunks(groups: int, sets: int, workers: int, step_flops: float = float("inf")
+def independent_chunks(groups: int, sets: int, workers: int, step_flops: float = float("inf")
                         ) -> list[tuple[slice, slice]]:
     """Split the G x S independent optimisations into at most ``workers`` parts (along S, else G).
 
@@ -209,11 +209,12 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return _POOLS[workers]
 
 
-def _ascend_layers(network: StackedNetwork, initial: StackedNetwork, X: torch.Tensor, reward: torch.Tensor,
+def ascend_layers(network: StackedNetwork, initial: StackedNetwork, X: torch.Tensor, reward: torch.Tensor,
                    mask: torch.Tensor, likelihood: str, steps: int, step_size: np.ndarray,
                    ridge: np.ndarray, bias: torch.Tensor | None, block_rows: np.ndarray | None = None) -> None:
     """:func:`gradient_ascent` for any depth, through StackedNetwork.forward_rows / backward_rows
-    (over all n rows: ``block_rows`` is accepted for the common signature; padding rows are zeros)."""
+    (over all n rows: ``block_rows`` is accepted for the common signature; padding rows are zeros).
+    Public as the reference path the fused one-hidden-layer form is checked against."""
     params = network.tensors()
     c1 = [per_group(step_size, p, p.dim()) for p in params]
     keep = [1.0 - per_group(ridge, p, p.dim()) for p in params]
@@ -229,7 +230,7 @@ def _ascend_layers(network: StackedNetwork, initial: StackedNetwork, X: torch.Te
             p.mul_(kept).add_(pulled).addcmul_(grad, factor)
 
 
-def _ascend_one_hidden_layer(network: StackedNetwork, initial: StackedNetwork, X: torch.Tensor,
+def ascend_one_hidden_layer(network: StackedNetwork, initial: StackedNetwork, X: torch.Tensor,
                              reward: torch.Tensor, mask: torch.Tensor, likelihood: str, steps: int,
                              step_size: np.ndarray, ridge: np.ndarray, bias: torch.Tensor | None,
                              block_rows: np.ndarray | None = None) -> None:
@@ -287,7 +288,7 @@ def _ascend_one_hidden_layer(network: StackedNetwork, initial: StackedNetwork, X
 
 
 class _Bucket:
-    """First layer of one bucket of blocks for :func:`_ascend_one_hidden_layer`.
+    """First layer of one bucket of blocks for :func:`ascend_one_hidden_layer`.
 
     Rows ``:height`` of the bucket's blocks, the trial axis G and the block axis merged into the batch
     of each ``bmm``. Works on Delta = W1 - W1_0 (what the ridge term pulls towards 0) with X W1_0

@@ -17,3 +17,35 @@ TEST_DATASETS = Path(os.environ.get("BANDITSWEEP_TEST_DATASETS", REPO / "tests" 
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+PLUGINS = REPO / "tests" / "plugins"
+PLUGIN_MODULES = "faulty_algorithms,jsonl_sink"
+
+
+class SharedRay:
+    """The embedded Ray the CLI tests share (starting one costs about 5 s): on loopback, two CPUs,
+    its workers loading the test plugins and reading the test datasets."""
+
+    def __init__(self, markers: Path):
+        from banditsweep.workers.dispatcher import RayConnection
+
+        self.markers = markers   # where crash_once remembers the trials it crashed
+        self.connection = RayConnection(None, {"PYTHONPATH": str(PLUGINS), "BANDITSWEEP_PLUGINS": PLUGIN_MODULES,
+                                               "BANDITSWEEP_TEST_MARKERS": str(markers),
+                                               "BANDITSWEEP_DATA": str(TEST_DATASETS)}, num_cpus=2)
+
+
+@pytest.fixture(scope="session")
+def shared_ray(tmp_path_factory):
+    shared = SharedRay(tmp_path_factory.mktemp("crash_markers"))
+    shared.connection.__enter__()
+    yield shared
+    shared.connection.__exit__(None, None, None)
+
+
+@pytest.fixture
+def plugins(monkeypatch):
+    """The driver loads the test plugins as the shared Ray's workers do."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    monkeypatch.setenv("BANDITSWEEP_PLUGINS", PLUGIN_MODULES)

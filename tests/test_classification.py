@@ -157,9 +157,9 @@ def test_ga_on_shuttle_is_unchanged_by_buckets_gram_form_and_threads(monkeypatch
 
     def layerwise(*args):
         heights.append(np.asarray(args[10]).max(axis=0))  # block_rows of the call
-        return training._ascend_layers(*args)
+        return training.ascend_layers(*args)
 
-    monkeypatch.setattr(training, "_ascend_one_hidden_layer", layerwise)
+    monkeypatch.setattr(training, "ascend_one_hidden_layer", layerwise)
     monkeypatch.setattr(training, "MIN_CHUNK_FLOPS", float("inf"))
     plain = run_trial(spec)
     assert np.ptp(heights[-1]) > 10 and min(heights[-1]) < 9  # skewed blocks, some shorter than d'

@@ -12,6 +12,7 @@ from banditsweep.sweeps.cli import main
 
 @pytest.fixture
 def cluster():
+    ray.shutdown()   # this test's driver connects to its own cluster, not to the tests' shared Ray
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     for _ in range(2):
         cluster.add_node(num_cpus=1)

@@ -28,7 +28,7 @@ def _child_runs(client, sweep="e2e"):
     return [r for r in runs if r.data.tags.get("kind") == "trial"], [r for r in runs if r.data.tags.get("kind") == "sweep"]
 
 
-def test_run_resume_report(tmp_path, monkeypatch, capsys):
+def test_run_resume_report(tmp_path, monkeypatch, capsys, shared_ray):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "e2e.yaml").write_text(yaml.safe_dump(SPEC))
     assert main(["run", "e2e.yaml", "--max-workers", "2", "--no-progress"]) == 0
@@ -110,14 +110,9 @@ def test_run_resume_report(tmp_path, monkeypatch, capsys):
     assert sorted(p.name for p in report.glob("*.png")) == ["regret_quadratic.png", "regret_synthetic_h3_dim_5.png"]
 
 
-def test_failures_are_recorded_and_dead_workers_retried(tmp_path, monkeypatch, repo, capsys):
+def test_failures_are_recorded_and_dead_workers_retried(tmp_path, monkeypatch, capsys, shared_ray, plugins):
     monkeypatch.chdir(tmp_path)
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(repo / "tests" / "plugins"), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.syspath_prepend(str(repo / "tests" / "plugins"))
-    monkeypatch.setenv("BANDITSWEEP_PLUGINS", "faulty_algorithms")
-    monkeypatch.setenv("BANDITSWEEP_TEST_MARKERS", str(markers))
+    markers = shared_ray.markers
     spec = {"sweep": "faults", "horizon": 20, "seeds": 2, "log_every": 5,
             "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
             "algorithms": [{"name": "always_raises"}, {"name": "crash_once"}, {"name": "random"}]}
@@ -152,16 +147,13 @@ def test_failures_are_recorded_and_dead_workers_retried(tmp_path, monkeypatch, r
     assert len(pd.read_parquet("results/faults/trials")) == 6
 
 
-def test_embedded_ray_listens_on_loopback_only():
+def test_embedded_ray_listens_on_loopback_only(shared_ray):
+    """The shared Ray of the tests is started as `run` starts an embedded one (RayConnection)."""
     import ray
 
-    from banditsweep.workers.dispatcher import RayConnection
-
-    with RayConnection(address=None, env_vars={}) as connection:
-        assert connection.started
-        assert {node["NodeManagerAddress"] for node in ray.nodes()} == {"127.0.0.1"}
-        assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
-    assert not ray.is_initialized()
+    assert shared_ray.connection.started and shared_ray.connection.address is None
+    assert {node["NodeManagerAddress"] for node in ray.nodes()} == {"127.0.0.1"}
+    assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
 
 
 def test_interrupted_sweep_is_completed_by_running_it_again(tmp_path, monkeypatch):

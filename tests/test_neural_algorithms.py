@@ -10,7 +10,7 @@ from banditsweep.core import likelihoods, registry, seeding
 from banditsweep.core.contracts import Problem
 from banditsweep.core.trial import TrialSpec, run_trial
 
-from test_neural_reference import DenseToy, DisjointToy, dense_forward, dense_gradient, dense_parameters, disjoint_contexts
+from neural_reference import DenseToy, DisjointToy, dense_forward, dense_gradient, dense_parameters, disjoint_contexts
 
 NEURAL = ["neural_rbmle_ga", "neural_rbmle_pc", "neural_ucb", "neural_ts", "deep_fpl", "bootstrapped_nn",
           "neural_eps_greedy"]

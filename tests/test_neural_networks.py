@@ -12,9 +12,15 @@ from banditsweep.core import training
 from banditsweep.core.training import gradient_ascent, log_likelihood
 from banditsweep.core.z_matrix import ZMatrix
 
-from test_neural_reference import dense_forward, dense_gradient, dense_parameters
+from neural_reference import dense_forward, dense_gradient, dense_parameters
 
 torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def seeded_torch():
+    """Every test draws its random data from the same stream, whatever ran before it."""
+    torch.manual_seed(0)
 
 
 def make_network(groups, sets, blocks, block_dim, width=8, depth=2, init="paper", seed=0, distinct=True):
@@ -188,8 +194,8 @@ def test_fused_one_hidden_layer_path_equals_layerwise_path(likelihood, blocks, m
     X, reward, mask, bias = random_history(G, blocks, n, d_b, S, mask_sets)
     lr = np.array([0.01, 0.01]) if uniform else np.array([0.01, 0.03])
     ridge = lr * width * (np.array([0.1, 0.1]) if uniform else np.array([0.1, 0.2]))
-    training._ascend_one_hidden_layer(fused, initial, X, reward, mask, likelihood, steps, lr, ridge, bias)
-    training._ascend_layers(layerwise, initial, X, reward, mask, likelihood, steps, lr, ridge, bias)
+    training.ascend_one_hidden_layer(fused, initial, X, reward, mask, likelihood, steps, lr, ridge, bias)
+    training.ascend_layers(layerwise, initial, X, reward, mask, likelihood, steps, lr, ridge, bias)
     for a, b in zip(fused.tensors(), layerwise.tensors()):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
@@ -237,10 +243,10 @@ def test_bucketed_blocks_skip_padding_and_equal_the_padded_computation(likelihoo
         p.add_(0.2 * torch.randn_like(p))
     bucketed, layerwise = padded.clone(), padded.clone()
     lr, ridge = np.array([0.01, 0.02]), np.array([0.01, 0.02]) * width * 0.1
-    training._ascend_one_hidden_layer(padded, initial, X, reward, mask, likelihood, steps, lr, ridge, bias)
-    training._ascend_one_hidden_layer(bucketed, initial, X, reward, mask, likelihood, steps, lr, ridge, bias,
+    training.ascend_one_hidden_layer(padded, initial, X, reward, mask, likelihood, steps, lr, ridge, bias)
+    training.ascend_one_hidden_layer(bucketed, initial, X, reward, mask, likelihood, steps, lr, ridge, bias,
                                       block_rows=rows)
-    training._ascend_layers(layerwise, initial, X, reward, mask, likelihood, steps, lr, ridge, bias)
+    training.ascend_layers(layerwise, initial, X, reward, mask, likelihood, steps, lr, ridge, bias)
     for a, b, c in zip(bucketed.tensors(), padded.tensors(), layerwise.tensors()):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(a, c, rtol=1e-10, atol=1e-12)
@@ -271,12 +277,12 @@ def test_thread_chunks_equal_one_thread(groups, sets, mask_sets, monkeypatch):
     gradient_ascent(single, initial, X, reward, mask, "gaussian", steps, lr, ridge, bias, workers=1)
     gradient_ascent(chunked, initial, X, reward, mask, "gaussian", steps, lr, ridge, bias, workers=3)
     assert torch.get_num_threads() == before
-    assert len(training._independent_chunks(groups, sets, 3)) > 1
+    assert len(training.independent_chunks(groups, sets, 3)) > 1
     for a, b in zip(chunked.tensors(), single.tensors()):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
 
 
 def test_small_steps_stay_on_one_thread():
-    assert training._independent_chunks(1, 7, 2, step_flops=1.3e7) == []  # GA, covertype, ~12 rows per block
-    assert len(training._independent_chunks(1, 7, 2, step_flops=1.5e8)) == 2  # ~140 rows per block
-    assert [c[1] for c in training._independent_chunks(1, 7, 2, step_flops=1.5e8)] == [slice(0, 4), slice(4, 7)]
+    assert training.independent_chunks(1, 7, 2, step_flops=1.3e7) == []  # GA, covertype, ~12 rows per block
+    assert len(training.independent_chunks(1, 7, 2, step_flops=1.5e8)) == 2  # ~140 rows per block
+    assert [c[1] for c in training.independent_chunks(1, 7, 2, step_flops=1.5e8)] == [slice(0, 4), slice(4, 7)]

@@ -159,7 +159,7 @@ MIXED = {
 }
 
 
-def test_run_prints_the_results_of_a_sweep_of_mixed_kinds(tmp_path, monkeypatch, capsys):
+def test_run_prints_the_results_of_a_sweep_of_mixed_kinds(tmp_path, monkeypatch, capsys, shared_ray):
     """Regression: a dict-valued setting (``domain``) beside another kind crashed the results table."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mixed.yaml").write_text(yaml.safe_dump(MIXED))

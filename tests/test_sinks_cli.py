@@ -2,8 +2,6 @@
 and ran again one trial at a time logs each regret point once."""
 
 import json
-import os
-
 import pandas as pd
 import pytest
 import yaml
@@ -12,19 +10,11 @@ from mlflow.tracking import MlflowClient
 from banditsweep.sweeps.cli import main
 
 
-@pytest.fixture
-def plugins(monkeypatch, repo):
-    path = str(repo / "tests" / "plugins")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([path, os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.syspath_prepend(path)
-    monkeypatch.setenv("BANDITSWEEP_PLUGINS", "faulty_algorithms,jsonl_sink")
-
-
 def _events(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_a_plugin_sink_receives_every_trial_exactly_once(tmp_path, monkeypatch, plugins, capsys):
+def test_a_plugin_sink_receives_every_trial_exactly_once(tmp_path, monkeypatch, plugins, shared_ray, capsys):
     monkeypatch.chdir(tmp_path)
     spec = {"sweep": "plug", "horizon": 30, "seeds": 3, "log_every": 10, "sinks": ["jsonl", "mlflow"],
             "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
@@ -55,7 +45,7 @@ def test_a_plugin_sink_receives_every_trial_exactly_once(tmp_path, monkeypatch, 
     assert "--sink: nope: unknown sink; allowed: jsonl, mlflow" in capsys.readouterr().err
 
 
-def test_a_batch_that_raised_logs_each_regret_point_once(tmp_path, monkeypatch, plugins):
+def test_a_batch_that_raised_logs_each_regret_point_once(tmp_path, monkeypatch, plugins, shared_ray):
     monkeypatch.chdir(tmp_path)
     spec = {"sweep": "rerun", "horizon": 12, "seeds": 2, "log_every": 1,
             "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],

@@ -34,6 +34,11 @@ MAX_ATTEMPTS = 3
 ACTOR_QUEUE = 2
 # Seconds the end of a run waits for the sinks to catch up before it reports how far behind they are.
 MIRROR_CLOSE_TIMEOUT = 120.0
+# Worker processes an embedded Ray starts at once. Ray's default is its CPU count, so a pool of many
+# light actors (cpus_per_trial < 1) came up a few at a time and the first ones ran alone for seconds
+# (16 actors on 2 CPUs: the last started 3.9 s after the first; all within 0.5 s with this,
+# docs/benchmarks.md). The environment variable, where set, wins.
+WORKER_STARTUP_CONCURRENCY = 64
 
 # Lockstep batch sizes when neither the spec (resources.batch_trials) nor the algorithm says otherwise.
 # On a GPU, batching trials is what fills the device. On a CPU slot it pays little for the neural
@@ -114,6 +119,7 @@ class RayConnection:
                      logging_level=logging.WARNING)
         else:
             _keep_local_ray_on_loopback()
+            os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(WORKER_STARTUP_CONCURRENCY))
             ray.init(num_cpus=self.num_cpus, include_dashboard=False, runtime_env=runtime_env,
                      log_to_driver=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
         self.started = True
@@ -280,10 +286,11 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
         finally:
             for actor in actors:
                 ray.kill(actor)
-            writer.close()
             summary = {"trials_finished": progress.done, "trials_failed": progress.failed}
+            closing = mirror.close.remote(status, summary, MIRROR_CLOSE_TIMEOUT)  # the sinks drain meanwhile
+            writer.close()
             reconcile = ray.get(mirror.reconciled.remote())
-            mirrored = ray.get(mirror.close.remote(status, summary, MIRROR_CLOSE_TIMEOUT))
+            mirrored = ray.get(closing)
         device = "GPU" if gpus_each > 0 else "CPU"
         return SweepOutcome(progress.done, progress.failed, count, device, reconcile, mirrored,
                             time.perf_counter() - started)
