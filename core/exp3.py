@@ -5,7 +5,7 @@ Every one of them plays, in round t,
     P~_t(x) proportional to exp(eta sum_{s<t} u_s(x)),    P_t = (1 - alpha) P~_t + alpha pi,
 
 draws x_t ~ P_t, observes y_t = f_t(x_t) and adds an estimate u_t of f_t to the scores. They differ
-only in pi (MVR design, G-optimal design) and in the estimator u_t. :class:`ExponentialWeights`
+only in pi (MVR design, G-optimal design, uniform) and in the estimator u_t. :class:`ExponentialWeights`
 keeps the scores in log space (eta times the cumulative estimates), so that exp never overflows
 however large the importance-weighted estimates get; :class:`Exp3Policy` is the round skeleton.
 
@@ -18,9 +18,11 @@ one batched Cholesky of the B weighted kernel systems per round) and overriding 
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 
 import numpy as np
+from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp
 
 from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Decision, Policy, PolicyBatch
@@ -65,6 +67,102 @@ def empirical_distribution(sequence: np.ndarray, size: int) -> np.ndarray:
     """The empirical distribution of a sequence of indices (repeats counted), as a vector of length n."""
     counts = np.bincount(np.asarray(sequence, dtype=np.int64), minlength=size).astype(np.float64)
     return counts / counts.sum()
+
+
+# ---- exploration designs ----------------------------------------------------------------------------
+
+# Frank-Wolfe with ridge 0 keeps V^{-1} by Sherman-Morrison and recomputes it every REFRESH iterations.
+REFRESH = 256
+
+
+def _design_inverse(features: np.ndarray, design: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """V(pi)^{-1} and g(x) = N(x)^T V^{-1} N(x), computed directly (ridge 0)."""
+    information = features.T @ (design[:, None] * features)
+    inverse = np.linalg.inv(information)
+    return inverse, np.einsum("ij,jk,ik->i", features, inverse, features)
+
+
+def _regularised_state(features: np.ndarray, design: np.ndarray, ridge: float
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Eigenvalues v of V(pi) = sum_x pi(x) psi(x) psi(x)^T + ridge I, the features in its eigenbasis,
+    and g(x) = psi(x)^T V^{-1} psi(x)."""
+    information = features.T @ (design[:, None] * features)
+    information[np.diag_indices_from(information)] += ridge
+    values, vectors = np.linalg.eigh(information)
+    rotated = features @ vectors
+    return values, rotated, (rotated * rotated) @ (1.0 / values)
+
+
+def _log_det_step(values: np.ndarray, direction: np.ndarray, ridge: float) -> float:
+    """The exact line search of Frank-Wolfe on log det V: gamma in [0, 1] maximising
+    log det((1 - gamma) V + gamma (psi psi^T + ridge I)), evaluated in V's eigenbasis in O(r) per point:
+    sum_i log d_i + log(1 + gamma sum_i psi~_i^2 / d_i) with d_i = (1 - gamma) v_i + gamma ridge
+    (concave in gamma, so the bounded scalar search finds the maximum)."""
+    squared = direction * direction
+
+    def negative(gamma: float) -> float:
+        scaled = (1.0 - gamma) * values + gamma * ridge
+        return -(np.log(scaled).sum() + math.log1p(gamma * float((squared / scaled).sum())))
+
+    return float(minimize_scalar(negative, bounds=(0.0, 1.0), method="bounded",
+                                 options={"xatol": 1e-12}).x)
+
+
+def g_optimal_design(features: np.ndarray, epsilon: float, max_iterations: int,
+                     ridge: float = 0.0) -> tuple[np.ndarray, float, int]:
+    """Frank-Wolfe G-optimal design on the rows psi(x) of ``features`` from the uniform start:
+    (pi, final max_x g(x), iterations), with g(x) = psi(x)^T V(pi)^{-1} psi(x) and
+    V(pi) = sum_x pi(x) psi(x) psi(x)^T + ridge I.
+
+    Each iteration moves pi towards the point of largest g by the step that maximises log det V
+    (Kiefer-Wolfowitz: the maximiser of log det is the G-optimal design):
+
+    - ``ridge = 0`` (APG-Exp3, SPEC 3.5): the closed-form Fedorov-Wynn step
+      gamma = (g / D - 1) / (g - 1); stop at max g <= (1 + eps) D, D = number of features (the optimum
+      is D). V^{-1} and g by Sherman-Morrison, O(n D) per iteration.
+    - ``ridge > 0`` (Kernelized Exp3's ``exploration: g_optimal``, the generalised G-optimal design of
+      the kernel paper's App. 16 with ridge lambda / (T alpha)): the exact line search of
+      :func:`_log_det_step`; stop at max g <= (1 + eps) sum_x pi(x) g(x). The right side is
+      tr(V^{-1} sum pi psi psi^T), the design's effective dimension, and the condition is the
+      equivalence theorem of the regularised problem: max g - sum pi g is Frank-Wolfe's duality gap,
+      which bounds the distance of log det V to its maximum. O(n r^2 + r^3) per iteration (one
+      eigendecomposition of the r x r matrix V), r = number of features.
+    """
+    n, dim = features.shape
+    design = np.full(n, 1.0 / n)
+    if ridge > 0:
+        values, rotated, leverage = _regularised_state(features, design, ridge)
+    else:
+        inverse, leverage = _design_inverse(features, design)
+    iterations = 0
+    while iterations < max_iterations:
+        pick = int(np.argmax(leverage))
+        g = leverage[pick]
+        target = dim if ridge <= 0 else float(design @ leverage)
+        if g <= (1.0 + epsilon) * target:
+            break
+        if ridge > 0:
+            step = _log_det_step(values, rotated[pick], ridge)
+            design *= 1.0 - step
+            design[pick] += step
+            values, rotated, leverage = _regularised_state(features, design, ridge)
+            iterations += 1
+            continue
+        step = (g / dim - 1.0) / (g - 1.0)
+        direction = inverse @ features[pick]
+        coefficient = step / ((1.0 - step) + step * g)
+        inverse = (inverse - coefficient * np.outer(direction, direction)) / (1.0 - step)
+        leverage = (leverage - coefficient * (features @ direction) ** 2) / (1.0 - step)
+        design *= 1.0 - step
+        design[pick] += step
+        iterations += 1
+        if iterations % REFRESH == 0:
+            inverse, leverage = _design_inverse(features, design)
+    if ridge > 0:
+        _, _, leverage = _regularised_state(features, design, ridge)
+    else:
+        _, leverage = _design_inverse(features, design)
+    return design, float(leverage.max()), iterations
 
 
 class Exp3Policy(Policy):

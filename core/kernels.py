@@ -4,8 +4,12 @@
 - Matern 5/2:    k = (1 + sqrt(5) r/l + 5 r^2 / (3 l^2)) exp(-sqrt(5) r/l)
 - Matern 3/2:    k = (1 + sqrt(3) r/l) exp(-sqrt(3) r/l)
 - Matern nu:     k = 2^{1-nu} / Gamma(nu) (sqrt(2 nu) r/l)^nu K_nu(sqrt(2 nu) r/l)   (K_nu: modified Bessel)
+- linear:        k(x, x') = x^T x' / l^2   (paper Sec. 3, after Cor. 2: gamma_T = O(log T), regret O(sqrt(T) log T))
 
-with r = ||x - x'|| and default lengthscale l = 0.3 sqrt(d). All kernels are stationary with k(x, x) = 1.
+with r = ||x - x'|| and default lengthscale l = 0.3 sqrt(d). SE and Matern are stationary with
+k(x, x) = 1. The linear kernel is not stationary; its "lengthscale" scales the inputs and defaults to
+sqrt(d) (project choice), so that k(x, x) = ||x||^2 / d <= 1 on [0, 1]^d, the condition k(x, x) <= 1
+under which the paper's information-gain inequality (eq. 2, footnote 10) holds.
 
 Kernel matrices are produced in tiles (:meth:`Kernel.tiles`): no caller needs the |X| x |X| matrix in
 memory unless it asks for it with :meth:`Kernel.matrix` (only the exact Kernelized Exp3 does, after a
@@ -23,7 +27,7 @@ from typing import Iterator
 import numpy as np
 from scipy import special
 
-KERNEL_NAMES = ("se", "matern52", "matern32", "matern")
+KERNEL_NAMES = ("se", "matern52", "matern32", "matern", "linear")
 
 # Elements of one kernel tile (float64): 2^22 elements = 32 MiB.
 DEFAULT_TILE_ELEMENTS = 1 << 22
@@ -31,7 +35,8 @@ DEFAULT_TILE_ELEMENTS = 1 << 22
 
 @dataclass(frozen=True)
 class Kernel:
-    """A stationary kernel on R^d. ``nu`` is the Matern smoothness (2.5 / 1.5 for the closed forms)."""
+    """A kernel on R^d: stationary (SE, Matern) or linear. ``nu`` is the Matern smoothness (2.5 / 1.5
+    for the closed forms)."""
 
     name: str
     lengthscale: float
@@ -47,14 +52,21 @@ class Kernel:
 
     @classmethod
     def create(cls, name: str, dim: int, lengthscale: float | None = None, nu: float | None = None) -> "Kernel":
-        """The paper's kernel: lengthscale 0.3 sqrt(d) unless given; nu fixed by the closed forms."""
-        scale = 0.3 * math.sqrt(dim) if lengthscale is None else float(lengthscale)
+        """The paper's kernel: lengthscale 0.3 sqrt(d) unless given (linear: sqrt(d)); nu fixed by the
+        closed forms."""
+        if lengthscale is not None:
+            scale = float(lengthscale)
+        else:
+            scale = math.sqrt(dim) if name == "linear" else 0.3 * math.sqrt(dim)
         smoothness = {"matern52": 2.5, "matern32": 1.5}.get(name, nu)
-        return cls(name, scale, None if name == "se" else float(smoothness) if smoothness is not None else None)
+        return cls(name, scale, None if name in ("se", "linear") else
+                   float(smoothness) if smoothness is not None else None)
 
     # ------------------------------------------------------------------ evaluation
     def profile(self, distance: np.ndarray) -> np.ndarray:
-        """k as a function of r = ||x - x'|| (float64, same shape)."""
+        """k as a function of r = ||x - x'|| (float64, same shape); stationary kernels only."""
+        if self.name == "linear":
+            raise ValueError("the linear kernel is not a function of ||x - x'||")
         r = np.asarray(distance, dtype=np.float64) / self.lengthscale
         if self.name == "se":
             return np.exp(-0.5 * r * r)
@@ -76,6 +88,8 @@ class Kernel:
         """The block k(x_i, y_j): (len(x), len(y)). Callers keep blocks small (see :meth:`tiles`)."""
         x = np.atleast_2d(np.asarray(x, dtype=np.float64))
         y = np.atleast_2d(np.asarray(y, dtype=np.float64))
+        if self.name == "linear":
+            return (x / self.lengthscale) @ (y / self.lengthscale).T
         squared = np.zeros((x.shape[0], y.shape[0]))
         for coordinate in range(x.shape[1]):
             difference = x[:, coordinate, None] - y[None, :, coordinate]
@@ -85,8 +99,13 @@ class Kernel:
         return self.profile(np.sqrt(squared))
 
     def diag(self, x: np.ndarray) -> np.ndarray:
-        """k(x_i, x_i) for every row (all ones: the kernels are stationary and normalised)."""
-        return np.ones(np.atleast_2d(x).shape[0])
+        """k(x_i, x_i) for every row: all ones for the stationary kernels (normalised); ||x||^2 / l^2 for
+        the linear kernel."""
+        x = np.atleast_2d(x)
+        if self.name == "linear":
+            scaled = np.asarray(x, dtype=np.float64) / self.lengthscale
+            return np.einsum("ij,ij->i", scaled, scaled)
+        return np.ones(x.shape[0])
 
     def tiles(self, x: np.ndarray, y: np.ndarray | None = None,
               tile_elements: int = DEFAULT_TILE_ELEMENTS) -> Iterator[tuple[slice, np.ndarray]]:
@@ -119,6 +138,8 @@ def growth_rate(kernel: Kernel, horizon: int, dim: int) -> float:
 
         SE:      (log T)^{d+1} (log log T)^{-d}
         Matern:  T^{d / (2 nu + d)} (log T)^{(4 nu + d) / (2 nu + d)}
+        linear:  d log T        (Srinivas et al. 2010, Thm. 5: gamma_T = O(d log T); the kernel paper,
+                                 Sec. 3 after Cor. 2, uses gamma_T = O(log T) for fixed d)
 
     Project choice: for T < e^e (about 15.2) the SE formula's log log T is below 1 and becomes 0 or
     negative at T <= e, so both formulas are evaluated at T = max(T, e^e); horizons of 16 and more
@@ -126,6 +147,8 @@ def growth_rate(kernel: Kernel, horizon: int, dim: int) -> float:
     """
     t = max(float(horizon), math.exp(math.e))
     log_t = math.log(t)
+    if kernel.name == "linear":
+        return dim * log_t
     if kernel.name == "se":
         return log_t ** (dim + 1) * math.log(log_t) ** (-dim)
     nu = kernel.nu

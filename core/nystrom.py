@@ -27,6 +27,22 @@ Two ways to choose lam and the final sample (both SPEC 3.3, "project choice" whe
 With probability >= 1 - delta the result satisfies the spectral approximation of SPEC 3.3 / paper
 eq. (81) at ridge lam:  K_nys <= K <= K_nys + lam I  (K_nys = K_{.S} K_SS^+ K_{S.}), i.e.
 ||K - K_nys||_2 <= lam; the tests measure how often on random instances.
+
+:func:`recursive_rls_nystrom_theory` is Musco & Musco's Algorithm 2 (RecursiveRLS-Nystrom, the
+algorithm their Theorem 7 analyses and the kernel paper's Alg. 3 restates) with its own factors, at a
+fixed ridge lam and failure probability delta:
+
+    if m <= 192 log(1/delta): return all m points, weights 1            (the small-n rule)
+    S_bar = each point kept independently with probability 1/2
+    S~ = the algorithm on S_bar with (lam, delta / 3); S^ = S_bar S~     (recursion)
+    l~_i = 3 / (2 lam) (K - K S^ (S^T K S^ + lam I)^{-1} S^T K)_ii       (overestimates: factor 3/2)
+    p_i = min{1, 16 l~_i log(sum_i l~_i / delta)}; keep i with probability p_i, weight 1/sqrt(p_i)
+
+(the recursion is unrolled: the nested halvings are drawn top-down, then sampled bottom-up). Its
+constants are the worst-case ones of the proof: on settings 1-2 (|X| = 400 < 192 log 10 = 442 at
+delta = 0.1) the small-n rule returns all of X, and at |X| = 10^4 the recursion stops at about 625
+points and keeps thousands of landmarks. ``practical`` (:func:`recursive_rls_nystrom` above) is what
+RLS-Kernelized Exp3 runs by default; ``sampler: theory`` selects this one.
 """
 
 from __future__ import annotations
@@ -152,3 +168,57 @@ def nystrom_embedding(columns: np.ndarray, landmark_block: np.ndarray, relative_
     eigenvalues, vectors = np.linalg.eigh(landmark_block)
     keep = eigenvalues > relative_tolerance * max(eigenvalues.max(), 0.0)
     return columns @ (vectors[:, keep] / np.sqrt(eigenvalues[keep]))
+
+
+# Musco & Musco (2017), Algorithm 2: the small-n rule m <= SMALL_N_FACTOR log(1/delta), the
+# overestimate factor of the leverage scores, the oversampling factor, and delta's split per level.
+SMALL_N_FACTOR = 192.0
+SCORE_FACTOR = 1.5
+OVERSAMPLING_FACTOR = 16.0
+DELTA_SPLIT = 3.0
+
+
+def recursive_rls_nystrom_theory(block: Block, diagonal: np.ndarray, rng: np.random.Generator, *,
+                                 ridge: float, delta: float = 0.1) -> NystromSample:
+    """Musco & Musco's Algorithm 2 with their factors (module docstring), for the kernel given by
+    ``block`` and ``diagonal`` at ridge ``ridge`` with failure probability ``delta``.
+
+    Project choice, as in :func:`recursive_rls_nystrom`: if no point survives a level, the point of
+    largest score is kept (weight 1), so that the embedding is never empty. ``effective_dimension`` is
+    the top level's sum of the (3/2-inflated) score estimates; NaN when the small-n rule returns all
+    points (nothing estimated).
+    """
+    if not ridge > 0:
+        raise ValueError(f"ridge must be positive, got {ridge}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+    n = len(diagonal)
+    # Top-down: the nested random halvings and each level's failure probability, until the small-n rule.
+    levels = [np.arange(n)]
+    deltas = [float(delta)]
+    while len(levels[-1]) > SMALL_N_FACTOR * math.log(1.0 / deltas[-1]):
+        current = levels[-1]
+        levels.append(current[rng.random(len(current)) < 0.5])
+        deltas.append(deltas[-1] / DELTA_SPLIT)
+    landmarks, weights = levels[-1], np.ones(len(levels[-1]))
+    effective = float("nan")   # no scores are estimated when the small-n rule returns every point
+    # Bottom-up: each level samples its points by their scores against the level below's landmarks.
+    for level in range(len(levels) - 2, -1, -1):
+        points, level_delta = levels[level], deltas[level]
+        if len(landmarks):
+            scores = leverage_scores(block(points, landmarks), block(landmarks, landmarks), weights,
+                                     diagonal[points], ridge)
+        else:
+            scores = np.maximum(diagonal[points], 0.0) / ridge
+        scores = SCORE_FACTOR * scores
+        effective = float(scores.sum())
+        oversampling = OVERSAMPLING_FACTOR * math.log(effective / level_delta) if effective > 0 else 0.0
+        keep_probability = np.clip(oversampling * scores, 0.0, 1.0)
+        kept = np.flatnonzero(rng.random(len(points)) < keep_probability)
+        if kept.size == 0:
+            kept = np.array([int(np.argmax(scores))])
+            keep_probability = keep_probability.copy()
+            keep_probability[kept] = 1.0
+        landmarks = points[kept]
+        weights = 1.0 / np.sqrt(keep_probability[kept])
+    return NystromSample(np.asarray(landmarks), weights, float(ridge), effective, len(levels))

@@ -39,6 +39,7 @@ _ENVIRONMENTS: dict[str, str] = {
     "synthetic": "banditsweep.core.environments.synthetic:SyntheticBandit",
     "classification": "banditsweep.core.environments.classification:ClassificationBandit",
     "adversarial_kernel": "banditsweep.core.environments.adversarial_kernel:AdversarialKernelBandit",
+    "kernel_lower_bound": "banditsweep.core.environments.kernel_lower_bound:KernelLowerBound",
 }
 
 # Mirrors of a sweep's Parquet record of truth (banditsweep.workers.sinks.Sink).

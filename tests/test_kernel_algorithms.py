@@ -160,7 +160,8 @@ def test_kernel_exp3_schedule_and_exploration():
     assert d["alpha"] == pytest.approx(min(1.0, 0.1 * d["eta"] * gamma))
     assert d["beta"] == pytest.approx(2.0 * math.sqrt(1.0 / 30))
     assert d["mvr_length"] == math.ceil(30 * d["alpha"])
-    assert spec.params == {"c3": 5.0, "c4": 0.1, "lam": 1.0, "beta": None}
+    assert spec.params == {"c3": 5.0, "c4": 0.1, "lam": 1.0, "beta": None, "beta_rule": "theorem1",
+                           "exploration": "mvr", "design_epsilon": 0.1, "design_max_iterations": 10000}
     # alpha is capped at 1 where the formula exceeds it (large grid constants).
     capped = run_trial(TrialSpec.create("kernel_exp3", {"c3": 10, "c4": 10}, SMALL, 0, 10)).diagnostics
     assert capped["alpha_formula"] > 1 and capped["alpha"] == 1.0

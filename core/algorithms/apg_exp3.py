@@ -10,7 +10,9 @@ The kernel bandit is reduced to a (misspecified) linear bandit on Newton-basis f
 2. **G-optimal design** pi~ on {N(x)} by Frank-Wolfe (Fedorov-Wynn): g_k = max_x ||N(x)||^2_{V(pi)^{-1}},
    step gamma_k = (g_k / D - 1) / (g_k - 1) towards the maximiser; stop at g_k <= (1 + eps) D
    (Kiefer-Wolfowitz: the optimum is D). V^{-1} and the g(x) are updated by Sherman-Morrison, O(n D)
-   per iteration, and recomputed from scratch every ``REFRESH`` iterations.
+   per iteration, and recomputed from scratch every ``REFRESH`` iterations. The routine is
+   :func:`banditsweep.core.exp3.g_optimal_design` (ridge 0), shared with Kernelized Exp3's
+   ``exploration: g_optimal`` (the regularised design of the kernel paper's App. 16).
 3. **Linear Exp3**: P_t = (1 - alpha) exp-weights + alpha pi~ (core.exp3); Q_t = sum_x P_t(x) N(x) N(x)^T;
    theta^_t = Q_t^{-1} N(x_t) y_t; the estimate of f_t is u_t(x) = N(x)^T theta^_t.
    eta = c1 / sqrt(D_T T), alpha = c2 eta D_T (capped at 1, project choice).
@@ -27,10 +29,10 @@ from pydantic import Field
 from scipy import linalg
 
 from banditsweep.core.contracts import Config
-from banditsweep.core.exp3 import Exp3Policy, ExponentialWeights
+from banditsweep.core.exp3 import Exp3Policy, ExponentialWeights, g_optimal_design
 from banditsweep.core.kernels import Kernel
 
-REFRESH = 256
+__all__ = ["APGExp3", "APGExp3Params", "g_optimal_design", "newton_basis"]
 
 
 class APGExp3Params(Config):
@@ -61,38 +63,6 @@ def newton_basis(kernel: Kernel, domain: np.ndarray, tolerance: float,
         power = np.maximum(power - basis[j] ** 2, 0.0)
     size = len(pivots)
     return basis[:size].T.copy(), np.asarray(pivots, dtype=np.int64), np.sqrt(power)
-
-
-def _design_inverse(features: np.ndarray, design: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """V(pi)^{-1} and g(x) = N(x)^T V^{-1} N(x), computed directly."""
-    information = features.T @ (design[:, None] * features)
-    inverse = np.linalg.inv(information)
-    return inverse, np.einsum("ij,jk,ik->i", features, inverse, features)
-
-
-def g_optimal_design(features: np.ndarray, epsilon: float, max_iterations: int) -> tuple[np.ndarray, float, int]:
-    """Frank-Wolfe (Fedorov-Wynn) G-optimal design from the uniform start: (pi, final max g, iterations)."""
-    n, dim = features.shape
-    design = np.full(n, 1.0 / n)
-    inverse, leverage = _design_inverse(features, design)
-    iterations = 0
-    while iterations < max_iterations:
-        pick = int(np.argmax(leverage))
-        g = leverage[pick]
-        if g <= (1.0 + epsilon) * dim:
-            break
-        step = (g / dim - 1.0) / (g - 1.0)
-        direction = inverse @ features[pick]
-        coefficient = step / ((1.0 - step) + step * g)
-        inverse = (inverse - coefficient * np.outer(direction, direction)) / (1.0 - step)
-        leverage = (leverage - coefficient * (features @ direction) ** 2) / (1.0 - step)
-        design *= 1.0 - step
-        design[pick] += step
-        iterations += 1
-        if iterations % REFRESH == 0:
-            inverse, leverage = _design_inverse(features, design)
-    _, leverage = _design_inverse(features, design)
-    return design, float(leverage.max()), iterations
 
 
 class APGExp3(Exp3Policy):

@@ -2,32 +2,28 @@
 
 Before the first round:
     gamma_T = (log T)^{d+1} (log log T)^{-d}                  (SE)
-            = T^{d/(2nu+d)} (log T)^{(4nu+d)/(2nu+d)}          (Matern)          (core.kernels.growth_rate)
+            = T^{d/(2nu+d)} (log T)^{(4nu+d)/(2nu+d)}          (Matern)
+            = d log T                                          (linear)          (core.kernels.growth_rate)
     eta = c3 / sqrt(T gamma_T),   alpha = c4 eta gamma_T,   beta = B sqrt(lambda / T),   mu = lambda / T
-    pi = empirical distribution of the MVR sequence of length ceil(T alpha), GP noise lambda (SPEC 3.2)
+    pi = the exploration distribution, ``exploration`` (paper Alg. 1 line 2 and App. 16):
+         mvr        the empirical distribution of the MVR sequence of length ceil(T alpha), GP noise lambda
+                    (SPEC 3.2; the paper's choice, default)
+         g_optimal  the generalised G-optimal design of App. 16,
+                    pi* = argmin_P max_x psi(x)^T (sum_x' P(x') psi(x') psi(x')^T + lambda / (T alpha) I)^{-1} psi(x),
+                    by Frank-Wolfe on log det (core.exp3.g_optimal_design, the routine of APG-Exp3's design,
+                    with ridge lambda / (T alpha)) on features psi of the kernel matrix K (its eigenvectors
+                    scaled by the square roots of the eigenvalues; eigenvalues below 1e-12 times the
+                    largest are dropped, which moves no g(x) by more than n 1e-12 / ridge). Stops at
+                    max g <= (1 + design_epsilon) sum pi g. Cost O(n^3) once (App. 16: Omega(|X|^3)).
+         uniform    pi(x) = 1 / |X| (App. 16, "Uniform distribution"; no preparation at all)
 
 Round t:
     P_t = (1 - alpha) P~_t + alpha pi,  P~_t(x) proportional to exp(eta sum_{s<t} u_s(x))    (core.exp3)
-    draw x_t ~ P_t, observe y_t = f_t(x_t)
-    G_t = sum_x P_t(x) psi(x) psi(x)^T + mu I,   f^_t(x) = psi(x)^T G_t^{-1} psi(x_t) y_t        (eq. 3)
-    u_t(x) = f^_t(x) + beta ||psi(x)||_{G_t^{-1}}
-
-No feature map is formed: with D = diag(P_t) and M_t = Psi G_t^{-1} Psi^T,
-
-    M_t = (1/mu) [K - K D^{1/2} (D^{1/2} K D^{1/2} + mu I)^{-1} D^{1/2} K],
-    f^_t(x) = M_t[x, x_t] y_t,    ||psi(x)||^2_{G_t^{-1}} = M_t[x, x],
-
-one Cholesky L L^T = D^{1/2} K D^{1/2} + mu I and one triangular solve V = L^{-1} D^{1/2} K per round:
-O(n^3) time, float64, on ``device`` (CUDA when the trial is given one). This is the one algorithm
-that holds the n x n matrix K (and three more n x n work arrays): it checks the free memory first.
-
-Lockstep trial batching (core.trial, core.exp3): trials with the same environment and horizon
-(seeds and c3, c4, lambda, beta may differ) share one K on the device and factorise their B weighted
-systems with one batched Cholesky per round: (1 + 3 B) n x n float64 arrays at the peak. A single
-trial is the batch of one (the same code).
-
-Project choices (recorded in diagnostics): alpha is capped at 1 (the tuning grid reaches
+    draw x_t ~ P_t, observe y_t = f_tProject choices (recorded in diagnostics): alpha is capped at 1 (the tuning grid reaches
 c4 eta gamma_T > 1, where the formula is not a mixing weight); ``beta`` overrides the formula.
+``beta_rule: theorem3`` replaces Theorem 1's width by RLS-Kernelized Exp3's (Theorem 3),
+beta = B (1 + sqrt 2) sqrt(lambda / T): exact Kernelized Exp3 with RLS's beta, which isolates the effect
+of the larger width from that of the Nystrom approximation (docs/reproduction.md).
 Defaults are the paper's selected SE constants (c3, c4, lambda) = (5, 0.1, 1); the paper selected
 (10, 0.1, 10) for Matern 5/2 and (5, 0.1, 5) for Matern 3/2 (sweeps/kernel_exp3/table3.yaml).
 """
@@ -35,6 +31,7 @@ Defaults are the paper's selected SE constants (c3, c4, lambda) = (5, 0.1, 1); t
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 import torch
@@ -42,13 +39,19 @@ from pydantic import Field
 
 from banditsweep.core import domains, kernels
 from banditsweep.core.contracts import Config
-from banditsweep.core.exp3 import Exp3Policy, ExponentialWeights, empirical_distribution
+from banditsweep.core.exp3 import Exp3Policy, ExponentialWeights, empirical_distribution, g_optimal_design
 from banditsweep.core.kernels import check_memory, growth_rate
 from banditsweep.core.mvr import mvr_sequence
 from banditsweep.core.trial import canonical_json
 
 # n x n float64 arrays alive at the peak of a round: K, D^{1/2} K, the system and its factor.
 EXACT_WORK_MATRICES = 4
+# Theorem 3's confidence width is (1 + sqrt 2) times Theorem 1's: beta = B (1 + sqrt 2) sqrt(lambda / T).
+RLS_BETA_FACTOR = 1.0 + math.sqrt(2.0)
+# Environment kinds with a finite domain X described by ``setting`` / ``domain`` (core.domains).
+KERNEL_ENVIRONMENTS = ("adversarial_kernel", "kernel_lower_bound")
+# Eigenvalues of K below this fraction of the largest are dropped from the g_optimal design's features.
+FEATURE_TOLERANCE = 1e-12
 # The lockstep batch a CPU slot runs (preferred_batch_size), and so the one batch_key checks memory for.
 LOCKSTEP_BATCH = 8
 
@@ -59,28 +62,50 @@ def work_bytes(n: int, batch: int = 1) -> int:
     return (1 + (EXACT_WORK_MATRICES - 1) * batch) * n * n * 8
 
 
-def domain_size(environment: dict) -> int | None:
-    """|X| of an adversarial_kernel environment config with a fixed domain (a setting or a grid);
-    None for a seed-drawn domain ({uniform: n, dim: d}) or another kind of environment."""
-    if environment.get("kind") != "adversarial_kernel":
+def domain_size(environment: dict, horizon: int | None = None) -> int | None:
+    """|X| of a kernel environment config (adversarial_kernel, kernel_lower_bound) with a fixed domain:
+    a setting, a grid, or a continuous domain's net (from ``horizon``); None for a seed-drawn domain
+    ({uniform: n, dim: d}) or another kind of environment."""
+    if environment.get("kind") not in KERNEL_ENVIRONMENTS:
         return None
-    if environment.get("setting") is not None:
-        return math.prod(domains.SETTINGS[environment["setting"]])
-    domain = environment.get("domain") or {}
-    return math.prod(domain["grid"]) if "grid" in domain else None
+    shape = domains.grid_shape(environment.get("setting"), environment.get("domain"), horizon)
+    return None if shape is None else math.prod(shape)
 
 
-class KernelExp3Params(Config):
+class Exp3ScheduleParams(Config):
+    """The constants every Exp3 variant of the kernel paper shares (SPEC 3.1, 3.4)."""
+
     c3: float = Field(5.0, gt=0, description="eta = c3 / sqrt(T gamma_T)")
     c4: float = Field(0.1, gt=0, description="alpha = c4 eta gamma_T")
     lam: float = Field(1.0, gt=0, description="lambda: GP noise of MVR, ridge mu = lambda / T")
     beta: float | None = Field(None, ge=0, description="confidence width; None: B sqrt(lambda / T)")
 
 
+class KernelExp3Params(Exp3ScheduleParams):
+    beta_rule: Literal["theorem1", "theorem3"] = Field(
+        "theorem1", description="beta when beta is None: theorem1 B sqrt(lambda / T) (Thm. 1); theorem3 "
+                                "B (1 + sqrt 2) sqrt(lambda / T), RLS-Kernelized Exp3's width (Thm. 3)")
+    exploration: Literal["mvr", "g_optimal", "uniform"] = Field(
+        "mvr", description="exploration distribution pi (App. 16): mvr (Alg. 1), g_optimal (generalised "
+                           "G-optimal design, ridge lambda / (T alpha)), uniform (1 / |X|)")
+    design_epsilon: float = Field(0.1, gt=0, description="g_optimal: Frank-Wolfe stops at max_x g(x) <= "
+                                                         "(1 + eps) sum_x pi(x) g(x)")
+    design_max_iterations: int = Field(10_000, ge=1, description="g_optimal: Frank-Wolfe iteration cap")
+
+
+def kernel_features(kernel_matrix: np.ndarray, tolerance: float = FEATURE_TOLERANCE) -> np.ndarray:
+    """Rows psi(x) with psi(x)^T psi(x') = K[x, x'] (paper Sec. 2, feature representation): the
+    eigenvectors of K scaled by the square roots of their eigenvalues, those below ``tolerance`` times
+    the largest dropped."""
+    values, vectors = np.linalg.eigh(kernel_matrix)
+    keep = values > tolerance * max(float(values.max()), 0.0)
+    return vectors[:, keep] * np.sqrt(values[keep])
+
+
 class Exp3Schedule:
     """The derived constants shared by Kernelized Exp3 and RLS-Kernelized Exp3 (SPEC 3.1, 3.4)."""
 
-    def __init__(self, params: KernelExp3Params, problem, beta_factor: float = 1.0):
+    def __init__(self, params: Exp3ScheduleParams, problem, beta_factor: float = 1.0):
         horizon, dim = problem.horizon, problem.dim
         self.gamma_T = growth_rate(problem.kernel, horizon, dim)
         self.eta = params.c3 / math.sqrt(horizon * self.gamma_T)
@@ -131,19 +156,41 @@ class KernelExp3(Exp3Policy):
 
     def __init__(self, params, problem, rng, device="cpu"):
         super().__init__(params, problem, rng, device)
-        self.schedule = Exp3Schedule(params, problem)
+        beta_factor = RLS_BETA_FACTOR if params.beta_rule == "theorem3" else 1.0
+        self.schedule = Exp3Schedule(params, problem, beta_factor=beta_factor)
         self.torch_device = torch.device(device)
         self.kernel_matrix: torch.Tensor | None = None
         self.mvr_distinct = 0
+        self.design_values: dict[str, float] = {}
 
     def prepare(self, domain: np.ndarray) -> ExponentialWeights:
         n = len(domain)
         if self.kernel_matrix is None:   # a lockstep batch shares K (create_batch)
             check_memory(work_bytes(n), str(self.torch_device), f"exact kernel_exp3 on |X| = {n}")
             self.kernel_matrix = torch.from_numpy(self.problem.kernel.matrix(domain)).to(self.torch_device)
+        return ExponentialWeights(n, self.schedule.eta, self.schedule.alpha, self.exploration_distribution(domain))
+
+    def exploration_distribution(self, domain: np.ndarray) -> np.ndarray:
+        """pi of Alg. 1 line 2, by ``exploration`` (module docstring; paper App. 16)."""
+        n = len(domain)
+        if self.params.exploration == "uniform":
+            return np.full(n, 1.0 / n)
+        if self.params.exploration == "g_optimal":
+            ridge = self.params.lam / (self.problem.horizon * self.schedule.alpha)
+            features = kernel_features(self.kernel_matrix.cpu().numpy())
+            design, g_max, iterations = g_optimal_design(features, self.params.design_epsilon,
+                                                         self.params.design_max_iterations, ridge=ridge)
+            effective = float(design @ np.einsum(
+                "ij,ij->i", features, np.linalg.solve(features.T @ (design[:, None] * features)
+                                                      + ridge * np.eye(features.shape[1]), features.T).T))
+            self.design_values = {"design_ridge": ridge, "design_features": float(features.shape[1]),
+                                  "design_g_max": g_max, "design_effective_dimension": effective,
+                                  "design_iterations": float(iterations),
+                                  "design_support": float(np.count_nonzero(design > 1e-12))}
+            return design
         sequence, _ = mvr_sequence(self.problem.kernel, domain, self.schedule.design_length, self.params.lam)
         self.mvr_distinct = len(np.unique(sequence))
-        return ExponentialWeights(n, self.schedule.eta, self.schedule.alpha, empirical_distribution(sequence, n))
+        return empirical_distribution(sequence, n)
 
     def estimate(self, probabilities: np.ndarray, arm: int, reward: float) -> np.ndarray:
         return self.estimate_batch([self], probabilities[None], np.array([arm]), np.array([reward]))[0]
@@ -196,7 +243,7 @@ class KernelExp3(Exp3Policy):
         memory when the key is computed (core.kernels.check_memory). :meth:`largest_batch` checks the
         memory of the device the batch actually runs on, and the runner splits the batch to fit.
         """
-        n = domain_size(spec.environment)
+        n = domain_size(spec.environment, spec.horizon)
         if n is None:
             return None
         try:
@@ -212,13 +259,13 @@ class KernelExp3(Exp3Policy):
         (docs/benchmarks.md), so 8 trials up to |X| = 1000 and one at a time beyond."""
         if on_gpu:
             return 32
-        n = domain_size(spec.environment)
+        n = domain_size(spec.environment, spec.horizon)
         return LOCKSTEP_BATCH if n is not None and n <= 1000 else 1
 
     @classmethod
     def largest_batch(cls, specs, device: str) -> int:
         """As many trials as the memory of ``device`` holds (at least one)."""
-        n = domain_size(specs[0].environment)
+        n = domain_size(specs[0].environment, specs[0].horizon)
         size = len(specs)
         if n is not None:
             available = kernels.available_memory_bytes(str(device))
@@ -227,4 +274,6 @@ class KernelExp3(Exp3Policy):
         return size
 
     def diagnostics(self) -> dict[str, float]:
-        return {**self.schedule.as_dict(), "mvr_distinct_points": float(self.mvr_distinct)}
+        if self.params.exploration == "mvr":
+            return {**self.schedule.as_dict(), "mvr_distinct_points": float(self.mvr_distinct)}
+        return {**self.schedule.as_dict(), **self.design_values}

@@ -26,6 +26,11 @@ embedding, A_t and the quadratic forms, plus the O(n s^2) sampler; no n x n obje
 With the landmarks forced to all of X (``landmarks: all``) and beta set to the exact algorithm's
 value, this is Kernelized Exp3 to rounding error (tested).
 
+``sampler`` chooses the recursive RLS-Nystrom routine: ``practical`` (default, SPEC 3.3's fixed-ridge
+variant: deterministic halving, oversampling ``oversample`` log(d_eff / delta), base level ``base_size``)
+or ``theory`` (Musco & Musco's Algorithm 2 as analysed, with its factors and small-n rule; see
+core.nystrom). ``oversample`` and ``base_size`` only apply to ``practical``.
+
 ``rls_kernel_exp3_amvr`` (paper Alg. 6): the MVR sequence is computed on a recursive RLS-Nystrom
 approximation of k itself (ridge lambda, the GP noise), O(n s L) instead of O(n L^2) for length L.
 """
@@ -39,20 +44,25 @@ import numpy as np
 from pydantic import Field
 from scipy import linalg
 
-from banditsweep.core.algorithms.kernel_exp3 import Exp3Schedule, KernelExp3Params
+from banditsweep.core.algorithms.kernel_exp3 import RLS_BETA_FACTOR, Exp3Schedule, Exp3ScheduleParams
 from banditsweep.core.exp3 import Exp3Policy, ExponentialWeights, empirical_distribution
 from banditsweep.core.mvr import approximate_mvr_sequence, mvr_sequence
-from banditsweep.core.nystrom import nystrom_embedding, recursive_rls_nystrom, weighted_kernel_block
+from banditsweep.core.nystrom import (NystromSample, nystrom_embedding, recursive_rls_nystrom,
+                                      recursive_rls_nystrom_theory, weighted_kernel_block)
 
-BETA_FACTOR = 1.0 + math.sqrt(2.0)  # Theorem 3: beta = B (1 + sqrt 2) sqrt(lambda / T)
+BETA_FACTOR = RLS_BETA_FACTOR  # Theorem 3: beta = B (1 + sqrt 2) sqrt(lambda / T)
 
 
-class RLSKernelExp3Params(KernelExp3Params):
+class RLSKernelExp3Params(Exp3ScheduleParams):
     beta: float | None = Field(None, ge=0, description="confidence width; None: B (1 + sqrt 2) sqrt(lambda / T)")
     delta: float = Field(0.1, gt=0, lt=1, description="failure probability of the Nystrom sampler")
-    oversample: float = Field(1.0, gt=0, description="c in the oversampling q = c log(d_eff / delta)")
-    base_size: int = Field(256, ge=2, description="size of the sampler's smallest level")
+    oversample: float = Field(1.0, gt=0, description="practical sampler: c in the oversampling q = c log(d_eff / delta)")
+    base_size: int = Field(256, ge=2, description="practical sampler: size of the sampler's smallest level")
     landmarks: Literal["rls", "all"] = Field("rls", description="'all': S_t = X (reference check)")
+    sampler: Literal["practical", "theory"] = Field(
+        "practical", description="recursive RLS-Nystrom: practical (core.nystrom, fixed-ridge practical "
+                                 "variant) or theory (Musco & Musco's Alg. 2 with its factors 3/2, 16 and "
+                                 "the small-n rule m <= 192 log(1/delta))")
 
 
 def nystrom_statistics(kernel, domain: np.ndarray, probabilities: np.ndarray, landmarks: np.ndarray,
@@ -94,16 +104,21 @@ class RLSKernelExp3(Exp3Policy):
         n = len(domain)
         return ExponentialWeights(n, self.schedule.eta, self.schedule.alpha, empirical_distribution(sequence, n))
 
+    def sample_landmarks(self, block, diagonal: np.ndarray, ridge: float) -> NystromSample:
+        """Recursive RLS-Nystrom by ``sampler`` (practical or Musco & Musco's Alg. 2) at ``ridge``."""
+        if self.params.sampler == "theory":
+            return recursive_rls_nystrom_theory(block, diagonal, self.rng, ridge=ridge, delta=self.params.delta)
+        return recursive_rls_nystrom(block, diagonal, self.rng, ridge=ridge, delta=self.params.delta,
+                                     oversample=self.params.oversample, base_size=self.params.base_size)
+
     def landmarks(self, probabilities: np.ndarray) -> np.ndarray:
         """S_t: recursive RLS-Nystrom on the P_t-weighted kernel with ridge mu (SPEC 3.3)."""
         domain, kernel = self._domain, self.problem.kernel
         if self.params.landmarks == "all":
             self.effective_dimensions.append(float("nan"))
             return np.arange(len(domain))
-        sample = recursive_rls_nystrom(
-            weighted_kernel_block(kernel, domain, probabilities), probabilities * kernel.diag(domain), self.rng,
-            ridge=self.schedule.mu, delta=self.params.delta, oversample=self.params.oversample,
-            base_size=self.params.base_size)
+        sample = self.sample_landmarks(weighted_kernel_block(kernel, domain, probabilities),
+                                       probabilities * kernel.diag(domain), self.schedule.mu)
         self.effective_dimensions.append(sample.effective_dimension)
         return np.sort(sample.landmarks)
 
@@ -142,9 +157,7 @@ class RLSKernelExp3AMVR(RLSKernelExp3):
             def block(rows, cols):
                 return kernel(domain[rows], domain[cols])
 
-            landmarks = np.sort(recursive_rls_nystrom(
-                block, diagonal, self.rng, ridge=lam, delta=self.params.delta,
-                oversample=self.params.oversample, base_size=self.params.base_size).landmarks)
+            landmarks = np.sort(self.sample_landmarks(block, diagonal, lam).landmarks)
         self.mvr_landmarks = len(landmarks)
         columns = kernel.columns(domain, landmarks)
         features = nystrom_embedding(columns, columns[landmarks])

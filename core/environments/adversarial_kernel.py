@@ -37,11 +37,12 @@ from banditsweep.core.kernels import DEFAULT_TILE_ELEMENTS, Kernel
 
 class AdversarialKernelConfig(Config):
     setting: Literal[1, 2, 3, 4] | None = Field(None, description="the paper's domain 1-4 (SPEC 2.2)")
-    domain: domains.GridDomain | domains.UniformDomain | None = Field(
-        None, description="{grid: [n1, ...]} or {uniform: n, dim: d}, instead of a setting")
-    kernel: Literal["se", "matern52", "matern32", "matern"] = "se"
+    domain: domains.GridDomain | domains.UniformDomain | domains.ContinuousDomain | None = Field(
+        None, description="{grid: [n1, ...]}, {uniform: n, dim: d} or {continuous: d} (the (1/sqrt T)-net "
+                          "of [0, 1]^d, core.domains), instead of a setting")
+    kernel: Literal["se", "matern52", "matern32", "matern", "linear"] = "se"
     nu: float | None = Field(None, gt=0, description="Matern smoothness, only for kernel 'matern'")
-    lengthscale: float | None = Field(None, gt=0, description="None: 0.3 sqrt(d)")
+    lengthscale: float | None = Field(None, gt=0, description="None: 0.3 sqrt(d) (linear kernel: sqrt(d))")
     candidates: int = Field(1000, ge=1, description="number of candidate functions")
     centers: int = Field(100, ge=1, description="kernel centres per candidate")
     norm_bound: float = Field(2.0, gt=0, description="B, the RKHS-norm bound")
@@ -49,7 +50,8 @@ class AdversarialKernelConfig(Config):
     @model_validator(mode="after")
     def _check(self):
         if (self.setting is None) == (self.domain is None):
-            raise ValueError("give exactly one of 'setting' (1-4) and 'domain' ({grid: [...]} or {uniform: n, dim: d})")
+            raise ValueError("give exactly one of 'setting' (1-4) and 'domain' "
+                             "({grid: [...]}, {uniform: n, dim: d} or {continuous: d})")
         if self.kernel == "matern" and self.nu is None:
             raise ValueError("kernel 'matern' needs 'nu' (e.g. nu: 0.5)")
         if self.kernel != "matern" and self.nu is not None:
@@ -93,7 +95,7 @@ class AdversarialKernelBandit(Environment):
 
     def __init__(self, config: AdversarialKernelConfig, horizon: int, rng: np.random.Generator):
         super().__init__(config, horizon, rng)
-        self.domain = domains.build(config.setting, config.domain, rng)
+        self.domain = domains.build(config.setting, config.domain, rng, horizon)
         n, d = self.domain.shape
         self.kernel = Kernel.create(config.kernel, d, config.lengthscale, config.nu)
         self.table, self.raw_norms = candidate_table(self.kernel, self.domain, config.candidates,
