@@ -8,15 +8,26 @@ strings for categorical features, a missing value being a real null), then a str
 This module only reads. Fetching a missing file from OpenML and writing it into the data
 directory is the user's side (``banditsweep.sweeps.datasets``); a worker never downloads.
 
-Preprocessing, as the reference code of NeuralUCB / NeuralTS / NeuralRBMLE:
+Preprocessing, as the reference code of NeuralUCB / NeuralTS / NeuralRBMLE (uclaml/NeuralTS
+``data_multi.py``, ``Bandit_multi``: ``fetch_openml(name, version, return_X_y=True)``, then
+``X[np.isnan(X)] = -1`` and ``normalize(X)``, lines 11-50):
 
-- categorical columns are ordinal-encoded (categories in sorted order -> 0, 1, 2, ...);
+- categorical columns are ordinal-encoded (``encoding="ordinal"``) with the codes that code got from
+  ``fetch_openml``: the scikit-learn of 2020 returned a NumPy array (``as_frame=False``) whose nominal
+  columns are liac-arff's ``encode_nominal`` codes, the position of the value in the ``@attribute``
+  declaration of OpenML's ARFF file — not sorted order, and counting declared values that never
+  occur (mushroom's gill-attachment declares {a, d, f, n}, the data holds a and f: f is 2).
+  The dataset files store categories as strings without that declaration, so it is kept here
+  (:data:`OPENML_CATEGORIES`, for the two datasets with categorical columns, adult and mushroom);
 - a missing value becomes -1;
 - every row is scaled to unit L2 norm (``scaling="rownorm"``).
 
-Project choices offered beside it: one-hot encoding of the categorical columns (a missing value is
-then the all-zero indicator vector) and per-column standardisation (zero mean, unit variance)
-instead of the row scaling.
+Project choices offered beside it: ``encoding="ordinal_sorted"`` (codes in sorted order of the values
+present in the file, this project's encoding before the declared order was added), one-hot encoding of
+the categorical columns (indicator columns in sorted order of the values present; a missing value is
+the all-zero indicator vector) and per-column standardisation (zero mean, unit variance) instead of the
+row scaling. The class labels are numbered in sorted order (numeric labels numerically), as the
+reference code's ``OrdinalEncoder`` on the labels does (``data_multi.py`` lines 59-60).
 
 A file is checked against :data:`DATASETS` every time it is read: the column count, the ``class``
 column, the column types, the number of classes (exactly) and the number of rows (at least a
@@ -42,7 +53,8 @@ DATA_ENV_VAR = "BANDITSWEEP_DATA"
 CLASS_COLUMN = "class"
 MIN_ROWS = 1000
 
-Encoding = Literal["ordinal", "onehot"]
+Encoding = Literal["ordinal", "ordinal_sorted", "onehot"]
+ENCODINGS = ("ordinal", "ordinal_sorted", "onehot")
 Scaling = Literal["rownorm", "standard"]
 
 
@@ -76,6 +88,71 @@ DATASETS: dict[str, DatasetInfo] = {
         DatasetInfo("shuttle", 40685, "shuttle", features=9, classes=7, rows=58000),
         DatasetInfo("mnist", 554, "mnist_784", features=784, classes=10, rows=70000),
     )
+}
+
+
+def _declared(values: str | tuple[str, ...]) -> tuple[str, ...]:
+    return tuple("".join(values).split())
+
+
+#: The order in which OpenML's ARFF file declares each categorical column's values (``@attribute name
+#: {v0, v1, ...}``): value ``v_i`` gets the ordinal code i, as in the reference code (module docstring).
+#: adult: OpenML 1590's ARFF (file 1595261), whose header is bundled with scikit-learn's tests
+#: (sklearn/datasets/tests/data/openml/id_1590; tests/test_datasets.py compares it when present): the
+#: order of UCI's adult.names, not sorted. mushroom: OpenML 24, one of OpenML's first datasets, taken
+#: from Weka's UCI ARFF collection (as OpenML 3, whose bundled copy keeps Weka's declarations and
+#: summary); Weka's mushroom.arff declares every value of agaricus-lepiota.names in sorted order,
+#: including values that never occur. Not checked against OpenML 24's own file (no copy offline).
+OPENML_CATEGORIES: dict[str, dict[str, tuple[str, ...]]] = {
+    "adult": {name: _declared(values) for name, values in {
+        "workclass": "Private Self-emp-not-inc Self-emp-inc Federal-gov Local-gov State-gov Without-pay Never-worked",
+        "education": (
+            "Bachelors Some-college 11th HS-grad Prof-school Assoc-acdm Assoc-voc 9th 7th-8th 12th Masters "
+            "1st-4th 10th Doctorate 5th-6th Preschool"
+        ),
+        "marital-status": (
+            "Married-civ-spouse Divorced Never-married Separated Widowed Married-spouse-absent "
+            "Married-AF-spouse"
+        ),
+        "occupation": (
+            "Tech-support Craft-repair Other-service Sales Exec-managerial Prof-specialty Handlers-cleaners "
+            "Machine-op-inspct Adm-clerical Farming-fishing Transport-moving Priv-house-serv Protective-serv "
+            "Armed-Forces"
+        ),
+        "relationship": "Wife Own-child Husband Not-in-family Other-relative Unmarried",
+        "race": "White Asian-Pac-Islander Amer-Indian-Eskimo Other Black",
+        "sex": "Female Male",
+        "native-country": (
+            "United-States Cambodia England Puerto-Rico Canada Germany Outlying-US(Guam-USVI-etc) India Japan "
+            "Greece South China Cuba Iran Honduras Philippines Italy Poland Jamaica Vietnam Mexico Portugal "
+            "Ireland France Dominican-Republic Laos Ecuador Taiwan Haiti Columbia Hungary Guatemala Nicaragua "
+            "Scotland Thailand Yugoslavia El-Salvador Trinadad&Tobago Peru Hong Holand-Netherlands"
+        ),
+    }.items()},
+    "mushroom": {name: _declared(values) for name, values in {
+        "cap-shape": "b c f k s x",
+        "cap-surface": "f g s y",
+        "cap-color": "b c e g n p r u w y",
+        "bruises": "f t",
+        "odor": "a c f l m n p s y",
+        "gill-attachment": "a d f n",
+        "gill-spacing": "c d w",
+        "gill-size": "b n",
+        "gill-color": "b e g h k n o p r u w y",
+        "stalk-shape": "e t",
+        "stalk-root": "b c e r u z",
+        "stalk-surface-above-ring": "f k s y",
+        "stalk-surface-below-ring": "f k s y",
+        "stalk-color-above-ring": "b c e g n o p w y",
+        "stalk-color-below-ring": "b c e g n o p w y",
+        "veil-type": "p u",
+        "veil-color": "n o w y",
+        "ring-number": "n o t",
+        "ring-type": "c e f l n p s z",
+        "spore-print-color": "b h k n o r u w y",
+        "population": "a c n s v y",
+        "habitat": "d g l m p u w",
+    }.items()},
 }
 
 
@@ -204,9 +281,26 @@ def _category_values(column: pa.ChunkedArray) -> pa.Array:
     return pa.array(sorted(values), type=column.type)
 
 
-def _ordinal_column(column: pa.ChunkedArray) -> np.ndarray:
-    codes = pc.index_in(column, value_set=_category_values(column))
+def _ordinal_column(column: pa.ChunkedArray, categories: pa.Array | None = None) -> np.ndarray:
+    codes = pc.index_in(column, value_set=_category_values(column) if categories is None else categories)
     return codes.cast(pa.float64()).fill_null(-1.0).to_numpy()
+
+
+def declared_categories(name: str | None, column_name: str, column: pa.ChunkedArray, source: str = "") -> pa.Array:
+    """The values of a categorical column in OpenML's declared order (:data:`OPENML_CATEGORIES`).
+
+    Raises DatasetError if the order is not known for that column or the column holds a value the
+    declaration lacks (a file that is not the OpenML dataset): no silent fallback to sorted order."""
+    declared = OPENML_CATEGORIES.get(name or "", {}).get(column_name)
+    where = f"dataset file {source} ({name})" if source else f"dataset {name!r}"
+    if declared is None:
+        raise DatasetError(f"{where}: no OpenML category order is known for column {column_name!r}; "
+                           "use encoding='ordinal_sorted' or 'onehot'")
+    unknown = sorted(set(v for v in column.unique().to_pylist() if v is not None) - set(declared))
+    if unknown:
+        raise DatasetError(f"{where}: column {column_name!r} holds {unknown[:5]}, which OpenML's declaration "
+                           f"{list(declared)[:12]} lacks")
+    return pa.array(declared, type=column.type)
 
 
 def _onehot_columns(column: pa.ChunkedArray) -> np.ndarray:
@@ -218,16 +312,23 @@ def _onehot_columns(column: pa.ChunkedArray) -> np.ndarray:
     return indicators
 
 
-def encode_features(table: pa.Table, encoding: Encoding = "ordinal") -> np.ndarray:
-    """The feature columns of a verified table as an (n, d') float32 matrix, before scaling."""
+def encode_features(table: pa.Table, encoding: Encoding = "ordinal", name: str | None = None,
+                    source: str = "") -> np.ndarray:
+    """The feature columns of a verified table as an (n, d') float32 matrix, before scaling.
+
+    ``encoding="ordinal"`` needs the dataset ``name`` for OpenML's declared category order."""
+    if encoding not in ENCODINGS:
+        raise ValueError(f"unknown encoding {encoding!r}; expected one of {', '.join(ENCODINGS)}")
     blocks = []
     for field, column in zip(list(table.schema)[:-1], table.columns[:-1]):
         if _is_numeric(field.type):
             blocks.append(_numeric_column(column)[:, None])
         elif encoding == "onehot":
             blocks.append(_onehot_columns(column))
-        else:
+        elif encoding == "ordinal_sorted":
             blocks.append(_ordinal_column(column)[:, None])
+        else:
+            blocks.append(_ordinal_column(column, declared_categories(name, field.name, column, source))[:, None])
     width = sum(block.shape[1] for block in blocks)
     features = np.empty((table.num_rows, width), dtype=np.float32)
     start = 0
@@ -262,8 +363,8 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, encoding:
     The result is cached per process (keyed by the file's path, size and modification time), so
     the many trials a worker runs on one dataset read it once.
     """
-    if encoding not in ("ordinal", "onehot"):
-        raise ValueError(f"unknown encoding {encoding!r}; expected 'ordinal' or 'onehot'")
+    if encoding not in ENCODINGS:
+        raise ValueError(f"unknown encoding {encoding!r}; expected one of {', '.join(ENCODINGS)}")
     path = dataset_path(name, data_dir).absolute()
     try:
         stat = path.stat()
@@ -276,7 +377,7 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, encoding:
 def _load_cached(name: str, path: str, size: int, mtime_ns: int, encoding: Encoding,
                  scaling: Scaling) -> Dataset:
     table = read_table(name, path)
-    features = scale_features(encode_features(table, encoding), scaling)
+    features = scale_features(encode_features(table, encoding, name, path), scaling)
     class_names = class_names_of(table)
     column = table.column(CLASS_COLUMN)
     labels = pc.index_in(column, value_set=pa.array(class_names, type=column.type)).to_numpy()

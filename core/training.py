@@ -10,6 +10,18 @@ likelihood this is gradient descent on the squared loss with weight decay of Neu
 so the baselines use the same code. ``objective_scale="mean"`` divides the whole objective by the
 history length max(1, t - 1): the same maximiser, a step size that does not grow with t.
 
+The baselines' reference recipe (``training="reference"`` of NeuralUCB, NeuralTS, DeepFPL and
+BootstrappedNN; uclaml/NeuralTS ``learner_diag.py`` lines 47-64, ``neural_boost.py`` lines 38-55) is
+the same update with other constants. One ``optim.SGD(lr, weight_decay=wd)`` step on
+``nn.MSELoss()`` (the mean of (f - r)^2 over n rows, gradient 2 (f - r) / n) is
+
+    theta <- theta - lr (2/n sum_s (f(x_s) - r_s) g(x_s) + wd theta)
+           = theta + c1 sum_s w_s (r_s - f(x_s)) g(x_s) - c2 (theta - 0),
+
+i.e. this optimiser's Gaussian step with c1 = 2 lr, row weights w_s = 1/n (``mask`` divided by its
+count), c2 = lr wd and theta_0 replaced by a zero network (weight decay pulls towards 0, not
+theta_0); biases included (:attr:`StackedNetwork.biases`). NeuralRBMLE-GA/-PC keep eq. (10).
+
 One call trains G x S stacked networks (core.networks) at once: per step one forward and one
 backward pass over the history written as batched matmuls, no autograd graph and no Python loop over
 arms or trials. The history is kept grouped by first-layer block (the block-sparse layer of SPEC 1.3).
@@ -197,7 +209,7 @@ def independent_chunks(groups: int, sets: int, workers: int, step_flops: float =
 def _select(network: StackedNetwork, groups: slice, sets: slice) -> StackedNetwork:
     """A view of some groups and parameter sets of a stacked network (writes go through)."""
     return StackedNetwork(network.W1[groups, :, :, sets], [h[groups, sets] for h in network.hidden],
-                          network.w[groups, sets], network.out_scale)
+                          network.w[groups, sets], network.out_scale, [b[groups, sets] for b in network.biases])
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
@@ -262,12 +274,22 @@ def ascend_one_hidden_layer(network: StackedNetwork, initial: StackedNetwork, X:
     ridge = np.asarray(ridge, dtype=np.float64)
     keep = 1.0 - float(ridge.flat[0]) if np.all(ridge == ridge.flat[0]) else None
     gaussian = likelihood == "gaussian"
+    # Biases (the baselines' reference recipe): b1 (G, S m) is shared by all blocks, b2 (G, S).
+    with_biases = bool(network.biases)
+    if with_biases:
+        b1, b2 = network.biases[0].reshape(G, cols).clone(), network.biases[1].clone()  # written back at the end
+        b1_0, b2_0 = initial.biases[0].reshape(G, cols), initial.biases[1]
+        grad_b1 = torch.empty_like(b1)
+        grad_b2 = torch.empty_like(b2)
+        c2_b = per_group(ridge, X, 2)
     parts = [_Bucket(network, initial, X, reward, mask, bias, blocks, height, c1, c2, keep, gaussian)
              for blocks, height in buckets]
     for _ in range(steps):
         for index, part in enumerate(parts):
-            part.activations()
+            part.activations(b1 if with_biases else None)
             torch.bmm(part.act_rows, V_matrix, out=part.f)
+            if with_biases:
+                part.f.add_(b2.unsqueeze(1))
             if gaussian:  # c1 ((r - f) mask + bias) = offset - f * weight
                 torch.addcmul(part.offset, part.f_rows, part.weight, value=-1.0, out=part.coef)
             else:
@@ -280,11 +302,24 @@ def ascend_one_hidden_layer(network: StackedNetwork, initial: StackedNetwork, X:
             else:
                 grad_V.baddbmm_(part.act_rows.transpose(1, 2), part.coef_rows)
             torch.ops.aten.threshold_backward.grad_input(part.back, part.act, 0, grad_input=part.back)
+            if with_biases:  # sums over every row of every block of the gated signal and of coef
+                if index == 0:
+                    torch.sum(part.back_rows, dim=1, out=grad_b1)
+                    torch.sum(part.coef_rows, dim=1, out=grad_b2)
+                else:
+                    grad_b1.add_(part.back_rows.sum(dim=1))
+                    grad_b2.add_(part.coef_rows.sum(dim=1))
             part.step()
         V_diagonal.lerp_(V0_diagonal, c2).add_(grad_V_diagonal, alpha=scale * scale)
+        if with_biases:  # b <- b - c2 (b - b_0) + grad, as every other parameter
+            b1.lerp_(b1_0, c2_b).add_(grad_b1)
+            b2.lerp_(b2_0, c2_b).add_(grad_b2)
     for part in parts:
         network.W1[:, part.blocks] = initial.W1[:, part.blocks] + part.delta(steps).view(G, len(part.blocks), d, S, m)
     torch.div(V_diagonal.transpose(1, 2), scale, out=network.w)
+    if with_biases:
+        network.biases[0].copy_(b1.view(G, S, m))
+        network.biases[1].copy_(b2)
 
 
 class _Bucket:
@@ -340,12 +375,15 @@ class _Bucket:
         elif part_bias is not None:
             self.bias_c1 = part_bias * c1
 
-    def activations(self) -> None:
-        """act = relu(X W1_0 + X Delta)."""
+    def activations(self, b1: torch.Tensor | None = None) -> None:
+        """act = relu(X W1_0 + X Delta (+ b1, (G, S m), shared by the blocks))."""
         if self.gram:
             torch.add(self.fixed, self.E, out=self.act)
         else:
             torch.baddbmm(self.fixed, self.X, self.weights, out=self.act)
+        if b1 is not None:
+            G = b1.shape[0]
+            self.act.view(G, -1, self.act.shape[-1]).add_(b1.unsqueeze(1))
         self.act.relu_()
 
     def step(self) -> None:
@@ -419,7 +457,8 @@ def log_likelihood(network: StackedNetwork, initial: StackedNetwork, X: torch.Te
 
 def _per_set(network: StackedNetwork) -> list[torch.Tensor]:
     """Every parameter tensor with the set axis second: (G, S, ...)."""
-    return [network.W1.permute(0, 3, 1, 2, 4), *network.hidden, network.w]
+    G, S = network.w.shape[:2]
+    return [network.W1.permute(0, 3, 1, 2, 4), *network.hidden, network.w, *[b.reshape(G, S, -1) for b in network.biases]]
 
 
 def intra_op_threads(history_rows: float, block_dim: int, width: int, parameter_sets: int, groups: int = 1,

@@ -12,7 +12,10 @@ Two representations (``mode``):
   a fresh O(p^3) inversion. p = m + m d + m^2 (L - 1) (37 900 on Covertype), so this is a device option.
 
 Gradients come as :class:`ArmParameters` (only the arm's first-layer block is nonzero, SPEC 1.3); the
-flat order of theta is [vec W1 (blocks, d_b, m), vec hidden layers, w]. Time spent here is accumulated
+flat order of theta is [vec W1 (blocks, d_b, m), vec hidden layers, w, biases]. A network with biases
+(the baselines' ``training="reference"``) has them in Z too: the reference code's U has one entry per
+element of ``func.parameters()``, biases included (uclaml/NeuralTS ``learner_diag.py`` lines 25-26,
+37-38 and 44). Time spent here is accumulated
 in ``seconds`` (the "time to invert Z" of the paper's Table 3).
 """
 
@@ -34,6 +37,7 @@ class ZMatrix:
         self.mode, self.scale = mode, scale
         self.blocks, self.block_dim, self.width = B, d_b, m
         self.num_hidden = len(network.hidden)
+        self.bias_sizes = [b.shape[2] if b.dim() == 3 else 1 for b in network.biases]  # m per hidden layer, 1
         self.device, self.dtype = network.W1.device, network.W1.dtype
         self.seconds = 0.0
         lam_t = torch.as_tensor(np.asarray(lam, dtype=np.float64), device=self.device, dtype=self.dtype)
@@ -41,13 +45,16 @@ class ZMatrix:
             self.U_W1 = lam_t.view(G, 1, 1, 1).expand(G, B, d_b, m).clone()
             self.U_hidden = [lam_t.view(G, 1, 1).expand(G, m, m).clone() for _ in range(self.num_hidden)]
             self.U_w = lam_t.view(G, 1).expand(G, m).clone()
+            self.U_biases = [lam_t.view(G, 1).expand(G, m).clone() if b.dim() == 3 else lam_t.clone()
+                             for b in network.biases]
         else:
             p = self.size
             self.inverse = torch.eye(p, device=self.device, dtype=self.dtype).repeat(G, 1, 1) / lam_t.view(G, 1, 1)
 
     @property
     def size(self) -> int:
-        return self.blocks * self.block_dim * self.width + self.num_hidden * self.width ** 2 + self.width
+        return (self.blocks * self.block_dim * self.width + self.num_hidden * self.width ** 2 + self.width
+                + sum(self.bias_sizes))
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -61,6 +68,7 @@ class ZMatrix:
         first = torch.zeros(G, K, self.blocks, self.block_dim * self.width, device=self.device, dtype=self.dtype)
         first[:, torch.arange(K, device=self.device), block_of_arm] = g.W1.reshape(G, K, -1)
         parts = [first.reshape(G, K, -1)] + [h.reshape(G, K, -1) for h in g.hidden] + [g.w]
+        parts += [b.reshape(G, K, -1) for b in g.biases]
         return torch.cat(parts, dim=-1)
 
     def _unflatten(self, v: torch.Tensor, block_of_arm: torch.Tensor, out_scale: float) -> ArmParameters:
@@ -72,7 +80,14 @@ class ZMatrix:
         for _ in range(self.num_hidden):
             hidden.append(v[..., offset:offset + self.width ** 2].reshape(G, K, self.width, self.width))
             offset += self.width ** 2
-        return ArmParameters(first, hidden, v[..., offset:], out_scale)
+        w = v[..., offset:offset + self.width]
+        offset += self.width
+        biases = []
+        for size in self.bias_sizes:
+            part = v[..., offset:offset + size]
+            biases.append(part if size > 1 else part[..., 0])
+            offset += size
+        return ArmParameters(first, hidden, w, out_scale, biases)
 
     # ---- products -------------------------------------------------------------------------------
 
@@ -82,7 +97,8 @@ class ZMatrix:
         if self.mode == "diag":
             result = ArmParameters(g.W1 / self.U_W1[:, block_of_arm],
                                    [gh / U.unsqueeze(1) for gh, U in zip(g.hidden, self.U_hidden)],
-                                   g.w / self.U_w.unsqueeze(1), g.out_scale)
+                                   g.w / self.U_w.unsqueeze(1), g.out_scale,
+                                   [gb / U.unsqueeze(1) for gb, U in zip(g.biases, self.U_biases)])
         else:
             flat = self.flatten(g, block_of_arm)
             result = self._unflatten(torch.einsum("gpq,gkq->gkp", self.inverse, flat), block_of_arm, g.out_scale)
@@ -93,7 +109,8 @@ class ZMatrix:
     def quadratic(self, g: ArmParameters, block_of_arm: torch.Tensor) -> torch.Tensor:
         """g^T Z^{-1} g for every (group, arm): (G, K)."""
         solved = self.solve(g, block_of_arm)
-        return sum((a * b).flatten(start_dim=2).sum(-1) for a, b in zip(g.tensors(), solved.tensors()))
+        G, K = g.w.shape[:2]
+        return sum((a * b).reshape(G, K, -1).sum(-1) for a, b in zip(g.tensors(), solved.tensors()))
 
     def add(self, g: ArmParameters, blocks: torch.Tensor) -> None:
         """Z <- Z + c g g^T for one gradient per group: g with K = 1, in first-layer ``blocks`` (G,)."""
@@ -105,6 +122,8 @@ class ZMatrix:
             for U, gh in zip(self.U_hidden, g.hidden):
                 U += self.scale * gh[:, 0] ** 2
             self.U_w += self.scale * g.w[:, 0] ** 2
+            for U, gb in zip(self.U_biases, g.biases):
+                U += self.scale * gb[:, 0] ** 2
         else:
             u = self._flat_one(g, blocks) * self.scale ** 0.5
             solved = torch.einsum("gpq,gq->gp", self.inverse, u)
@@ -119,4 +138,5 @@ class ZMatrix:
         first = torch.zeros(G, self.blocks, self.block_dim * self.width, device=self.device, dtype=self.dtype)
         first[torch.arange(G, device=self.device), blocks] = g.W1[:, 0].reshape(G, -1)
         parts = [first.reshape(G, -1)] + [h[:, 0].reshape(G, -1) for h in g.hidden] + [g.w[:, 0]]
+        parts += [b[:, 0].reshape(G, -1) for b in g.biases]
         return torch.cat(parts, dim=-1)

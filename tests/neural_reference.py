@@ -9,24 +9,35 @@ from banditsweep.core.contracts import Config, Decision, Environment, Feedback, 
 
 
 def dense_parameters(network, group: int = 0, parameter_set: int = 0) -> list[torch.Tensor]:
-    """theta of one network as plain tensors: W1 (d, m), hidden (m, m)..., w (m,)."""
+    """theta of one network as plain tensors: W1 (d, m), hidden (m, m)..., w (m,), then the biases
+    b_1 (m,), ..., b_L () if the network has them."""
     W1 = network.W1[group, :, :, parameter_set]
     return [W1.reshape(-1, W1.shape[-1]).clone(), *[h[group, parameter_set].clone() for h in network.hidden],
-            network.w[group, parameter_set].clone()]
+            network.w[group, parameter_set].clone(), *[b[group, parameter_set].clone() for b in network.biases]]
 
 
-def dense_forward(theta: list[torch.Tensor], x: torch.Tensor, out_scale: float) -> torch.Tensor:
-    """f(x; theta) = out_scale W_L sigma(... sigma(W_1 x)) for rows x (n, d)."""
-    act = torch.relu(x @ theta[0])
-    for W in theta[1:-1]:
-        act = torch.relu(act @ W)
-    return out_scale * act @ theta[-1]
+def _split(theta: list[torch.Tensor], biased: bool):
+    if not biased:
+        return theta, None
+    layers = len(theta) // 2
+    return theta[:layers], theta[layers:]
 
 
-def dense_gradient(theta: list[torch.Tensor], x: torch.Tensor, out_scale: float) -> torch.Tensor:
-    """g(x; theta) flattened in the order [vec W1 (d, m), hidden, w] for one row x (d,)."""
+def dense_forward(theta: list[torch.Tensor], x: torch.Tensor, out_scale: float, biased: bool = False) -> torch.Tensor:
+    """f(x; theta) = out_scale W_L sigma(... sigma(W_1 x + b_1) ...) (+ b_L) for rows x (n, d)."""
+    weights, biases = _split(theta, biased)
+    act = x @ weights[0]
+    for index, W in enumerate(weights[1:]):
+        act = torch.relu(act + biases[index] if biased else act)
+        act = act @ W
+    f = out_scale * act
+    return f + biases[-1] if biased else f
+
+
+def dense_gradient(theta: list[torch.Tensor], x: torch.Tensor, out_scale: float, biased: bool = False) -> torch.Tensor:
+    """g(x; theta) flattened in the order [vec W1 (d, m), hidden, w, biases] for one row x (d,)."""
     leaves = [p.detach().clone().requires_grad_(True) for p in theta]
-    f = dense_forward(leaves, x[None], out_scale)[0]
+    f = dense_forward(leaves, x[None], out_scale, biased)[0]
     grads = torch.autograd.grad(f, leaves)
     return torch.cat([g.reshape(-1) for g in grads])
 

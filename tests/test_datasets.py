@@ -73,14 +73,22 @@ def test_labels_follow_the_class_column(copies):
 def test_ordinal_encoding_and_missing_values(copies):
     table = read_table("mushroom", copies / "mushroom.parquet")
     raw = table.to_pandas()
-    codes = core_datasets.encode_features(table)
+    codes = core_datasets.encode_features(table, "ordinal", "mushroom")
+    sorted_codes = core_datasets.encode_features(table, "ordinal_sorted")
     column = raw["stalk-root"]
     stalk_root = codes[:, raw.columns.get_loc("stalk-root")]
     assert column.isna().sum() == 318  # of the copy's 1000 rows
     np.testing.assert_array_equal(stalk_root[column.isna().to_numpy()], -1.0)
-    categories = sorted(column.dropna().unique())  # sorted categories -> 0, 1, 2, ...
-    expected = column.map({value: index for index, value in enumerate(categories)}).fillna(-1.0)
-    np.testing.assert_array_equal(stalk_root, expected.to_numpy())
+    for name in raw.columns[:-1]:
+        declared = core_datasets.OPENML_CATEGORIES["mushroom"][name]  # OpenML's order -> 0, 1, 2, ...
+        expected = raw[name].map({value: index for index, value in enumerate(declared)}).fillna(-1.0)
+        np.testing.assert_array_equal(codes[:, raw.columns.get_loc(name)], expected.to_numpy(), err_msg=name)
+        present = sorted(raw[name].dropna().unique())  # ordinal_sorted: sorted values present -> 0, 1, 2, ...
+        expected = raw[name].map({value: index for index, value in enumerate(present)}).fillna(-1.0)
+        np.testing.assert_array_equal(sorted_codes[:, raw.columns.get_loc(name)], expected.to_numpy(), err_msg=name)
+    # gill-attachment declares {a, d, f, n}; the data holds a and f: f is 2 (OpenML), 1 (sorted).
+    attachment = raw.columns.get_loc("gill-attachment")
+    assert set(codes[:, attachment]) == {0.0, 2.0} and set(sorted_codes[:, attachment]) == {0.0, 1.0}
     # Row scaling of the preprocessed data is applied to exactly these codes.
     data = load_dataset("mushroom", data_dir=copies)
     np.testing.assert_allclose(data.features * np.linalg.norm(codes, axis=1, keepdims=True), codes,
@@ -109,6 +117,50 @@ def test_adult_mixes_numeric_and_categorical(copies):
     onehot = load_dataset("adult", data_dir=copies, encoding="onehot")
     assert ordinal.features.shape[1] == 14
     assert onehot.features.shape[1] > 14 + 8  # 6 numeric columns plus the categories of 8 columns
+    # OpenML's (adult.names') order: 'Private' is workclass 0, not 'Federal-gov' (sorted first).
+    table = read_table("adult", copies / "adult.parquet")
+    raw = table.to_pandas()
+    codes = core_datasets.encode_features(table, "ordinal", "adult")
+    workclass = codes[:, raw.columns.get_loc("workclass")]
+    assert set(workclass[(raw["workclass"] == "Private").to_numpy()]) == {0.0}
+    sorted_codes = core_datasets.encode_features(table, "ordinal_sorted")
+    assert not np.array_equal(codes, sorted_codes)
+    numeric = [raw.columns.get_loc(c) for c in ("age", "fnlwgt", "hours-per-week")]
+    np.testing.assert_array_equal(codes[:, numeric], sorted_codes[:, numeric])
+
+
+def test_declared_order_is_openml_arff_header():
+    """The adult order equals the @attribute declarations of OpenML 1590's ARFF file, of which
+    scikit-learn's tests bundle a copy (the file fetch_openml reads; liac-arff's codes follow it)."""
+    import gzip
+    import re
+    sklearn = pytest.importorskip("sklearn")
+    folder = Path(sklearn.__file__).parent / "datasets" / "tests" / "data" / "openml" / "id_1590"
+    files = sorted(folder.glob("data-v1-dl-*.arff.gz"))
+    if not files:
+        pytest.skip("scikit-learn installed without its test data")
+    declared = {}
+    with gzip.open(files[0], "rt") as handle:
+        for line in handle:
+            match = re.match(r"@attribute (\S+) \{(.*)\}", line.strip())
+            if match and match.group(1) != "class":
+                declared[match.group(1)] = tuple(v.strip() for v in match.group(2).split(","))
+    assert declared == core_datasets.OPENML_CATEGORIES["adult"]
+    # liac-arff (what fetch_openml parsed ARFF with when the reference code ran) codes by that order.
+    from sklearn.externals import _arff
+    with gzip.open(files[0], "rt") as handle:
+        parsed = _arff.load(handle, encode_nominal=True, return_type=_arff.DENSE)
+    row = parsed["data"][0]  # 25, Private, 226802, 11th, ...
+    names = [name for name, _ in parsed["attributes"]]
+    assert row[names.index("workclass")] == 0 and row[names.index("education")] == 2
+
+
+def test_unknown_category_or_order_is_an_error(copies):
+    table = read_table("adult", copies / "adult.parquet")
+    with pytest.raises(DatasetError, match="no OpenML category order"):
+        core_datasets.encode_features(table, "ordinal", "mushroom")
+    with pytest.raises(ValueError, match="unknown encoding"):
+        core_datasets.encode_features(table, "binary", "adult")
 
 
 def test_loading_is_cached_per_file(copies, tmp_path):

@@ -139,30 +139,35 @@ def test_pc_theta_bar_equals_eq15(z, disjoint):
     assert arm == int(np.argmax(index))
 
 
+@pytest.mark.parametrize("training", ["paper", "reference"])
 @pytest.mark.parametrize("form", ["paper", "reference"])
 @pytest.mark.parametrize("z,width", [("diag", 2048), ("full", 64)])
-def test_ucb_bonus_matches_dense_quadratic_in_linear_regime(form, z, width):
-    """Wide network, tiny step: g stays g(x; theta_0), so the bonus is that of a linear model in g."""
+def test_ucb_bonus_matches_dense_quadratic_in_linear_regime(form, z, width, training):
+    """Wide network, tiny step: g stays g(x; theta_0), so the bonus is that of a linear model in g
+    (under the reference recipe g includes the bias gradients, as learner_diag.py's grad_batch)."""
     K, d, nu, lam = 3, 4, 0.5, 0.01
     problem = Problem(num_arms=K, dim=d, horizon=20)
-    policy = make_policy("neural_ucb", problem, width=width, lr=1e-9, steps=2, nu=nu, lam=lam, form=form, z=z)
+    policy = make_policy("neural_ucb", problem, width=width, lr=1e-9, steps=2, nu=nu, lam=lam, form=form, z=z,
+                         training=training)
+    biased = training == "reference"
     rng = np.random.default_rng(5)
     theta0 = dense_parameters(policy.initial)
+    assert len(theta0) == (4 if biased else 2)
     scale = policy.network.out_scale
     grads = []
     for t in range(1, 9):
         contexts = rng.standard_normal((K, d))
         arm = policy.select(t, contexts).arm
-        grads.append(dense_gradient(theta0, torch.as_tensor(contexts[arm]), scale).numpy())
+        grads.append(dense_gradient(theta0, torch.as_tensor(contexts[arm]), scale, biased).numpy())
         policy.update(t, contexts, arm, float(rng.random()))
     contexts = rng.standard_normal((K, d))
     policy.select(9, contexts)
     G = np.stack(grads)
     c = 1.0 if form == "reference" else 1.0 / width
     diag = lam + c * (G ** 2).sum(0)
-    mean = dense_forward(theta0, torch.as_tensor(contexts), scale).numpy()
+    mean = dense_forward(theta0, torch.as_tensor(contexts), scale, biased).numpy()
     for a in range(K):
-        g = dense_gradient(theta0, torch.as_tensor(contexts[a]), scale).numpy()
+        g = dense_gradient(theta0, torch.as_tensor(contexts[a]), scale, biased).numpy()
         if z == "diag":
             quadratic = (g * g / diag).sum()
         else:
@@ -249,4 +254,79 @@ def test_params_validate_and_record_choices():
     with pytest.raises(ValueError):
         cls.Params(unknown=1)
     spec = TrialSpec.create("neural_ucb", {}, {"kind": "synthetic"}, 0, 5)
-    assert {"form", "z", "init", "objective_scale", "train_every"} <= set(spec.params)
+    assert {"form", "z", "init", "objective_scale", "train_every", "training"} <= set(spec.params)
+
+
+BASELINES = ["neural_ucb", "neural_ts", "deep_fpl", "bootstrapped_nn"]
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_baselines_default_to_the_reference_recipe_and_paper_restores_its_defaults(name):
+    """training = reference (the code the paper ran) by default, with that code's lr, init and
+    exploration form; training = paper brings back the paper recipe's defaults (SPEC 1.6); the
+    reference recipe rejects choices its code does not make; GA/PC have no such parameter."""
+    cls = registry.algorithm_class(name)
+    reference = cls.Params()
+    assert (reference.training, reference.lr, reference.init, reference.steps) == ("reference", 0.01, "default", 100)
+    paper = cls.Params(training="paper")
+    assert (paper.lr, paper.init, paper.steps) == (0.001, "paper", 100)
+    if name in ("neural_ucb", "neural_ts"):
+        assert (reference.form, paper.form) == ("reference", "paper")
+    explicit = cls.Params(training="paper", lr=0.01, init="default")
+    assert (explicit.lr, explicit.init) == (0.01, "default")
+    with pytest.raises(ValueError, match="init='default'"):
+        cls.Params(init="paper")
+    with pytest.raises(ValueError, match="mean"):
+        cls.Params(objective_scale="sum")
+    assert "training" in cls.structural
+    # Resolved parameters round-trip (the trial record holds every default written out).
+    assert cls.Params(**paper.model_dump()) == paper
+    spec = TrialSpec.create(name, {}, {"kind": "synthetic"}, 0, 5)
+    assert spec.params["training"] == "reference" and spec.params["init"] == "default"
+    for other in ("neural_rbmle_ga", "neural_rbmle_pc"):
+        assert "training" not in registry.algorithm_class(other).Params.model_fields
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_reference_recipe_networks_have_biases_and_train_in_rounds_k_2k(name):
+    problem = Problem(num_arms=2, dim=3, horizon=10)
+    extra = {"q": 3} if name == "bootstrapped_nn" else {}
+    reference = make_policy(name, problem, train_every=3, **extra)
+    paper = make_policy(name, problem, train_every=3, training="paper", **extra)
+    assert [b.shape[-1] for b in reference.network.biases] == [8, reference.network.w.shape[1]]
+    assert paper.network.biases == []
+    # learner_diag.py line 56: train when len % delay == 0 (len = t); the paper recipe: t = 1, 1 + k, ...
+    assert [t for t in range(1, 8) if reference.should_train(t)] == [3, 6]
+    assert [t for t in range(1, 8) if paper.should_train(t)] == [1, 4, 7]
+    # The same trial stream draws the same first network's weights with and without biases (its
+    # biases come after them).
+    torch.testing.assert_close(reference.initial.W1[..., 0, :],
+                               make_policy(name, problem, training="paper", init="default", **extra).initial.W1[..., 0, :])
+
+
+def test_bootstrap_reference_members_take_data_as_neural_boost_does():
+    """neural_boost.py lines 41-47: each member takes the observation with probability p, members in
+    order, stopping at the first member that still has no data; the mean of each member's MSE is over
+    its own rows."""
+    problem = Problem(num_arms=2, dim=3, horizon=40)
+    policy = make_policy("bootstrapped_nn", problem, seed=4, q=5, p=0.5)
+    mirror = seeding.stream(4, seeding.POLICY_STREAM)
+    seeding.torch_generator(mirror)  # the draw that seeded theta_0
+    rng = np.random.default_rng(1)
+    counts = np.zeros(5, dtype=int)
+    for t in range(1, 31):
+        contexts = rng.standard_normal((2, 3))
+        arm = policy.select(t, contexts).arm
+        mirror.integers(5)  # the member the policy acted on
+        expected = np.zeros(5)
+        for member in range(5):
+            expected[member] = mirror.random() < 0.5
+            if counts[member] + expected[member] == 0:
+                break
+        counts += expected.astype(int)
+        policy.update(t, contexts, arm, 1.0)
+        h = policy.history
+        block, slot = h.positions[0][-1]
+        np.testing.assert_array_equal(h.mask[0, block, slot].numpy(), expected)
+    np.testing.assert_array_equal(policy.member_rows[0], counts)
+    assert counts.min() > 0

@@ -18,15 +18,22 @@ CASES = {
 }
 
 
-def specs_for(name, horizon=30):
+BASELINES = ("neural_ucb", "neural_ts", "deep_fpl", "bootstrapped_nn")
+
+
+def specs_for(name, horizon=30, training=None):
     common = {"width": 8, "steps": 3, "lr": 0.01, "precision": "float64"}
+    if training is not None:
+        common["training"] = training
     return [TrialSpec.create(name, {**common, **values}, {"kind": "synthetic", "dim": 6}, seed, horizon)
             for seed, values in zip((1, 2, 3), CASES[name])]
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_each_trial_of_a_batch_equals_running_it_alone(name):
-    specs = specs_for(name)
+@pytest.mark.parametrize("name, training", [(name, None) for name in CASES]
+                         + [(name, "paper") for name in BASELINES])
+def test_each_trial_of_a_batch_equals_running_it_alone(name, training):
+    """(The baselines run their default, reference training; and the paper recipe.)"""
+    specs = specs_for(name, training=training)
     assert len({batch_key(spec) for spec in specs}) == 1
     progress = []
     batched = run_trials(specs, on_progress=lambda i, t, r: progress.append((i, t)), progress_every=10)
@@ -53,6 +60,8 @@ def test_batch_keys_separate_structural_choices():
     assert batch_key(base) == batch_key(same)
     for other in (TrialSpec.create("neural_ucb", {"width": 16}, {"kind": "synthetic"}, 1, 10),
                   TrialSpec.create("neural_ucb", {"width": 8, "z": "full"}, {"kind": "synthetic"}, 1, 10),
+                  TrialSpec.create("neural_ucb", {"width": 8, "training": "paper", "init": "default", "form": "reference",
+                                                  "lr": 0.01}, {"kind": "synthetic"}, 1, 10),
                   TrialSpec.create("neural_ucb", {"width": 8}, {"kind": "synthetic", "dim": 5}, 1, 10),
                   TrialSpec.create("neural_ucb", {"width": 8}, {"kind": "synthetic"}, 1, 11),
                   TrialSpec.create("neural_ts", {"width": 8}, {"kind": "synthetic"}, 1, 10)):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from banditsweep.core import likelihoods
-from banditsweep.core.networks import StackedNetwork, initial_parameters, output_scale
+from banditsweep.core.networks import StackedNetwork, initial_biases, initial_parameters, output_scale
 from banditsweep.core import training
 from banditsweep.core.training import gradient_ascent, log_likelihood
 from banditsweep.core.z_matrix import ZMatrix
@@ -23,13 +23,18 @@ def seeded_torch():
     torch.manual_seed(0)
 
 
-def make_network(groups, sets, blocks, block_dim, width=8, depth=2, init="paper", seed=0, distinct=True):
+def make_network(groups, sets, blocks, block_dim, width=8, depth=2, init="paper", seed=0, distinct=True,
+                 biases=False):
     generator = torch.Generator().manual_seed(seed)
+
+    def draw():
+        weights = initial_parameters(width, depth, blocks * block_dim, init, generator)
+        return (*weights, initial_biases(width, depth, blocks * block_dim, generator)) if biases else weights
+
     nets = []
     for _ in range(groups):
-        first = initial_parameters(width, depth, blocks * block_dim, init, generator)
-        nets.append([initial_parameters(width, depth, blocks * block_dim, init, generator) if distinct else first
-                     for _ in range(sets)])
+        first = draw()
+        nets.append([draw() if distinct else first for _ in range(sets)])
     return StackedNetwork.stack(nets, blocks, sets, output_scale(width, init), "cpu", torch.float64)
 
 
@@ -46,12 +51,14 @@ def test_paper_init_is_zero_on_symmetric_inputs_and_block_diagonal():
     assert default.abs().max() <= 1 / np.sqrt(6) and default.ne(0).all()
 
 
+@pytest.mark.parametrize("biases", [False, True])
 @pytest.mark.parametrize("depth", [2, 3])
 @pytest.mark.parametrize("blocks", [1, 3])
-def test_rows_forward_backward_equal_dense_autograd(depth, blocks):
-    """Block-sparse rows (SPEC 1.3) give the dense f and the dense gradient of sum_rows coef * f."""
+def test_rows_forward_backward_equal_dense_autograd(depth, blocks, biases):
+    """Block-sparse rows (SPEC 1.3) give the dense f and the dense gradient of sum_rows coef * f
+    (with the biases of the baselines' reference recipe too)."""
     G, S, d_b, n = 2, 3, 4, 5
-    net = make_network(G, S, blocks, d_b, depth=depth)
+    net = make_network(G, S, blocks, d_b, depth=depth, init="default" if biases else "paper", biases=biases)
     X = torch.randn(G, blocks, n, d_b)
     coef = torch.randn(G, blocks, n, S)
     f, cache = net.forward_rows(X)
@@ -62,18 +69,20 @@ def test_rows_forward_backward_equal_dense_autograd(depth, blocks):
             dense_x = torch.zeros(blocks, n, blocks * d_b)
             for b in range(blocks):
                 dense_x[b, :, b * d_b:(b + 1) * d_b] = X[g, b]
-            dense_f = dense_forward(theta, dense_x.reshape(-1, blocks * d_b), net.out_scale).reshape(blocks, n)
+            dense_f = dense_forward(theta, dense_x.reshape(-1, blocks * d_b), net.out_scale, biases).reshape(blocks, n)
             torch.testing.assert_close(f[g, :, :, s], dense_f.detach())
             expected = torch.autograd.grad((dense_f * coef[g, :, :, s]).sum(), theta)
-            ours = [grads[0][g, :, :, s].reshape(-1, grads[0].shape[-1]), *[h[g, s] for h in grads[1:-1]], grads[-1][g, s]]
+            ours = [grads[0][g, :, :, s].reshape(-1, grads[0].shape[-1]), *[h[g, s] for h in grads[1:]]]
+            assert len(ours) == len(expected) == (2 * depth if biases else depth)
             for a, b in zip(ours, expected):
                 torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("biases", [False, True])
 @pytest.mark.parametrize("depth", [2, 3])
-def test_per_arm_gradients_equal_autograd(depth):
+def test_per_arm_gradients_equal_autograd(depth, biases):
     K, d_b = 3, 4
-    net = make_network(2, 1, K, d_b, depth=depth)
+    net = make_network(2, 1, K, d_b, depth=depth, biases=biases)
     block_of_arm = torch.arange(K)
     x = torch.randn(2, K, d_b)
     f, g = net.arm_parameters(block_of_arm).forward(x, with_gradient=True)
@@ -84,8 +93,8 @@ def test_per_arm_gradients_equal_autograd(depth):
         for arm in range(K):
             dense_x = torch.zeros(K * d_b)
             dense_x[arm * d_b:(arm + 1) * d_b] = x[group, arm]
-            torch.testing.assert_close(f[group, arm], dense_forward(theta, dense_x[None], net.out_scale)[0])
-            torch.testing.assert_close(flat[group, arm], dense_gradient(theta, dense_x, net.out_scale))
+            torch.testing.assert_close(f[group, arm], dense_forward(theta, dense_x[None], net.out_scale, biases)[0])
+            torch.testing.assert_close(flat[group, arm], dense_gradient(theta, dense_x, net.out_scale, biases))
 
 
 @pytest.mark.parametrize("name", ["gaussian", "bernoulli", "mixture"])
@@ -144,22 +153,23 @@ def test_gradient_ascent_equals_plain_autograd_loop():
     torch.testing.assert_close(values[1, 2], expected)
 
 
+@pytest.mark.parametrize("biases", [False, True])
 @pytest.mark.parametrize("mode", ["diag", "full"])
 @pytest.mark.parametrize("blocks", [1, 3])
-def test_z_matrix_against_dense_numpy(mode, blocks):
+def test_z_matrix_against_dense_numpy(mode, blocks, biases):
     G, K, d_b, width, lam, scale = 2, 3, 2, 4, 0.5, 0.25
-    net = make_network(G, 1, blocks, d_b, width=width, depth=3)
+    net = make_network(G, 1, blocks, d_b, width=width, depth=3, biases=biases)
     z = ZMatrix(net, np.full(G, lam), scale, mode)
     block_of_arm = torch.arange(K) if blocks == K else torch.zeros(K, dtype=torch.long)
     p = z.size
+    assert p == blocks * d_b * width + width ** 2 + width + (2 * width + 1 if biases else 0)
     dense_z = np.stack([np.eye(p) * lam for _ in range(G)])
     for _ in range(6):
         x = torch.randn(G, K, d_b)
         _, g = net.arm_parameters(block_of_arm).forward(x, with_gradient=True)
         flat = z.flatten(g, block_of_arm).numpy()
         arms = np.array([0, 2])
-        chosen = type(g)(g.W1[[0, 1], arms].unsqueeze(1), [h[[0, 1], arms].unsqueeze(1) for h in g.hidden],
-                         g.w[[0, 1], arms].unsqueeze(1), g.out_scale)
+        chosen = g.select(torch.tensor([0, 1]), torch.as_tensor(arms))
         z.add(chosen, block_of_arm[arms])
         for group in range(G):
             dense_z[group] += scale * np.outer(flat[group, arms[group]], flat[group, arms[group]])
@@ -178,17 +188,19 @@ def test_z_matrix_against_dense_numpy(mode, blocks):
             np.testing.assert_allclose(solved[group, arm][active], expected[arm][active], rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("biases", [False, True])
 @pytest.mark.parametrize("likelihood", ["gaussian", "bernoulli", "mixture"])
 @pytest.mark.parametrize("blocks, mask_sets, uniform", [(3, 1, True), (1, 1, False), (3, 3, False)])
 @pytest.mark.parametrize("d_b", [4, 9])
-def test_fused_one_hidden_layer_path_equals_layerwise_path(likelihood, blocks, mask_sets, uniform, d_b):
+def test_fused_one_hidden_layer_path_equals_layerwise_path(likelihood, blocks, mask_sets, uniform, d_b, biases):
     """L = 2: the fused batched-matmul optimiser = the layer-by-layer one (forward_rows/backward_rows),
     with per-set masks (BootstrappedNN), a reward bias (GA), and per-trial or shared lr and lambda;
-    in the weight form (5 rows, d' = 4) and in the Gram form (5 rows < d' = 9)."""
+    in the weight form (5 rows, d' = 4) and in the Gram form (5 rows < d' = 9); with biases pulled
+    towards a zero network (the baselines' reference recipe)."""
     G, S, n, steps, width = 2, 3, 5, 6, 8
-    fused = make_network(G, S, blocks, d_b, width=width)
-    initial = fused.clone()
-    for p, scale in zip(fused.tensors(), (0.3, 0.2)):  # start away from theta_0 (a warm start)
+    fused = make_network(G, S, blocks, d_b, width=width, biases=biases)
+    initial = fused.zeros_like() if biases else fused.clone()
+    for p, scale in zip(fused.tensors(), (0.3, 0.2, 0.2, 0.2)):  # start away from theta_0 (a warm start)
         p.add_(scale * torch.randn_like(p))
     layerwise = fused.clone()
     X, reward, mask, bias = random_history(G, blocks, n, d_b, S, mask_sets)
@@ -229,15 +241,17 @@ def _skewed_history(G, blocks, n, d_b, S, mask_sets, seed=0):
     return X, reward, mask, bias, rows
 
 
+@pytest.mark.parametrize("biases", [False, True])
 @pytest.mark.parametrize("likelihood", ["gaussian", "bernoulli"])
 @pytest.mark.parametrize("mask_sets", [1, 3])
-def test_bucketed_blocks_skip_padding_and_equal_the_padded_computation(likelihood, mask_sets):
+def test_bucketed_blocks_skip_padding_and_equal_the_padded_computation(likelihood, mask_sets, biases):
     """Rows beyond block_rows are padding: skipping them (several buckets) changes nothing, and every
-    block, even one with no row, still gets the ridge pull towards theta_0."""
+    block, even one with no row, still gets the ridge pull towards theta_0 (with biases, whose
+    padding rows have nonzero activations but zero weight)."""
     G, S, B, d_b, n, steps, width = 2, 3, 5, 4, 9, 7, 8
     X, reward, mask, bias, rows = _skewed_history(G, B, n, d_b, S, mask_sets)
     assert len(training.bucket_blocks(rows.max(axis=0), d_b, 1e9)) > 1  # the case under test
-    padded = make_network(G, S, B, d_b, width=width)
+    padded = make_network(G, S, B, d_b, width=width, biases=biases)
     initial = padded.clone()
     for p in padded.tensors():
         p.add_(0.2 * torch.randn_like(p))
@@ -261,13 +275,14 @@ def test_bucket_blocks_cuts_only_when_padding_costs_more_than_a_bucket():
     np.testing.assert_array_equal(covered, np.arange(10))
 
 
+@pytest.mark.parametrize("biases", [False, True])
 @pytest.mark.parametrize("groups, sets, mask_sets", [(1, 5, 1), (4, 1, 1), (2, 3, 3)])
-def test_thread_chunks_equal_one_thread(groups, sets, mask_sets, monkeypatch):
+def test_thread_chunks_equal_one_thread(groups, sets, mask_sets, monkeypatch, biases):
     """The G x S optimisations split over worker threads (along the sets, else the trials) give the
     same networks as one thread, and leave torch's thread count as it was."""
     monkeypatch.setattr(training, "MIN_CHUNK_FLOPS", 0.0)  # split even this tiny problem
     B, d_b, n, steps, width = 3, 4, 6, 5, 8
-    single = make_network(groups, sets, B, d_b, width=width)
+    single = make_network(groups, sets, B, d_b, width=width, biases=biases)
     initial = single.clone()
     chunked = single.clone()
     X, reward, mask, bias = random_history(groups, B, n, d_b, sets, mask_sets)

@@ -2,9 +2,19 @@
 
 q networks, each with its own theta_0. Every observation enters each network's training data with
 probability p (independent draws when it arrives). After every reward all q networks are retrained
-(J gradient steps on their own Gaussian l_lambda, core.training) — as one batched computation of q
-stacked parameter sets; each round one network is drawn uniformly and the policy acts greedily on it.
-Paper settings: q = 10, p = 0.8.
+— as one batched computation of q stacked parameter sets; each round one network is drawn uniformly
+and the policy acts greedily on it. Paper settings: q = 10, p = 0.8.
+
+Training (``training``, core.algorithms.neural_base):
+
+- ``reference`` (default): uclaml/NeuralTS ``neural_boost.py``, the code the paper ran: networks
+  with biases and nn.Linear's default init (lines 8-18); each member takes the observation with
+  probability p, members visited in order, and the visit stops at the first member that still has
+  no data (lines 41-47: ``if length == 0: break``, which only matters in the first rounds); every
+  member then takes 100 steps of ``optim.SGD(lr=1e-2)`` — no weight decay, so ``lam`` is unused —
+  on the MSE mean over its own data (lines 48-55). That code trains on every call (it has no
+  ``delay``); ``train_every`` > 1 trains in rounds k, 2k, ... as the NeuralUCB code does.
+- ``paper``: J gradient steps on each member's own Gaussian l_lambda of eq. (10), core.training.
 """
 
 from __future__ import annotations
@@ -13,17 +23,17 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from banditsweep.core.algorithms.neural_base import SHARED_STRUCTURE, NeuralParams, NeuralPolicy
+from banditsweep.core.algorithms.neural_base import BASELINE_STRUCTURE, BaselineParams, NeuralPolicy
 
 
-class BootstrappedNNParams(NeuralParams):
+class BootstrappedNNParams(BaselineParams):
     q: int = Field(10, ge=1, description="number of bootstrapped networks")
     p: float = Field(0.8, gt=0.0, le=1.0, description="probability that an observation enters a network's data")
 
 
 class BootstrappedNN(NeuralPolicy):
     Params = BootstrappedNNParams
-    structural = SHARED_STRUCTURE + ("q",)
+    structural = BASELINE_STRUCTURE + ("q",)
 
     def parameter_sets(self) -> int:
         return self.params.q
@@ -40,9 +50,24 @@ class BootstrappedNN(NeuralPolicy):
         rows = torch.arange(self.groups, device=self.torch_device)
         return values[rows, :, torch.as_tensor(drawn, device=self.torch_device)].argmax(dim=1).cpu().numpy()
 
+    def setup(self) -> None:
+        self.member_rows = np.zeros((self.groups, self.params.q), dtype=np.int64)  # each member's data size
+
+    def weight_decay(self) -> bool:
+        return False  # neural_boost.py line 48: optim.SGD(lr=1e-2), no weight_decay
+
     def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
         keep = self.per_trial("p")
-        weights = np.stack([rng.random(self.params.q) < keep[group] for group, rng in enumerate(self.rngs)])
+        if self.reference:
+            weights = np.zeros((self.groups, self.params.q))
+            for group, rng in enumerate(self.rngs):
+                for member in range(self.params.q):  # neural_boost.py lines 41-47
+                    weights[group, member] = rng.random() < keep[group]
+                    if self.member_rows[group, member] + weights[group, member] == 0:
+                        break
+            self.member_rows += weights.astype(np.int64)
+        else:
+            weights = np.stack([rng.random(self.params.q) < keep[group] for group, rng in enumerate(self.rngs)])
         self.record(t, self.active(contexts), arms, rewards, weights.astype(np.float64))
         if self.should_train(t):
             self.train("gaussian")

@@ -1,10 +1,15 @@
 """DeepFPL: neural follow-the-perturbed-leader (Kveton et al. 2020; SPEC 1.5).
 
-After every reward the network is retrained (J gradient steps on the Gaussian l_lambda of
-core.training, warm-started from the previous parameters — project choice) on the history with each
-past reward perturbed by fresh noise, r_s + a z_s, z_s ~ N(0, 1), a = nu; the next round acts greedily:
-a_t = argmax_a f(x_{t,a}; theta). The noise of a round is drawn from the trial's stream in the order
-the rewards arrived.
+After every reward the network is retrained (warm-started from the previous parameters — project
+choice) on the history with each past reward perturbed by fresh noise, r_s + a z_s, z_s ~ N(0, 1),
+a = nu; the next round acts greedily: a_t = argmax_a f(x_{t,a}; theta). The noise of a round is drawn
+from the trial's stream in the order the rewards arrived.
+
+Training (``training``, core.algorithms.neural_base): ``reference`` (default) is the recipe of the
+baselines' code the paper used (uclaml/NeuralTS ``learner_diag.py`` lines 9-16, 47-64: biases,
+100 steps of SGD lr 0.01 on the MSE mean, weight decay lambda / t towards 0). That code has no
+DeepFPL, so this is project choice: DeepFPL trained as that code trains NeuralUCB / NeuralTS, on the
+perturbed rewards. ``paper`` is J gradient steps on the Gaussian l_lambda of eq. (10) at eta.
 """
 
 from __future__ import annotations
@@ -13,15 +18,16 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from banditsweep.core.algorithms.neural_base import NeuralParams, NeuralPolicy
+from banditsweep.core.algorithms.neural_base import BASELINE_STRUCTURE, BaselineParams, NeuralPolicy
 
 
-class DeepFPLParams(NeuralParams):
+class DeepFPLParams(BaselineParams):
     nu: float = Field(1.0, ge=0.0, description="standard deviation a of the reward perturbation")
 
 
 class DeepFPL(NeuralPolicy):
     Params = DeepFPLParams
+    structural = BASELINE_STRUCTURE
 
     def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
         return self.current_values(self.active(contexts))[..., 0].argmax(dim=1).cpu().numpy()

@@ -9,6 +9,39 @@ result equals running it alone (to float tolerance; tests/test_neural_batching.p
 
 Per-trial randomness comes only from each trial's own policy stream (core.seeding), consumed in the
 same order whether the trial runs alone or in a batch.
+
+Two training recipes (``training``, a parameter of the four baselines NeuralUCB, NeuralTS, DeepFPL
+and BootstrappedNN; NeuralRBMLE-GA/-PC always use ``paper``):
+
+- ``paper``: J steps of gradient ascent with step size eta on the (mean-scaled) Gaussian l_lambda of
+  eq. (10) — ridge m lambda / 2 ||theta - theta_0||^2 — on the bias-free network of eq. (2); the
+  recipe the NeuralRBMLE paper states for all neural methods (App. F: eta = 0.001, J = 100).
+- ``reference`` (default for the baselines): what the baselines' open-source code does, which the
+  paper says it ran (App. F: "we leverage the open-source implementation provided by NeuralTS";
+  uclaml/NeuralTS). ``learner_diag.py`` (NeuralUCB, NeuralTS; DeepFPL, which that code lacks, is
+  given the same recipe on its perturbed rewards):
+
+  * lines 9-16: ``nn.Linear(d, m)``, ReLU, ``nn.Linear(m, 1)``: biases, PyTorch's default
+    initialisation, no sqrt(m) output factor (``init="default"``, core.networks);
+  * line 48: ``self.len += 1`` per observation, so len = t, the rows in the history;
+  * line 49: ``optim.SGD(lr=1e-2, weight_decay=lamdba / len)``: a fresh plain SGD (no momentum, no
+    state) per training call; weight decay lambda / t pulls every parameter, biases included,
+    towards 0 (not theta_0);
+  * lines 56-57: training only when len % delay == 0 (``train_every`` = delay; t % k == 0, where the
+    paper recipe trains in rounds 1, 1 + k, ...);
+  * lines 58-64: 100 full-batch steps of ``nn.MSELoss()`` (the mean, gradient 2 (f - r) / n) on the
+    whole history (``steps`` = 100);
+  * lines 25-26, 37-38, 44: U = lambda + sum g^2 over every parameter, biases included; the
+    exploration term sqrt(sum lambda nu g^2 / U) (``form="reference"``, core.z_matrix).
+
+  ``neural_boost.py`` (BootstrappedNN): lines 8-18 the same network per bootstrap member; line 48
+  ``optim.SGD(lr=1e-2)`` without weight decay; line 53 the MSE mean over that member's own data;
+  lines 51-55 100 steps every call (no delay); lines 41-47: each member takes the observation with
+  probability p, in member order, and the loop stops at the first member still without data.
+
+  In core.training's terms: c1 = 2 lr, row weights 1/n, c2 = lr lambda / t (0 for BootstrappedNN),
+  decay target 0. Parameters that recipe fixes default to its values (lr = 0.01, init = default,
+  form = reference); under ``training="paper"`` they default to the paper's (0.001, paper, paper).
 """
 
 from __future__ import annotations
@@ -19,11 +52,12 @@ from typing import ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from banditsweep.core import seeding
 from banditsweep.core.contracts import BatchDecision, BatchedPolicy, Config, Decision, Policy, Problem
-from banditsweep.core.networks import StackedNetwork, initial_parameters, output_scale, rows_of_contexts, rows_to_arms
+from banditsweep.core.networks import (StackedNetwork, initial_biases, initial_parameters, output_scale,
+                                       rows_of_contexts, rows_to_arms)
 from banditsweep.core.training import History, gradient_ascent
 from banditsweep.core.trial import canonical_json
 from banditsweep.core.z_matrix import ZMatrix
@@ -53,8 +87,49 @@ class BiasedParams(NeuralParams):
     alpha_power: float = Field(0.5, ge=0.0, description="exponent n in alpha(t) = nu t^n (paper: 0.5)")
 
 
+#: Defaults of parameters whose value the baselines' two recipes set differently: the reference
+#: code's values are the fields' defaults, these are used under ``training="paper"``.
+PAPER_RECIPE = {"lr": 0.001, "init": "paper", "form": "paper"}
+
+
+class BaselineParams(NeuralParams):
+    """NeuralParams of the four baselines, with the training recipe (module docstring)."""
+
+    training: Literal["reference", "paper"] = Field(
+        "reference", description="reference: the baselines' code (uclaml/NeuralTS learner_diag.py / neural_boost.py: "
+                                 "biases, SGD lr 0.01, weight decay lambda/t towards 0, MSE mean, 100 steps); "
+                                 "paper: eq. (10) ascent at eta = 0.001 like NeuralRBMLE, no biases")
+    lr: float = Field(0.01, gt=0.0, description="step size: SGD lr (reference, learner_diag.py line 49) or eta "
+                                                "(paper; default 0.001 under training=paper)")
+    init: Literal["paper", "default"] = Field(
+        "default", description="default: nn.Linear init, no factor (reference); paper: sec. 2.2 init with the "
+                               "sqrt(m) output factor (the default under training=paper)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _paper_recipe_defaults(cls, data):
+        if isinstance(data, dict) and data.get("training") == "paper":
+            data = dict(data)
+            for name, value in PAPER_RECIPE.items():
+                if name in cls.model_fields:
+                    data.setdefault(name, value)
+        return data
+
+    @model_validator(mode="after")
+    def _reference_is_the_code(self):
+        if self.training == "reference":
+            if self.init != "default":
+                raise ValueError("training='reference' uses nn.Linear's default initialisation (init='default'), "
+                                 "as the reference code does; use training='paper' for init='paper'")
+            if self.objective_scale != "mean":
+                raise ValueError("training='reference' trains on nn.MSELoss(), a mean (objective_scale='mean')")
+        return self
+
+
 # Parameters that fix tensor shapes or the program: equal within a lockstep batch.
 SHARED_STRUCTURE = ("width", "depth", "steps", "init", "objective_scale", "train_every", "precision")
+#: The baselines' structure: ``training`` adds the biases (tensor shapes) and changes the program.
+BASELINE_STRUCTURE = SHARED_STRUCTURE + ("training",)
 
 
 class NeuralPolicy(Policy, BatchedPolicy):
@@ -100,15 +175,25 @@ class NeuralPolicy(Policy, BatchedPolicy):
         self.block_of_arm = (torch.arange(self.num_arms) if self.disjoint
                              else torch.zeros(self.num_arms, dtype=torch.long)).to(self.torch_device)
         self.block_of_arm_np = self.block_of_arm.cpu().numpy()
-        # theta_0 is drawn on the CPU from each trial's stream, so CPU and CUDA runs start equal.
+        self.reference = getattr(first, "training", "paper") == "reference"
+        # theta_0 is drawn on the CPU from each trial's stream, so CPU and CUDA runs start equal; the
+        # reference recipe's biases are drawn after each network's weights.
         networks = []
         for rng in rngs:
             generator = seeding.torch_generator(rng, "cpu")
-            networks.append(self.initial_networks(lambda: initial_parameters(
-                self.width, self.depth, problem.dim, first.init, generator)))
+
+            def draw(generator=generator):
+                weights = initial_parameters(self.width, self.depth, problem.dim, first.init, generator)
+                if not self.reference:
+                    return weights
+                return (*weights, initial_biases(self.width, self.depth, problem.dim, generator))
+
+            networks.append(self.initial_networks(draw))
         self.network = StackedNetwork.stack(networks, self.blocks, self.parameter_sets(),
                                             output_scale(self.width, first.init), self.torch_device, self.dtype)
         self.initial = self.network.clone()
+        # What the regulariser pulls towards: theta_0 (eq. 10), or 0 (the reference code's weight decay).
+        self.anchor = self.network.zeros_like() if self.reference else self.initial
         self.history = History(self.groups, self.blocks, self.block_dim, self.reserved_rows(), self.mask_sets(),
                                self.torch_device, self.dtype)
         self.seconds_training = 0.0
@@ -153,22 +238,42 @@ class NeuralPolicy(Policy, BatchedPolicy):
         return x.view(G, K, K, self.block_dim)[:, arms, arms]
 
     def should_train(self, t: int) -> bool:
+        """Paper recipe: rounds 1, 1 + k, 1 + 2k, ...; reference: when len % delay == 0 with len = t
+        (learner_diag.py lines 48, 56-57), i.e. rounds k, 2k, ... (every round for k = 1 either way)."""
+        if self.reference:
+            return t % self.params.train_every == 0
         return (t - 1) % self.params.train_every == 0
 
+    def weight_decay(self) -> bool:
+        """Whether the reference recipe decays the weights (learner_diag.py line 49; not neural_boost.py)."""
+        return True
+
     def step_sizes(self) -> tuple[np.ndarray, np.ndarray]:
-        """(c1, c2) = (eta * scale, eta * scale * m * lambda) per trial; scale = 1 or 1 / history length."""
+        """(c1, c2) per trial. Paper recipe: (eta * scale, eta * scale * m * lambda), scale = 1 or 1 / history
+        length. Reference recipe: (2 lr, lr * lambda / t) — SGD on the MSE mean (the 1/n is in the row
+        weights, see :meth:`train`) with weight_decay = lambda / len (learner_diag.py line 49), or
+        (2 lr, 0) without weight decay (neural_boost.py line 48)."""
         rows = np.maximum(self.history.rows, 1).astype(np.float64)
+        lr = self.per_trial("lr")
+        if self.reference:
+            decay = lr * self.per_trial("lam") / rows if self.weight_decay() else np.zeros(self.groups)
+            return 2.0 * lr, decay
         scale = np.ones(self.groups) if self.params.objective_scale == "sum" else 1.0 / rows
-        c1 = self.per_trial("lr") * scale
+        c1 = lr * scale
         return c1, c1 * self.width * self.per_trial("lam")
 
     def train(self, likelihood: str = "gaussian", bias: torch.Tensor | None = None,
               reward: torch.Tensor | None = None) -> None:
-        """J steps of gradient ascent on l_lambda (+ bias) over the history (core.training)."""
+        """J steps of gradient ascent on l_lambda (+ bias) over the history (core.training); under the
+        reference recipe the same steps are SGD on the MSE mean with weight decay towards 0 (module
+        docstring): each row weighs 1/n, n the rows of that network's data (all rows, or the
+        bootstrap member's own, neural_boost.py line 53)."""
         start = time.perf_counter()
         X, observed, mask = self.history.view()
+        if self.reference:
+            mask = mask / mask.sum(dim=(1, 2), keepdim=True).clamp(min=1.0)
         c1, c2 = self.step_sizes()
-        gradient_ascent(self.network, self.initial, X, observed if reward is None else reward, mask,
+        gradient_ascent(self.network, self.anchor, X, observed if reward is None else reward, mask,
                         likelihood, self.params.steps, c1, c2, bias,
                         block_rows=self.history.reserved + self.history.counts)
         self._sync()
@@ -241,15 +346,15 @@ class GradientExplorationPolicy(NeuralPolicy):
         self.z = ZMatrix(self.network, self.per_trial("lam"), scale, self.params.z)
 
     def gradients(self, x: torch.Tensor):
-        """f(x_{t,a}; theta_hat) and g(x_{t,a}; theta_hat) for every arm (per-sample gradients)."""
+        """f(x_{t,a}; theta_hat) and g(x_{t,a}; theta_hat) for every arm (per-sample gradients; with the
+        bias gradients under the reference recipe, as BackPACK's grad_batch in learner_diag.py line 37)."""
         return self.network.arm_parameters(self.block_of_arm).forward(x, with_gradient=True)
 
     def chosen(self, g, arms: np.ndarray):
         """The chosen arm's gradient per trial, as ArmParameters with K = 1."""
         rows = torch.arange(self.groups, device=self.torch_device)
         index = torch.as_tensor(arms, device=self.torch_device)
-        return type(g)(g.W1[rows, index].unsqueeze(1), [h[rows, index].unsqueeze(1) for h in g.hidden],
-                       g.w[rows, index].unsqueeze(1), g.out_scale), self.block_of_arm[index]
+        return g.select(rows, index), self.block_of_arm[index]
 
     def extra_diagnostics(self) -> dict[str, float]:
         return {"z_inverse_seconds": self.z.seconds / self.groups}

@@ -1,12 +1,15 @@
 """NeuralTS (Zhang et al. 2021; SPEC 1.5).
 
-Trained exactly as NeuralUCB (core.training, Gaussian l_lambda). Each arm's reward is sampled,
+Trained exactly as NeuralUCB (``training``: the reference code, uclaml/NeuralTS ``learner_diag.py``
+with ``--style ts``, by default; or the paper's Gaussian l_lambda, core.training). Each arm's reward
+is sampled,
 
     paper form:      r~_a ~ N(f(x_a; theta), nu^2 lambda g_a^T Z^{-1} g_a / m),  Z = lambda I + sum g g^T / m
     reference form:  r~_a ~ N(f(x_a; theta), lambda nu g_a^T Z^{-1} g_a),        Z = lambda I + sum g g^T
 
-and the arm with the largest sample is played; the chosen arm's gradient enters Z. The K standard
-normals of a round come from the trial's own stream.
+and the arm with the largest sample is played (reference form: ``torch.normal(mu, sigma)``,
+``learner_diag.py`` lines 38-40); the chosen arm's gradient enters Z. The K standard normals of a
+round come from the trial's own stream.
 """
 
 from __future__ import annotations

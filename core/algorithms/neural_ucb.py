@@ -1,14 +1,20 @@
 """NeuralUCB (Zhou et al. 2020; SPEC 1.5).
 
-The network f(x; theta) is fitted by J gradient steps on the squared loss with weight decay
+The network f(x; theta) is fitted after every reward (``train_every``), warm-started, by one of two
+recipes (``training``, core.algorithms.neural_base): ``reference`` (default), the code the paper ran
+its baselines with (uclaml/NeuralTS ``learner_diag.py`` with ``--style ucb``: nn.Linear layers with
+biases, 100 steps of SGD lr 0.01 on the MSE mean with weight decay lambda / t towards 0), or
+``paper``, J gradient steps of size eta on the squared loss with weight decay
 sum_s (f(x_s; theta) - r_s)^2 / 2 + m lambda ||theta - theta_0||^2 / 2 (the Gaussian l_lambda of
-core.training), warm-started, after every reward. The arm maximising
+core.training, eq. 10), no biases. The arm maximising
 
     paper form:      f(x_a; theta) + nu sqrt(g_a^T Z^{-1} g_a / m),   Z = lambda I + sum g g^T / m
     reference form:  f(x_a; theta) + sqrt(lambda nu g_a^T Z^{-1} g_a), Z = lambda I + sum g g^T
 
-is played (``form``), with g_a = g(x_{t,a}; theta_{t-1}); the chosen arm's gradient enters Z.
-``z`` picks the diagonal surrogate of Z^{-1} (reference code, paper App. F) or the exact inverse.
+is played (``form``; reference form: ``learner_diag.py`` lines 38 and 42, with U the diagonal of Z,
+line 44), with g_a = g(x_{t,a}; theta_{t-1}) — biases included under the reference recipe (line 37);
+the chosen arm's gradient enters Z. ``z`` picks the diagonal surrogate of Z^{-1} (reference code,
+paper App. F) or the exact inverse.
 """
 
 from __future__ import annotations
@@ -19,18 +25,19 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from banditsweep.core.algorithms.neural_base import SHARED_STRUCTURE, GradientExplorationPolicy, NeuralParams
+from banditsweep.core.algorithms.neural_base import BASELINE_STRUCTURE, BaselineParams, GradientExplorationPolicy
 
 
-class NeuralUCBParams(NeuralParams):
+class NeuralUCBParams(BaselineParams):
     nu: float = Field(1.0, ge=0.0, description="exploration scale nu")
-    form: Literal["paper", "reference"] = Field("paper", description="bonus and Z as in the paper or the reference code")
+    form: Literal["paper", "reference"] = Field(
+        "reference", description="bonus and Z as in the reference code or the paper (default under training=paper)")
     z: Literal["diag", "full"] = Field("diag", description="Z^{-1}: inverse of the diagonal (paper) or exact")
 
 
 class NeuralUCB(GradientExplorationPolicy):
     Params = NeuralUCBParams
-    structural = SHARED_STRUCTURE + ("form", "z")
+    structural = BASELINE_STRUCTURE + ("form", "z")
 
     @property
     def z_scale_reference(self) -> bool:  # type: ignore[override]

@@ -22,12 +22,12 @@ from typing import Literal
 import numpy as np
 
 from banditsweep.core.contracts import Config, Decision, Environment, Feedback, Problem
-from banditsweep.core.datasets import dataset_path, load_dataset
+from banditsweep.core.datasets import Encoding, dataset_path, load_dataset
 
 
 class ClassificationConfig(Config):
     dataset: Literal["adult", "covertype", "magictelescope", "mushroom", "shuttle", "mnist"]
-    encoding: Literal["ordinal", "onehot"] = "ordinal"
+    encoding: Encoding = "ordinal"  # core.datasets: ordinal in OpenML's declared order (the reference code's)
     scaling: Literal["rownorm", "standard"] = "rownorm"
 
 
