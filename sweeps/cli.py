@@ -18,12 +18,24 @@ EXIT_FAILED_TRIALS = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
+# One absolute default for results, wherever `run` is started from: a Ray job runs in a temporary
+# copy of the submitted folder, so a relative default would write results there and lose them.
+RESULTS_ENV_VAR = "BANDITSWEEP_RESULTS"
+DEFAULT_RESULTS_ROOT = "~/banditsweep-results"
+
+
+def results_root(args) -> Path:
+    """``--results``, else ``$BANDITSWEEP_RESULTS``, else ``~/banditsweep-results``; absolute."""
+    chosen = args.results or os.environ.get(RESULTS_ENV_VAR) or DEFAULT_RESULTS_ROOT
+    return Path(chosen).expanduser().resolve()
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="sweep spec (YAML), e.g. sweeps/quickstart.yaml")
-    parser.add_argument("--results", default="results", help="results root (default: ./results)")
+    parser.add_argument("--results", default=None,
+                        help=f"results root (default: ${RESULTS_ENV_VAR}, else {DEFAULT_RESULTS_ROOT})")
     parser.add_argument("--mlflow-uri", default=None,
-                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<results root>/mlflow.db)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a top-level spec value: horizon, seeds, log_every, sweep, "
                              "resources.cpus_per_trial|gpus_per_trial|batch_trials (repeatable)")
@@ -59,7 +71,7 @@ def _load(args) -> Sweep:
 def _store(args, sweep: Sweep):
     from banditsweep.workers.store import SweepStore
 
-    return SweepStore.for_sweep(args.results, sweep.name)
+    return SweepStore.for_sweep(results_root(args), sweep.name)
 
 
 def _print_results(store, sweep: Sweep) -> None:
@@ -141,7 +153,7 @@ def _run_locked(args, sweep: Sweep, env_vars: dict[str, str]) -> int:
 
     store = _store(args, sweep)
     sinks = _sink_names(args, sweep)
-    tracking_uri = resolve_tracking_uri(args.mlflow_uri)
+    tracking_uri = resolve_tracking_uri(args.mlflow_uri, results_root(args))
     journal = store.journal()
     state = {trial_id: record.status for trial_id, record in journal.items()}
     skip = {FINISHED} if args.retry_failed else {FINISHED, FAILED}
@@ -177,15 +189,30 @@ def _run_locked(args, sweep: Sweep, env_vars: dict[str, str]) -> int:
 
         bar = tqdm(total=len(jobs), unit="trial", desc=sweep.name, dynamic_ncols=True)
 
-    shown = [None]
+    shown: dict = {"state": None, "messages": set()}
 
     def show(progress) -> None:
-        state = (progress.done, progress.failed, progress.running)
-        if bar is None or state == shown[0]:
+        if progress.message and progress.message not in shown["messages"]:
+            shown["messages"].add(progress.message)
+            (bar.write if bar is not None else print)(progress.message)
+        if bar is None:
+            # Without a bar, still say when the run waits for actors (the cluster has no room yet).
+            waiting = progress.waiting_actors if not progress.actors else 0
+            if waiting != shown.get("waiting", 0):
+                shown["waiting"] = waiting
+                if waiting:
+                    print(f"waiting for {waiting} {progress.device} actor(s): no node can place them yet", flush=True)
             return
-        shown[0] = state
+        state = (progress.done, progress.failed, progress.running, progress.actors, progress.waiting_actors)
+        if state == shown["state"]:
+            return
+        shown["state"] = state
         bar.n = progress.done + progress.failed
-        bar.set_postfix(done=progress.done, failed=progress.failed, running=progress.running, refresh=False)
+        postfix = {"done": progress.done, "failed": progress.failed, "running": progress.running,
+                   "actors": progress.actors}
+        if progress.waiting_actors:
+            postfix["waiting for"] = f"{progress.waiting_actors} {progress.device} actor(s)"
+        bar.set_postfix(postfix, refresh=False)
         bar.refresh()
 
     try:
@@ -198,6 +225,8 @@ def _run_locked(args, sweep: Sweep, env_vars: dict[str, str]) -> int:
           + "".join(f"; {note}" for note in outcome.mirror.notes))
     for error in outcome.mirror.errors[:5]:
         print(f"warning: result sink: {error}", file=sys.stderr)
+    for note in outcome.notes:
+        print(f"warning: {note}", file=sys.stderr)
     print(f"results: {store.root}")
     _print_results(store, sweep)
     failures = store.read_trials()
@@ -252,7 +281,7 @@ def cmd_report(args) -> int:
         return EXIT_FAILED_TRIALS
     summary = summarise(trials, _label_order(sweep), _env_order(sweep))
     files = write_report(store, summary, sweep.name)
-    run_id = log_report_to_mlflow(resolve_tracking_uri(args.mlflow_uri), sweep.name, store.report_dir)
+    run_id = log_report_to_mlflow(resolve_tracking_uri(args.mlflow_uri, results_root(args)), store, store.report_dir)
     print(f"Mean final cumulative regret ({sweep.name}, {len(trials)} finished trials):")
     print(markdown_table(summary.mean, 1))
     print(f"\nStandard deviation:\n{markdown_table(summary.std, 2)}")

@@ -232,18 +232,19 @@ def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sw
     plot_curves(store, summary, directory)
 
 
-def log_report_to_mlflow(tracking_uri: str, sweep: str, directory: Path) -> str | None:
-    """Attach the report files to the sweep's latest parent run; returns its id (None if no run)."""
+def log_report_to_mlflow(tracking_uri: str, store: SweepStore, directory: Path) -> str | None:
+    """Attach the report files to the latest parent run of the store the report read (not of another
+    results folder of the same sweep); returns its id (None if there is none)."""
     from mlflow.tracking import MlflowClient
 
+    from banditsweep.workers.mlflow_sink import latest_parent_run
+    from banditsweep.workers.sinks import store_id
+
     client = MlflowClient(tracking_uri)
-    experiment = client.get_experiment_by_name(sweep)
+    experiment = client.get_experiment_by_name(store.root.name)
     if experiment is None:
         return None
-    runs = client.search_runs([experiment.experiment_id], filter_string="tags.kind = 'sweep'",
-                              order_by=["attributes.start_time DESC"], max_results=1)
-    if not runs:
-        return None
-    run_id = runs[0].info.run_id
-    client.log_artifacts(run_id, str(directory), artifact_path="report")
+    run_id = latest_parent_run(client, experiment.experiment_id, store_id(str(store.root.parent), store.root.name))
+    if run_id is not None:
+        client.log_artifacts(run_id, str(directory), artifact_path="report")
     return run_id

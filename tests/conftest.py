@@ -35,12 +35,25 @@ class SharedRay:
                                                "BANDITSWEEP_DATA": str(TEST_DATASETS)}, num_cpus=2)
 
 
+    def ensure(self) -> "SharedRay":
+        """Up, also after a test that needed a Ray of its own shut it down."""
+        import ray
+
+        if not ray.is_initialized():
+            self.connection.__enter__()
+        return self
+
+
 @pytest.fixture(scope="session")
-def shared_ray(tmp_path_factory):
+def shared_ray_session(tmp_path_factory):
     shared = SharedRay(tmp_path_factory.mktemp("crash_markers"))
-    shared.connection.__enter__()
     yield shared
     shared.connection.__exit__(None, None, None)
+
+
+@pytest.fixture
+def shared_ray(shared_ray_session):
+    return shared_ray_session.ensure()
 
 
 @pytest.fixture
@@ -49,3 +62,11 @@ def plugins(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.syspath_prepend(str(PLUGINS))
     monkeypatch.setenv("BANDITSWEEP_PLUGINS", PLUGIN_MODULES)
+
+
+@pytest.fixture(autouse=True)
+def results_in_tmp(tmp_path, monkeypatch):
+    """Results and the MLflow store of a test go to its own folder (``results/`` and ``mlflow.db`` in
+    tmp_path), never to the user's default results root."""
+    monkeypatch.setenv("BANDITSWEEP_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")

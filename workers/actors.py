@@ -33,11 +33,21 @@ class TrialActor:
         self.threads = max(1, threads)
         self.node = ray.util.get_node_ip_address()
         self.device, self.device_label = "cpu", "cpu"
+        self.warning = None
         if ray.get_gpu_ids():
             import torch
 
             if torch.cuda.is_available():
                 self.device, self.device_label = "cuda", torch.cuda.get_device_name()
+            else:
+                # Ray gave this actor a GPU that torch cannot use (no CUDA build, no driver): run on
+                # the CPU, and say so rather than fail every trial.
+                self.warning = (f"node {self.node}: Ray assigned GPU {ray.get_gpu_ids()} but torch sees no CUDA "
+                                f"device (torch {torch.__version__}); trials there run on the CPU (device=cpu)")
+
+    def ready(self) -> str | None:
+        """Answers once the actor is placed and built; a warning about its device, if any."""
+        return self.warning
 
     def run(self, batch: list[tuple[TrialSpec, TrialRecord]]) -> list[TrialOutcome]:
         """Run the batch; a trial that raises is recorded as failed (a batch that raised is run

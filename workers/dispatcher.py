@@ -76,18 +76,24 @@ class Progress:
     total: int
     done: int = 0
     failed: int = 0
-    running: int = 0
+    running: int = 0            # trials handed to actors and not yet back
+    actors: int = 0             # trial actors placed and built
+    waiting_actors: int = 0     # trial actors Ray cannot place yet (demand for the autoscaler)
+    device: str = "CPU"
+    message: str = ""           # a line to show once (e.g. which Ray the run uses)
 
 
 @dataclass
 class SweepOutcome:
     finished: int
     failed: int
-    workers: int
+    workers: int                # the most trial actors at work at once
     device: str
     reconcile: dict[str, int]
     mirror: MirrorStatus
     seconds: float
+    ray: str = ""               # which Ray ran it, and what that held
+    notes: list[str] = field(default_factory=list)   # warnings from trial actors
 
 
 def _keep_local_ray_on_loopback() -> None:
@@ -101,7 +107,10 @@ def _keep_local_ray_on_loopback() -> None:
 
 
 class RayConnection:
-    """``ray.init`` to ``address`` (or ``RAY_ADDRESS``), or an embedded local Ray on loopback."""
+    """``ray.init`` to ``address`` (or ``RAY_ADDRESS``), or an embedded local Ray on loopback.
+
+    Embedded means embedded: without an address a private Ray starts (``address="local"``) even
+    when another Ray runs on the machine; joining that one is only ever done by naming it."""
 
     def __init__(self, address: str | None, env_vars: dict[str, str], num_cpus: int | None = None):
         self.address = address or os.environ.get("RAY_ADDRESS") or None
@@ -120,7 +129,7 @@ class RayConnection:
         else:
             _keep_local_ray_on_loopback()
             os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(WORKER_STARTUP_CONCURRENCY))
-            ray.init(num_cpus=self.num_cpus, include_dashboard=False, runtime_env=runtime_env,
+            ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False, runtime_env=runtime_env,
                      log_to_driver=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
         self.started = True
         stop_cleanly_on_sigterm()  # ray.init installs a SIGTERM handler that aborts the driver
@@ -129,6 +138,15 @@ class RayConnection:
     def __exit__(self, *exc) -> None:
         if self.started:
             ray.shutdown()
+
+    def describe(self) -> str:
+        """One line: which Ray, and what it holds now."""
+        resources = ray.cluster_resources()
+        nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+        held = ", ".join(f"{resources[name]:g} {name}" for name in ("CPU", "GPU") if resources.get(name))
+        where = f"cluster at {self.address}" if self.address else (
+            "embedded Ray on 127.0.0.1" if self.started else "the Ray this process is connected to")
+        return f"Ray: {where}: {nodes} node(s), {held or 'no CPU or GPU'}"
 
 
 def preferred_batch_size(spec: TrialSpec, on_gpu: bool) -> int:
@@ -161,23 +179,138 @@ def make_batches(jobs: list[Job], batch_trials: int | None, on_gpu: bool, worker
     return batches + singles
 
 
-def worker_plan(options: RunOptions) -> tuple[int, float, float]:
-    """(number of trial actors, CPUs each, GPUs each) from the cluster's resources."""
+def autoscaler_max_resources() -> dict[str, float]:
+    """What the cluster's autoscaler could provide at most (its node types x max counts), or {}
+    where there is no autoscaler. Ray publishes this only through a private accessor, hence the
+    guard: without it, the pool follows the nodes that are up."""
+    try:
+        from ray._private.state import state
+
+        return dict(state.get_max_resources_from_cluster_config() or {})
+    except Exception:
+        return {}
+
+
+def actor_resources(options: RunOptions) -> tuple[float, float]:
+    """(CPUs, GPUs) each trial actor asks Ray for. An explicit request is kept as it is, also when
+    no node can hold it yet (the actors wait for one, and an autoscaler sees the demand); by
+    default, one GPU per actor when the cluster has GPUs or its autoscaler can launch some."""
+    if options.gpus_per_trial is not None:
+        return options.cpus_per_trial, float(options.gpus_per_trial)
+    gpus = ray.cluster_resources().get("GPU", 0.0) or autoscaler_max_resources().get("GPU", 0.0)
+    return options.cpus_per_trial, (1.0 if gpus else 0.0)
+
+
+def placeable(cpus_each: float, gpus_each: float) -> int:
+    """How many such actors the nodes that are up could hold (their total resources)."""
     resources = ray.cluster_resources()
-    gpus = resources.get("GPU", 0.0)
-    cpus = resources.get("CPU", 1.0)
-    gpus_each = options.gpus_per_trial if options.gpus_per_trial is not None else (1.0 if gpus else 0.0)
-    if gpus and gpus_each > 0:
-        count = int(gpus // gpus_each)
-        cpus_each = min(options.cpus_per_trial, max(cpus / max(count, 1), 0.0))
-    else:
-        gpus_each = 0.0
-        cpus_each = options.cpus_per_trial
-        count = int(cpus // cpus_each)
-    count = max(1, count)
-    if options.max_workers:
-        count = min(count, options.max_workers)
-    return count, cpus_each, gpus_each
+    counts = []
+    if cpus_each > 0:
+        counts.append(int(resources.get("CPU", 0.0) // cpus_each))
+    if gpus_each > 0:
+        counts.append(int(resources.get("GPU", 0.0) // gpus_each))
+    return min(counts) if counts else 1
+
+
+@dataclass
+class Slot:
+    actor: Any
+    ready_ref: Any                 # resolves when the actor is placed and built
+    ready: bool = False
+    queued: int = 0                # batches the actor holds
+
+
+class TrialPool:
+    """The trial actors of a run, asked of Ray by what the spec requests and never sized once.
+
+    The pool aims at ``wanted`` actors (the batches left, capped by ``--max-workers``) and holds as
+    many as the nodes that are up can place, plus one waiting actor when none can be placed yet:
+    actors Ray cannot place are the demand an autoscaler answers, and ``request_resources`` states
+    the whole demand. Every few seconds the pool grows to what newly joined nodes hold; an actor
+    whose node left is dropped (its batches run again elsewhere); once the queue is empty, idle
+    actors are released so the autoscaler can remove their nodes.
+    """
+
+    CHECK_SECONDS = 2.0
+
+    def __init__(self, mirror, cpus_each: float, gpus_each: float, cap: int | None, use_autoscaler: bool):
+        self.mirror, self.cpus_each, self.gpus_each = mirror, cpus_each, gpus_each
+        self.cap = cap if cap and cap > 0 else None
+        self.use_autoscaler = use_autoscaler
+        self.slots: list[Slot] = []
+        self.checked_at = -math.inf
+        self.most_ready = 0
+        self.notes: list[str] = []
+
+    @property
+    def device(self) -> str:
+        return "GPU" if self.gpus_each > 0 else "CPU"
+
+    def ready_slots(self) -> list[Slot]:
+        return [slot for slot in self.slots if slot.ready]
+
+    def waiting(self) -> int:
+        return sum(1 for slot in self.slots if not slot.ready)
+
+    def grow(self, wanted: int) -> None:
+        """Aim at ``wanted`` actors (at most the cap), holding what the cluster can place now."""
+        if time.monotonic() - self.checked_at < self.CHECK_SECONDS:
+            return
+        self.checked_at = time.monotonic()
+        target = wanted if self.cap is None else min(wanted, self.cap)
+        if self.use_autoscaler:
+            self._request(target)
+        target = min(target, max(placeable(self.cpus_each, self.gpus_each), 1))
+        while len(self.slots) < target:
+            actor = TrialActor.options(num_cpus=self.cpus_each, num_gpus=self.gpus_each).remote(
+                self.mirror, max(1, int(self.cpus_each)))
+            self.slots.append(Slot(actor, actor.ready.remote()))
+
+    def _request(self, count: int) -> None:
+        from ray.autoscaler.sdk import request_resources
+
+        bundle = {"CPU": self.cpus_each, **({"GPU": self.gpus_each} if self.gpus_each else {})}
+        request_resources(bundles=[bundle] * count)
+
+    def readiness(self) -> list:
+        """The ready calls of the actors not yet placed."""
+        return [slot.ready_ref for slot in self.slots if not slot.ready]
+
+    def became_ready(self, ref) -> bool:
+        """``ref`` was an actor's ready call: mark it (or drop the actor if it died first)."""
+        for slot in self.slots:
+            if slot.ready_ref is ref:
+                try:
+                    warning = ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    self.slots.remove(slot)
+                    return True
+                slot.ready = True
+                if warning and warning not in self.notes:
+                    self.notes.append(warning)
+                self.most_ready = max(self.most_ready, len(self.ready_slots()))
+                return True
+        return False
+
+    def drop(self, actor) -> None:
+        """The actor died: its slot goes (the next check adds actors where the cluster has room)."""
+        self.slots = [slot for slot in self.slots if slot.actor is not actor]
+        self.checked_at = -math.inf
+
+    def release_idle(self) -> None:
+        """Nothing left to hand out: let idle and still-waiting actors go."""
+        for slot in [slot for slot in self.slots if slot.queued == 0]:
+            ray.kill(slot.actor)
+            self.slots.remove(slot)
+        if self.use_autoscaler:
+            self._request(0)
+
+    def shutdown(self) -> None:
+        for slot in self.slots:
+            ray.kill(slot.actor)
+        self.slots = []
+        if self.use_autoscaler:
+            self._request(0)
 
 
 class ResultWriter:
@@ -212,85 +345,99 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
     started = time.perf_counter()
     store = SweepStore.for_sweep(options.results_root, sweep_name)
     context = SinkContext(sweep_name, str(store.root.parent), options.tracking_uri)
-    with RayConnection(options.address, options.env_vars):
+    with RayConnection(options.address, options.env_vars) as connection:
+        ray_line = connection.describe()
         here = ray.get_runtime_context().get_node_id()
         mirror = MirrorActor.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
         ).remote(options.sinks, context, [job.record.trial_id for job in jobs])
-        progress = Progress(total=len(jobs))
+        progress = Progress(total=len(jobs), message=ray_line)
         writer = ResultWriter(store, mirror, progress)
         if on_progress:
             on_progress(progress)
-        count, cpus_each, gpus_each = worker_plan(options)
-        batches = deque(make_batches(jobs, options.batch_trials, gpus_each > 0, count))
-        count = min(count, len(batches)) if batches else 0
-
-        def new_actor():
-            return TrialActor.options(num_cpus=cpus_each, num_gpus=gpus_each).remote(mirror, max(1, int(cpus_each)))
-
-        actors = [new_actor() for _ in range(count)]
-        queued = [0] * count                                  # batches each actor holds
-        in_flight: dict[Any, tuple[int, Any, list[Job]]] = {}  # ref -> (slot, actor, batch)
+        cpus_each, gpus_each = actor_resources(options)
+        pool = TrialPool(mirror, cpus_each, gpus_each, options.max_workers, use_autoscaler=bool(connection.address))
+        planned = max(1, min(placeable(cpus_each, gpus_each), options.max_workers or math.inf))
+        batches = deque(make_batches(jobs, options.batch_trials, gpus_each > 0, planned))
+        in_flight: dict[Any, tuple[Slot, list[Job]]] = {}  # ref -> (slot, batch), in the order handed out
         status = "FINISHED"
 
         def hand_out() -> None:
             # Every idle actor gets a batch first; a second one only while there is more work than actors.
+            ready = pool.ready_slots()
             for depth in range(1, ACTOR_QUEUE + 1):
-                for slot in range(count):
-                    if not batches or (depth > 1 and len(batches) <= count):
+                for slot in ready:
+                    if not batches or (depth > 1 and len(batches) <= len(ready)):
                         return
-                    if queued[slot] < depth:
+                    if slot.queued < depth:
                         batch = batches.popleft()
                         for job in batch:
                             job.attempts += 1
                         items = [(job.spec, replace(job.record, attempts=job.attempts)) for job in batch]
-                        in_flight[actors[slot].run.remote(items)] = (slot, actors[slot], batch)
-                        queued[slot] += 1
+                        in_flight[slot.actor.run.remote(items)] = (slot, batch)
+                        slot.queued += 1
                         progress.running += len(batch)
 
         try:
             while batches or in_flight:
+                pool.grow(len(batches) + len(in_flight))
                 hand_out()
+                progress.actors, progress.waiting_actors, progress.device = (
+                    len(pool.ready_slots()), pool.waiting(), pool.device)
                 if on_progress:
                     on_progress(progress)
-                ready, rest = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+                ready, rest = ray.wait(list(in_flight) + pool.readiness(), num_returns=1, timeout=1.0)
                 if ready and rest:
                     more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
                     ready += more
                 arrived: list[TrialOutcome] = []
                 for ref in ready:
-                    slot, actor, batch = in_flight.pop(ref)
-                    queued[slot] -= 1
-                    progress.running -= len(batch)
+                    if ref not in in_flight:
+                        if ref in pool.readiness():
+                            pool.became_ready(ref)
+                        continue
+                    slot, batch = in_flight[ref]
                     try:
                         arrived += ray.get(ref)
                     except ray.exceptions.RayActorError as error:
-                        # The actor died (node lost, out of memory, a crash in native code): a fresh
-                        # actor takes its slot and its batches are tried again, one trial at a time.
-                        if actors[slot] is actor:
-                            actors[slot] = new_actor()
-                        for job in batch:
-                            if job.attempts >= MAX_ATTEMPTS:
-                                record = replace(job.record, attempts=job.attempts)
-                                arrived.append(TrialOutcome.of(record.failed(
-                                    f"worker died {job.attempts} times: {error}", None, at=time.time())))
-                            else:
-                                batches.appendleft([job])
+                        # The actor died (node lost, out of memory, a crash in native code): its
+                        # batches are tried again, one trial at a time, on the actors there are.
+                        # Only the first batch it held (handed out first) had started; those queued
+                        # behind it had not, so their attempt does not count.
+                        pool.drop(slot.actor)
+                        held = [r for r, (other, _) in in_flight.items() if other is slot]
+                        for position, held_ref in enumerate(held):
+                            _, held_batch = in_flight.pop(held_ref)
+                            progress.running -= len(held_batch)
+                            for job in held_batch:
+                                if position > 0:
+                                    job.attempts -= 1
+                                    batches.appendleft([job])
+                                elif job.attempts >= MAX_ATTEMPTS:
+                                    record = replace(job.record, attempts=job.attempts)
+                                    arrived.append(TrialOutcome.of(record.failed(
+                                        f"worker died {job.attempts} times: {error}", None, at=time.time())))
+                                else:
+                                    batches.appendleft([job])
+                    else:
+                        del in_flight[ref]
+                        slot.queued -= 1
+                        progress.running -= len(batch)
                 hand_out()   # the actors get their next batch before the driver writes
                 writer.write(arrived)
+                if not batches:
+                    pool.release_idle()
                 if on_progress and ready:
                     on_progress(progress)
         except BaseException:
             status = "KILLED"
             raise
         finally:
-            for actor in actors:
-                ray.kill(actor)
+            pool.shutdown()
             summary = {"trials_finished": progress.done, "trials_failed": progress.failed}
             closing = mirror.close.remote(status, summary, MIRROR_CLOSE_TIMEOUT)  # the sinks drain meanwhile
             writer.close()
             reconcile = ray.get(mirror.reconciled.remote())
             mirrored = ray.get(closing)
-        device = "GPU" if gpus_each > 0 else "CPU"
-        return SweepOutcome(progress.done, progress.failed, count, device, reconcile, mirrored,
-                            time.perf_counter() - started)
+        return SweepOutcome(progress.done, progress.failed, pool.most_ready, pool.device, reconcile, mirrored,
+                            time.perf_counter() - started, ray_line, pool.notes)

@@ -32,10 +32,11 @@ MAX_PARAMS_PER_BATCH = 100
 MAX_TAGS_PER_BATCH = 100
 
 
-def resolve_tracking_uri(uri: str | None) -> str:
-    """``--mlflow-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``; relative SQLite
-    paths become absolute so that every process (and the report later) sees the same store."""
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+def resolve_tracking_uri(uri: str | None, results_root: str | Path) -> str:
+    """``--mlflow-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///<results root>/mlflow.db``;
+    relative SQLite paths become absolute so that every process (and the report later) sees the
+    same store."""
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(results_root).resolve() / 'mlflow.db'}"
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         uri = "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
     return uri
@@ -58,18 +59,44 @@ def get_experiment_id(client: MlflowClient, sweep: str, tracking_uri: str) -> st
     return client.create_experiment(sweep, artifact_location=local_artifact_root(tracking_uri))
 
 
-def child_runs_by_trial(client: MlflowClient, experiment_id: str) -> dict[str, list]:
-    """Every (non-deleted) child run of the experiment, grouped by its ``trial_id`` tag."""
-    runs: dict[str, list] = {}
-    token = None
+def search_all(client: MlflowClient, experiment_id: str, filter_string: str) -> list:
+    """Every active run of the experiment matching ``filter_string`` (all pages)."""
+    runs, token = [], None
     while True:
-        page = client.search_runs([experiment_id], filter_string="tags.kind = 'trial'",
+        page = client.search_runs([experiment_id], filter_string=filter_string,
                                   run_view_type=ViewType.ACTIVE_ONLY, max_results=5000, page_token=token)
-        for run in page:
-            runs.setdefault(run.data.tags.get("trial_id"), []).append(run)
+        runs += list(page)
         token = page.token
         if not token:
             return runs
+
+
+def child_runs_by_trial(client: MlflowClient, experiment_id: str, store: str | None = None) -> dict[str, list]:
+    """The (non-deleted) child runs of the experiment, of one store when ``store`` is given,
+    grouped by their ``trial_id`` tag."""
+    query = "tags.kind = 'trial'" + (f" and tags.store = '{store}'" if store else "")
+    runs: dict[str, list] = {}
+    for run in search_all(client, experiment_id, query):
+        runs.setdefault(run.data.tags.get("trial_id"), []).append(run)
+    return runs
+
+
+def adopt_unmarked_runs(client: MlflowClient, experiment_id: str, store: str, trial_ids: set[str]) -> int:
+    """Runs written before runs carried their store's id have no ``store`` tag: those of this
+    store's trials become this store's (another store's trials are left as they are)."""
+    adopted = 0
+    for run in search_all(client, experiment_id, "tags.kind = 'trial'"):
+        if "store" not in run.data.tags and run.data.tags.get("trial_id") in trial_ids:
+            client.set_tag(run.info.run_id, "store", store)
+            adopted += 1
+    return adopted
+
+
+def latest_parent_run(client: MlflowClient, experiment_id: str, store: str) -> str | None:
+    """The newest parent run of this store (the run of the results a report reads)."""
+    runs = client.search_runs([experiment_id], filter_string=f"tags.kind = 'sweep' and tags.store = '{store}'",
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0].info.run_id if runs else None
 
 
 def _param_value(value: Any) -> str:
@@ -104,15 +131,18 @@ class MLflowSink:
         if self._parent_run_id is None:
             self._parent_run_id = self.client.create_run(
                 self.experiment_id, run_name=f"{self.context.sweep} {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                tags={"kind": "sweep", "sweep": self.context.sweep, "command": self.context.command},
+                tags={"kind": "sweep", "sweep": self.context.sweep, "command": self.context.command,
+                      "store": self.context.store_id, "results_root": self.context.results_root},
             ).info.run_id
         return self._parent_run_id
 
     # ---- the Sink protocol ----------------------------------------------------------------------
 
     def open(self, records: dict[str, TrialRecord], pending: list[str]) -> dict[str, int]:
-        runs = child_runs_by_trial(self.client, self.experiment_id)
+        store = self.context.store_id
         pending_ids = set(pending)
+        adopt_unmarked_runs(self.client, self.experiment_id, store, set(records) | pending_ids)
+        runs = child_runs_by_trial(self.client, self.experiment_id, store)
         deleted = 0
         for trial_id, trial_runs in runs.items():
             record = records.get(trial_id)
@@ -191,7 +221,7 @@ class MLflowSink:
         return self.client.create_run(
             self.experiment_id, run_name=f"{record.label} | {record.environment} | seed {record.seed}",
             tags={"mlflow.parentRunId": self.parent_run_id, "kind": "trial", "trial_id": record.trial_id,
-                  "sweep": self.context.sweep, "status": status},
+                  "sweep": self.context.sweep, "status": status, "store": self.context.store_id},
         ).info.run_id
 
     def _regret_metrics(self, trial_id: str, points: Points) -> list[Metric]:

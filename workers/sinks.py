@@ -15,6 +15,7 @@ running trial arrive as one list per drain.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import queue
 import threading
@@ -39,6 +40,12 @@ class SinkContext:
     results_root: str        # with ``sweep``, the store's identity
     tracking_uri: str        # MLflow tracking URI of the run (a sink may ignore it)
     command: str = "run"
+
+    @property
+    def store_id(self) -> str:
+        """The store's identity: every run a sink makes carries it, and a sink touches only its own
+        store's runs (two results roots with the same sweep name share an MLflow experiment)."""
+        return store_id(self.results_root, self.sweep)
 
     @property
     def store(self):
@@ -172,6 +179,13 @@ class Mirror:
                 log.warning("%s\n%s", message, traceback.format_exc())
                 self.status.errors.append(message)
         return answers
+
+
+def store_id(results_root: str, sweep: str) -> str:
+    from pathlib import Path
+
+    text = f"{Path(results_root).resolve()}\n{sweep}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def open_sinks(names: list[str], context: SinkContext, records: dict[str, TrialRecord],
