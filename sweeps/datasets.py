@@ -8,6 +8,11 @@ atomic rename, so an interrupted download never leaves a half-written file behin
 
 A corrupt or wrong-shaped file is reported, never replaced behind the user's back: it may be a
 file the user put there on purpose.
+
+Categorical features are written as strings, so the order in which OpenML's ARFF file declares their
+values (which gives the reference code's ordinal codes) is not in the file; the default ordinal
+encoding takes it from ``banditsweep.core.datasets.OPENML_CATEGORIES`` and rejects a value that the
+declaration lacks.
 """
 
 from __future__ import annotations
