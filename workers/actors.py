@@ -32,6 +32,7 @@ class TrialActor:
         self.mirror = mirror
         self.threads = max(1, threads)
         self.node = ray.util.get_node_ip_address()
+        self.node_id = ray.get_runtime_context().get_node_id()
         self.device, self.device_label = "cpu", "cpu"
         self.warning = None
         if ray.get_gpu_ids():
@@ -55,7 +56,7 @@ class TrialActor:
         specs = [spec for spec, _ in batch]
         self._configure_threads(specs[0])
         now = time.time()
-        records = [record.started(record.attempts, self.node, self.device_label, now) for _, record in batch]
+        records = [record.started(record.attempts, self.node, self.node_id, self.device_label, now) for _, record in batch]
         try:
             return self._run_together(specs, records)
         except Exception:
@@ -63,7 +64,7 @@ class TrialActor:
                 return [TrialOutcome.of(records[0].failed(*_describe_error(), at=time.time()))]
         outcomes = []
         for spec, record in zip(specs, records):
-            record = record.started(record.attempts, self.node, self.device_label, time.time())
+            record = record.started(record.attempts, self.node, self.node_id, self.device_label, time.time())
             try:
                 outcomes.extend(self._run_together([spec], [record]))
             except Exception:

@@ -46,10 +46,13 @@ class TrialRecord:
     started_at: float | None = None
     finished_at: float | None = None
     node: str | None = None          # the Ray node's address
+    node_id: str | None = None       # the Ray node's id (several nodes may share an address)
     device: str | None = None        # "cpu", or the GPU's name
 
-    def started(self, attempts: int, node: str | None, device: str | None, at: float) -> "TrialRecord":
-        return dataclasses.replace(self, attempts=attempts, node=node, device=device, started_at=at)
+    def started(self, attempts: int, node: str | None, node_id: str | None, device: str | None,
+                at: float) -> "TrialRecord":
+        return dataclasses.replace(self, attempts=attempts, node=node, node_id=node_id, device=device,
+                                   started_at=at)
 
     def finished(self, result, at: float, **extra_diagnostics: float) -> "TrialRecord":
         """The record of a trial that ran to its horizon (``result``: core.trial.TrialResult)."""
