@@ -22,7 +22,7 @@ import math
 from abc import abstractmethod
 
 import numpy as np
-from scipy.optimize import minimize_scalar
+from scipy.optimize import brentq
 from scipy.special import logsumexp
 
 from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Decision, Policy, PolicyBatch
@@ -93,19 +93,29 @@ def _regularised_state(features: np.ndarray, design: np.ndarray, ridge: float
     return values, rotated, (rotated * rotated) @ (1.0 / values)
 
 
-def _log_det_step(values: np.ndarray, direction: np.ndarray, ridge: float) -> float:
-    """The exact line search of Frank-Wolfe on log det V: gamma in [0, 1] maximising
-    log det((1 - gamma) V + gamma (psi psi^T + ridge I)), evaluated in V's eigenbasis in O(r) per point:
-    sum_i log d_i + log(1 + gamma sum_i psi~_i^2 / d_i) with d_i = (1 - gamma) v_i + gamma ridge
-    (concave in gamma, so the bounded scalar search finds the maximum)."""
+def _log_det_step(values: np.ndarray, direction: np.ndarray, ridge: float, low: float, high: float) -> float:
+    """The exact line search of Frank-Wolfe on log det V: s in [low, high] maximising
+
+        h(s) = log det((1 - s) V + s (psi psi^T + ridge I))
+             = sum_i log d_i + log(1 + s q),   d_i = (1 - s) v_i + s ridge,   q = sum_i psi~_i^2 / d_i,
+
+    in V's eigenbasis (v: eigenvalues, psi~ = ``direction`` rotated), O(r) per point. h is concave, so
+    its derivative h'(s) = sum_i (ridge - v_i) / d_i + (q + s q') / (1 + s q), q' = sum_i psi~_i^2 (v_i - ridge) / d_i^2,
+    is decreasing: the maximiser is ``low`` or ``high`` when h' keeps one sign on the interval, else its
+    root (Brent). s > 0 moves mass towards the point of ``direction``, s < 0 away from it."""
     squared = direction * direction
 
-    def negative(gamma: float) -> float:
-        scaled = (1.0 - gamma) * values + gamma * ridge
-        return -(np.log(scaled).sum() + math.log1p(gamma * float((squared / scaled).sum())))
+    def slope(step: float) -> float:
+        scaled = (1.0 - step) * values + step * ridge
+        q = float((squared / scaled).sum())
+        q_prime = float((squared * (values - ridge) / (scaled * scaled)).sum())
+        return float(((ridge - values) / scaled).sum()) + (q + step * q_prime) / (1.0 + step * q)
 
-    return float(minimize_scalar(negative, bounds=(0.0, 1.0), method="bounded",
-                                 options={"xatol": 1e-12}).x)
+    if slope(high) >= 0:
+        return high
+    if slope(low) <= 0:
+        return low
+    return float(brentq(slope, low, high, xtol=1e-15, rtol=1e-12))
 
 
 def g_optimal_design(features: np.ndarray, epsilon: float, max_iterations: int,
@@ -122,10 +132,13 @@ def g_optimal_design(features: np.ndarray, epsilon: float, max_iterations: int,
       is D). V^{-1} and g by Sherman-Morrison, O(n D) per iteration.
     - ``ridge > 0`` (Kernelized Exp3's ``exploration: g_optimal``, the generalised G-optimal design of
       the kernel paper's App. 16 with ridge lambda / (T alpha)): the exact line search of
-      :func:`_log_det_step`; stop at max g <= (1 + eps) sum_x pi(x) g(x). The right side is
-      tr(V^{-1} sum pi psi psi^T), the design's effective dimension, and the condition is the
-      equivalence theorem of the regularised problem: max g - sum pi g is Frank-Wolfe's duality gap,
-      which bounds the distance of log det V to its maximum. O(n r^2 + r^3) per iteration (one
+      :func:`_log_det_step`, with away steps (Wolfe; Todd & Yildirim's variant for optimal designs):
+      when the support point of smallest g is further below sum_x pi(x) g(x) than the largest g is
+      above it, mass moves away from that point instead (possibly all of it), which keeps the
+      convergence linear when the optimum leaves points out. Stop at max g <= (1 + eps) sum_x pi(x) g(x):
+      the right side is tr(V^{-1} sum pi psi psi^T), the design's effective dimension, and the condition
+      is the equivalence theorem of the regularised problem; max g - sum pi g is Frank-Wolfe's duality
+      gap, which bounds the distance of log det V to its maximum. O(n r^2 + r^3) per iteration (one
       eigendecomposition of the r x r matrix V), r = number of features.
     """
     n, dim = features.shape
@@ -142,9 +155,20 @@ def g_optimal_design(features: np.ndarray, epsilon: float, max_iterations: int,
         if g <= (1.0 + epsilon) * target:
             break
         if ridge > 0:
-            step = _log_det_step(values, rotated[pick], ridge)
-            design *= 1.0 - step
-            design[pick] += step
+            support = np.flatnonzero(design > 0)
+            away = int(support[np.argmin(leverage[support])])
+            mass = design[away]
+            step = 0.0
+            if target - leverage[away] > g - target and mass < 1.0:
+                drop = -mass / (1.0 - mass)
+                step = _log_det_step(values, rotated[away], ridge, drop, 0.0)
+            if step < 0:                        # an away step; at the bound, the point leaves the support
+                design *= 1.0 - step
+                design[away] = 0.0 if step == drop else design[away] + step
+            else:
+                step = _log_det_step(values, rotated[pick], ridge, 0.0, 1.0)
+                design *= 1.0 - step
+                design[pick] += step
             values, rotated, leverage = _regularised_state(features, design, ridge)
             iterations += 1
             continue

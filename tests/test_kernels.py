@@ -9,7 +9,8 @@ from scipy import special
 from banditsweep.core import domains
 from banditsweep.core.kernels import Kernel, check_memory, growth_rate
 from banditsweep.core.mvr import approximate_mvr_sequence, mvr_sequence
-from banditsweep.core.nystrom import nystrom_embedding, recursive_rls_nystrom, weighted_kernel_block
+from banditsweep.core.nystrom import (nystrom_embedding, recursive_rls_nystrom, recursive_rls_nystrom_theory,
+                                      weighted_kernel_block)
 
 
 def random_points(seed, n=60, d=2):
@@ -213,3 +214,116 @@ def test_recursive_nystrom_arguments():
     a = recursive_rls_nystrom(block, p, np.random.default_rng(3), ridge=1e-3, base_size=8)
     b = recursive_rls_nystrom(block, p, np.random.default_rng(3), ridge=1e-3, base_size=8)
     np.testing.assert_array_equal(a.landmarks, b.landmarks)
+
+
+# ---------------------------------------------------------------- Musco & Musco's Alg. 2 (sampler: theory)
+
+def test_theory_sampler_small_n_rule_returns_every_point():
+    """m <= 192 log(1/delta) (442 at delta = 0.1): S = I, every point with weight 1, nothing estimated."""
+    rng, kernel, x, p, _ = weighted_instance(1, "se", n=400)
+    sample = recursive_rls_nystrom_theory(weighted_kernel_block(kernel, x, p), p * kernel.diag(x), rng,
+                                          ridge=1e-3, delta=0.1)
+    np.testing.assert_array_equal(np.sort(sample.landmarks), np.arange(400))
+    np.testing.assert_array_equal(sample.weights, np.ones(400))
+    assert sample.levels == 1 and math.isnan(sample.effective_dimension)
+    assert 192 * math.log(1 / 0.1) > 400                    # the rule's threshold at delta = 0.1: 442
+
+
+@pytest.mark.parametrize("name", ["se", "matern32"])
+def test_theory_sampler_recursion_and_spectral_guarantee(name):
+    """Above the small-n threshold: one halving per level (delta / 3 each), landmarks distinct with weights
+    1/sqrt(p_i) >= 1, and the guarantee K_nys <= K <= K_nys + lam I (Musco & Musco, Thm. 7: probability
+    >= 1 - 3 delta) on every one of 6 instances (the factors 3/2 and 16 make it hold with room)."""
+    ridge, delta, n = 1e-2, 0.5, 600      # 192 log 2 = 133 < 600: two or three levels
+    sizes = []
+    for seed in range(6):
+        rng, kernel, x, p, dense = weighted_instance(200 + seed, name, n=n)
+        sample = recursive_rls_nystrom_theory(weighted_kernel_block(kernel, x, p), p * kernel.diag(x), rng,
+                                              ridge=ridge, delta=delta)
+        assert sample.levels >= 2 and sample.ridge == ridge
+        assert len(np.unique(sample.landmarks)) == len(sample.landmarks) <= n
+        assert (sample.weights >= 1.0).all()
+        assert sample.effective_dimension > 0
+        assert spectral_error(dense, sample.landmarks).max() <= ridge * (1 + 1e-9)
+        sizes.append(len(sample.landmarks))
+    assert min(sizes) < n / 2
+
+
+def test_theory_sampler_arguments_and_determinism():
+    rng, kernel, x, p, _ = weighted_instance(0, "se", n=50)
+    block = weighted_kernel_block(kernel, x, p)
+    with pytest.raises(ValueError, match="ridge"):
+        recursive_rls_nystrom_theory(block, p, rng, ridge=0.0)
+    with pytest.raises(ValueError, match="delta"):
+        recursive_rls_nystrom_theory(block, p, rng, ridge=1.0, delta=1.5)
+    a = recursive_rls_nystrom_theory(block, p, np.random.default_rng(4), ridge=1e-3, delta=0.9)
+    b = recursive_rls_nystrom_theory(block, p, np.random.default_rng(4), ridge=1e-3, delta=0.9)
+    np.testing.assert_array_equal(a.landmarks, b.landmarks)
+
+
+# ---------------------------------------------------------------- the linear kernel
+
+def test_linear_kernel_values_diagonal_and_growth_rate():
+    x = random_points(7, n=30, d=3)
+    kernel = Kernel.create("linear", 3)
+    assert kernel.lengthscale == pytest.approx(math.sqrt(3)) and kernel.nu is None
+    np.testing.assert_allclose(kernel(x, x), x @ x.T / 3, rtol=1e-12)
+    np.testing.assert_allclose(kernel.diag(x), (x * x).sum(1) / 3, rtol=1e-12)
+    assert kernel.diag(np.ones((1, 3)))[0] == pytest.approx(1.0)        # k(x, x) <= 1 on [0, 1]^d
+    np.testing.assert_allclose(kernel.matrix(x), kernel(x, x))
+    assert Kernel.create("linear", 3, lengthscale=2.0)(x[:1], x[:1])[0, 0] == pytest.approx(x[0] @ x[0] / 4)
+    assert np.linalg.matrix_rank(kernel.matrix(x)) == 3
+    assert growth_rate(kernel, 1000, 3) == pytest.approx(3 * math.log(1000))
+    with pytest.raises(ValueError, match="not a function"):
+        kernel.profile(np.array([0.5]))
+
+
+@pytest.mark.parametrize("algorithm", ["random", "apg_exp3", "kernel_exp3", "rls_kernel_exp3", "rls_kernel_exp3_amvr"])
+def test_every_kernel_algorithm_runs_with_the_linear_kernel(algorithm):
+    from banditsweep.core.trial import TrialSpec, run_trial
+
+    env = {"kind": "adversarial_kernel", "domain": {"grid": [8, 8]}, "kernel": "linear", "candidates": 50,
+           "centers": 10}
+    result = run_trial(TrialSpec.create(algorithm, {}, env, 1, 30))
+    assert np.isfinite(result.cum_regret).all()
+    if algorithm == "apg_exp3":
+        assert result.diagnostics["D_T"] <= 2      # the linear kernel's rank on [0, 1]^2
+    if algorithm == "kernel_exp3":
+        assert result.diagnostics["gamma_T"] == pytest.approx(2 * math.log(30))
+
+
+# ---------------------------------------------------------------- continuous domains (paper Cor. 2)
+
+@pytest.mark.parametrize("dim, horizon", [(1, 50), (1, 1000), (2, 100), (2, 1000), (3, 200)])
+def test_continuous_domain_is_a_one_over_sqrt_t_net(dim, horizon):
+    config = domains.ContinuousDomain(continuous=dim)
+    x = domains.build(None, config, np.random.default_rng(0), horizon)
+    m = domains.net_points(dim, horizon)
+    assert x.shape == (m ** dim, dim)
+    assert domains.grid_shape(None, {"continuous": dim}, horizon) == (m,) * dim
+    # Brute force: random points of [0, 1]^d and the cube's corners lie within 1/sqrt(T) of X.
+    probe = np.vstack([np.random.default_rng(1).uniform(size=(3000, dim)),
+                       np.array(np.meshgrid(*[[0.0, 1.0]] * dim)).reshape(dim, -1).T])
+    nearest = np.sqrt(((probe[:, None, :] - x[None, :, :]) ** 2).sum(-1)).min(1)
+    radius = domains.net_radius(dim, m)
+    assert nearest.max() <= radius + 1e-12 <= 1 / math.sqrt(horizon) + 1e-12
+    # m is the fewest points per axis of such a grid, and |X| = O(T^{d/2}).
+    if m > 2:
+        assert domains.net_radius(dim, m - 1) > 1 / math.sqrt(horizon)
+    assert m ** dim <= (math.sqrt(dim * horizon) / 2 + 2) ** dim
+
+
+def test_continuous_domain_through_an_environment():
+    from banditsweep.core.algorithms.kernel_exp3 import domain_size
+    from banditsweep.core.trial import TrialSpec
+
+    environment = {"kind": "adversarial_kernel", "domain": {"continuous": 2}, "candidates": 20, "centers": 5}
+    spec = TrialSpec.create("random", {}, environment, 0, 1000)
+    env = spec.build_environment()
+    assert env.domain.shape == (576, 2)                   # 24 x 24 at T = 1000
+    assert domain_size(spec.environment, 1000) == 576 and domain_size(spec.environment) is None
+    assert spec.environment_label == 'adversarial_kernel:kernel=se,domain={"continuous":2},candidates=20,centers=5'
+    with pytest.raises(ValueError, match="horizon"):
+        domains.build(None, domains.ContinuousDomain(continuous=1), np.random.default_rng(0))
+    with pytest.raises(ValueError):
+        domains.ContinuousDomain(continuous=0)
