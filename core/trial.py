@@ -227,8 +227,11 @@ class TrialRun:
         started = time.perf_counter()
         contexts = self.contexts(t)
         decision = self.policy.select_batch(t, contexts)
+        check_decision(t, decision, self.environments[0].problem.num_arms)
         for trial, env in enumerate(self.environments):
-            self.recorder.record(trial, index, int(decision.arms[trial]), env.step(t, decision.of(trial)))
+            feedback = env.step(t, decision.of(trial))
+            check_feedback(t, trial, feedback, env)
+            self.recorder.record(trial, index, int(decision.arms[trial]), feedback)
         self.policy.update_batch(t, contexts, decision.arms, self.recorder.reward[:, index].copy())
         self.recorder.seconds[:, index] = (time.perf_counter() - started) / len(self.environments)
         self.next_round += 1
@@ -264,6 +267,33 @@ class TrialRun:
         run = cls.__new__(cls)
         run.__dict__.update(pickle.loads(state))
         return run
+
+
+class NonFiniteError(ArithmeticError):
+    """A trial's numbers stopped being numbers (NaN or infinite): the trial is recorded as failed,
+    naming the round and the quantity, instead of going on with meaningless choices."""
+
+
+def check_decision(t: int, decision, num_arms: int) -> None:
+    """Arms in range and a finite P_t (a NaN P_t would make the adversary and the draw meaningless)."""
+    outside = decision.arms[(decision.arms < 0) | (decision.arms >= num_arms)]
+    if outside.size:
+        raise ValueError(f"round {t}: the policy chose arm {int(outside[0])}; arms are 0..{num_arms - 1}")
+    if decision.probabilities is not None and not np.isfinite(decision.probabilities).all():
+        raise NonFiniteError(f"round {t}: the sampling distribution P_t is not finite")
+
+
+def check_feedback(t: int, trial: int, feedback: Feedback, env: Environment) -> None:
+    """Finite reward, regret and extras, and only declared extras (each is stored as a column)."""
+    values = {"reward": feedback.reward, "regret": feedback.regret, "cumulative regret": feedback.cumulative_regret,
+              **feedback.extras}
+    for name, value in values.items():
+        if not np.isfinite(value):
+            raise NonFiniteError(f"round {t}: the {name} of the trial is {value}")
+    undeclared = set(feedback.extras) - set(env.round_extras)
+    if undeclared:
+        raise ValueError(f"environment {type(env).__name__} reports per-round values {sorted(undeclared)} it does "
+                         f"not declare in round_extras (declared: {sorted(env.round_extras) or 'none'})")
 
 
 def batch_key(spec: TrialSpec) -> Hashable | None:

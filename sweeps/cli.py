@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 from banditsweep.sweeps.spec import SpecError, Sweep, load_sweep, parse_overrides
@@ -20,6 +21,8 @@ EXIT_INTERRUPTED = 130
 
 # One absolute default for results, wherever `run` is started from: a Ray job runs in a temporary
 # copy of the submitted folder, so a relative default would write results there and lose them.
+# Seconds without a placed actor before `run --no-progress` says it is waiting for nodes.
+WAIT_NOTICE_SECONDS = 5.0
 RESULTS_ENV_VAR = "BANDITSWEEP_RESULTS"
 DEFAULT_RESULTS_ROOT = "~/banditsweep-results"
 
@@ -48,20 +51,53 @@ def build_parser() -> argparse.ArgumentParser:
     _common(run)
     run.add_argument("--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS, else an "
                                                      "embedded local Ray on 127.0.0.1)")
-    run.add_argument("--max-workers", type=int, default=None, help="at most this many trial actors")
+    run.add_argument("--max-workers", type=_positive_int, default=None,
+                     help="at most this many trial actors (default: as many as the cluster can hold)")
     run.add_argument("--retry-failed", action="store_true", help="also rerun trials recorded as failed")
     run.add_argument("--data-dir", default=None, help="dataset directory (default: $BANDITSWEEP_DATA, else "
                                                       "a per-user cache directory)")
     run.add_argument("--sink", dest="sinks", action="append", default=None, metavar="NAME",
                      help="a result sink mirroring the Parquet results (repeatable; default: the spec's "
-                          "`sinks:`, else mlflow); `banditsweep list` names them")
+                          "`sinks:`, else mlflow; `none`: Parquet only); `banditsweep list` names them")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     status = commands.add_parser("status", help="done / failed / pending trial counts")
     _common(status)
     report = commands.add_parser("report", help="tables and figures of a sweep's results")
     _common(report)
+    sync = commands.add_parser("sync-mlflow", help="bring MLflow up to date with the Parquet results "
+                                                    "(after an outage, or a run with --sink none)")
+    _common(sync)
     commands.add_parser("list", help="the registered algorithms and environment kinds")
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not allowed: give at least 1")
+    return value
+
+
+def _check_tracking_server(uri: str) -> None:
+    """A tracking server that does not answer is a clear error in seconds, not minutes of retries."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise InputError(f"--mlflow-uri: the MLflow tracking server at {uri} does not answer ({reason}); start it, "
+                         f"or run with --sink none (Parquet only) and `banditsweep sync-mlflow SPEC` later") from None
+
+
+class InputError(ValueError):
+    """Bad input found before anything runs (exit 2)."""
 
 
 def _load(args) -> Sweep:
@@ -125,10 +161,16 @@ def _ensure_data(args, sweep: Sweep) -> dict[str, str]:
 
 
 def cmd_run(args) -> int:
+    from banditsweep.workers.mlflow_sink import resolve_tracking_uri
+
     sweep = _load(args)
     env_vars = _ensure_data(args, sweep)
+    sinks = _sink_names(args, sweep)
+    tracking_uri = resolve_tracking_uri(args.mlflow_uri, results_root(args))
+    if "mlflow" in sinks:
+        _check_tracking_server(tracking_uri)
     with _store(args, sweep).exclusive():
-        return _run_locked(args, sweep, env_vars)
+        return _run_locked(args, sweep, env_vars, sinks, tracking_uri)
 
 
 def _sink_names(args, sweep: Sweep) -> list[str]:
@@ -136,26 +178,39 @@ def _sink_names(args, sweep: Sweep) -> list[str]:
     from banditsweep.core import registry
 
     names = args.sinks or sweep.spec.sinks or list(registry.DEFAULT_SINKS)
+    if names == ["none"]:
+        return []
     known = registry.sink_names()
     for name in names:
         if name not in known:
             source = "--sink" if args.sinks else f"{args.spec}: sinks"
-            raise SpecError(source, name, f"unknown sink; allowed: {', '.join(known)}")
+            raise SpecError(source, name, f"unknown sink; allowed: {', '.join(known)} (or none alone)")
     return list(dict.fromkeys(names))
 
 
-def _run_locked(args, sweep: Sweep, env_vars: dict[str, str]) -> int:
+def _verified(store):
+    """Check the result files, say what was wrong (damaged files are quarantined, trials without
+    their results run again) and return the health report."""
+    health = store.verify()
+    for line in health.quarantined:
+        print(f"warning: damaged result file {line}", file=sys.stderr)
+    if health.missing_results:
+        print(f"warning: {len(health.missing_results)} finished trial(s) have lost their per-round results; "
+              "`run` runs them again", file=sys.stderr)
+    return health
+
+
+def _run_locked(args, sweep: Sweep, env_vars: dict[str, str], sinks: list[str], tracking_uri: str) -> int:
     from banditsweep.workers.dispatcher import Job, RunOptions, run_sweep
-    from banditsweep.workers.mlflow_sink import resolve_tracking_uri
     from banditsweep.workers.record import FAILED, FINISHED
     from banditsweep.workers.sinks import SinkContext, open_sinks
     from banditsweep.workers.store import TrialsTable
 
     store = _store(args, sweep)
-    sinks = _sink_names(args, sweep)
-    tracking_uri = resolve_tracking_uri(args.mlflow_uri, results_root(args))
+    health = _verified(store)
     journal = store.journal()
-    state = {trial_id: record.status for trial_id, record in journal.items()}
+    state = {trial_id: record.status for trial_id, record in journal.items()
+             if trial_id not in health.missing_results}
     skip = {FINISHED} if args.retry_failed else {FINISHED, FAILED}
     pending = [t for t in sweep.trials if state.get(t.trial_id) not in skip]
     finished = sum(1 for t in sweep.trials if state.get(t.trial_id) == FINISHED)
@@ -192,16 +247,20 @@ def _run_locked(args, sweep: Sweep, env_vars: dict[str, str]) -> int:
     shown: dict = {"state": None, "messages": set()}
 
     def show(progress) -> None:
-        if progress.message and progress.message not in shown["messages"]:
-            shown["messages"].add(progress.message)
-            (bar.write if bar is not None else print)(progress.message)
+        for message in progress.messages:
+            if message not in shown["messages"]:
+                shown["messages"].add(message)
+                (bar.write if bar is not None else print)(message)
         if bar is None:
-            # Without a bar, still say when the run waits for actors (the cluster has no room yet).
+            # Without a bar, still say when the run has waited a while for actors no node can place
+            # yet (starting an actor takes a second or two; that is not worth a line).
             waiting = progress.waiting_actors if not progress.actors else 0
-            if waiting != shown.get("waiting", 0):
-                shown["waiting"] = waiting
-                if waiting:
-                    print(f"waiting for {waiting} {progress.device} actor(s): no node can place them yet", flush=True)
+            if not waiting:
+                shown.pop("waiting_since", None)
+            elif time.monotonic() - shown.setdefault("waiting_since", time.monotonic()) > WAIT_NOTICE_SECONDS \
+                    and shown.get("said_waiting") != waiting:
+                shown["said_waiting"] = waiting
+                print(f"waiting for {waiting} {progress.device} actor(s): no node can place them yet", flush=True)
             return
         state = (progress.done, progress.failed, progress.running, progress.actors, progress.waiting_actors)
         if state == shown["state"]:
@@ -245,16 +304,42 @@ def _record(sweep: Sweep, trial):
                        environment_config=spec.environment, log_every=sweep.spec.log_every)
 
 
+def cmd_sync_mlflow(args) -> int:
+    """Rebuild the MLflow runs the Parquet results have and MLflow lacks (idempotent)."""
+    from banditsweep.workers.mlflow_sink import resolve_tracking_uri
+    from banditsweep.workers.sinks import SinkContext, open_sinks
+
+    sweep = _load(args)
+    store = _store(args, sweep)
+    tracking_uri = resolve_tracking_uri(args.mlflow_uri, results_root(args))
+    _check_tracking_server(tracking_uri)
+    with store.exclusive():
+        journal = store.journal()
+        context = SinkContext(sweep.name, str(store.root.parent), tracking_uri, command="sync-mlflow")
+        opened, counts, errors = open_sinks(["mlflow"], context, journal, [])
+        if errors:
+            print(f"error: {errors[0]}", file=sys.stderr)
+            return EXIT_FAILED_TRIALS
+        note = opened[0].close("FINISHED", {})
+    print(f"{sweep.name}: {len(journal)} trials in the Parquet results; {counts.get('rebuilt_runs', 0)} MLflow runs "
+          f"rebuilt, {counts.get('deleted_runs', 0)} stale runs deleted" + (f"; {note}" if note else ""))
+    return 0
+
+
 def cmd_status(args) -> int:
     import pandas as pd
 
     from banditsweep.workers.record import FAILED, FINISHED
 
     sweep = _load(args)
-    journal = _store(args, sweep).journal()
+    store = _store(args, sweep)
+    health = _verified(store) if store.root.is_dir() else None
+    journal = store.journal()
     rows = []
     for trial in sweep.trials:
         state = journal[trial.trial_id].status if trial.trial_id in journal else None
+        if health is not None and trial.trial_id in health.missing_results:
+            state = None
         rows.append({"algorithm": trial.label, "environment": trial.environment,
                      "done": state == FINISHED, "failed": state == FAILED, "pending": state not in (FINISHED, FAILED)})
     frame = pd.DataFrame(rows)
@@ -274,6 +359,8 @@ def cmd_report(args) -> int:
 
     sweep = _load(args)
     store = _store(args, sweep)
+    if store.root.is_dir():
+        _verified(store)
     trials = finished_trials(store, sweep.trials)
     if trials.empty:
         print(f"{sweep.name}: no finished trials under {store.root}; run `banditsweep run {args.spec}` first",
@@ -322,7 +409,8 @@ def cmd_list(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"run": cmd_run, "status": cmd_status, "report": cmd_report, "list": cmd_list}[args.command]
+    handler = {"run": cmd_run, "status": cmd_status, "report": cmd_report, "list": cmd_list,
+               "sync-mlflow": cmd_sync_mlflow}[args.command]
     stop_cleanly_on_sigterm()
     try:
         return handler(args)
@@ -344,7 +432,7 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     from banditsweep.core.datasets import DatasetError
     from banditsweep.workers.store import SweepBusyError
 
-    return (DatasetError, SweepBusyError)
+    return (DatasetError, SweepBusyError, InputError)
 
 
 if __name__ == "__main__":  # `ray submit cluster.yaml sweeps/cli.py -- run ...` runs this file as a script

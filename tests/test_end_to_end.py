@@ -1,6 +1,7 @@
 """A sweep through the CLI on an embedded local Ray with 2 workers, streaming to MLflow and Parquet."""
 
 import os
+import re
 
 import pandas as pd
 import pytest
@@ -33,7 +34,8 @@ def test_run_resume_report(tmp_path, monkeypatch, capsys, shared_ray):
     (tmp_path / "e2e.yaml").write_text(yaml.safe_dump(SPEC))
     assert main(["run", "e2e.yaml", "--max-workers", "2", "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert f"{TRIALS} finished, 0 failed" in out and "on 2 CPU worker(s)" in out
+    assert f"{TRIALS} finished, 0 failed" in out
+    assert re.search(r"on [12] CPU worker\(s\)", out)   # --max-workers 2: at most two at once
 
     trials = pd.read_parquet("results/e2e/trials")
     curves = pd.read_parquet("results/e2e/curves")

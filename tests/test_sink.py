@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 
 import numpy as np
 import pandas as pd
@@ -170,17 +171,41 @@ def test_the_mirror_folds_events_of_one_delivery():
     assert status.delivered == 1 and status.notes == ["closed"] and not status.errors
 
 
-def test_a_failing_sink_is_reported_and_the_others_still_get_everything():
-    class Broken(Recording):
+def test_a_failing_sink_is_retried_in_order_said_once_and_the_others_still_get_everything(monkeypatch):
+    from banditsweep.workers import sinks
+
+    monkeypatch.setattr(sinks, "MAX_RETRY_DELAY", 0.05)
+
+    class Flaky(Recording):
+        """Down for its first three calls (a tracking server restarting)."""
+
+        failures = 3
+
+        def trials_ended(self, ended):
+            if Flaky.failures:
+                Flaky.failures -= 1
+                raise ConnectionError("tracking server unreachable\nsecond line")
+            super().trials_ended(ended)
+
+    class Down(Recording):
         def trials_ended(self, ended):
             raise ConnectionError("tracking server unreachable")
 
-    good, broken = Recording(), Broken()
-    mirror = Mirror([broken, good], interval=0.01)
-    mirror.ended([(_record("a" * 20), [])])
+    good, flaky, down = Recording(), Flaky(), Down()
+    mirror = Mirror([flaky, good, down], interval=0.02)
+    for name in "abc":
+        mirror.ended([(_record(name * 20), [])])
+        time.sleep(0.05)
     status = mirror.close("FINISHED", {}, timeout=10)
-    assert ("ended", [("a" * 20, [])]) in good.calls
-    assert status.errors == ["Broken.trials_ended: ConnectionError: tracking server unreachable"]
+    ended = [("ended", [(name * 20, [])]) for name in "abc"]
+    assert [c for c in good.calls if c[0] == "ended"] == ended
+    assert [c for c in flaky.calls if c[0] == "ended"] == ended          # each once, in order
+    assert flaky.calls[-1] == ("close", "FINISHED") and down.calls == []  # down never got past its backlog
+    assert status.errors[0].startswith("Flaky failed (trials_ended: ConnectionError: tracking server unreachable)")
+    assert sum("Flaky failed" in e for e in status.errors) == 1           # said once
+    assert "Flaky reachable again: caught up" in status.notes
+    assert sum("Down failed" in e for e in status.errors) == 1
+    assert status.pending == 4 and "sync-mlflow" in status.errors[-1]
 
 
 def test_streamed_points_are_not_logged_twice(tmp_path):

@@ -8,6 +8,7 @@ without waiting for it.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import traceback
@@ -101,12 +102,20 @@ class MirrorActor:
     driver need not wait for that."""
 
     def __init__(self, names: list[str], context: SinkContext, pending: list[str]):
+        # A tracking server that is down must cost seconds per try, not MLflow's minutes of retries:
+        # the mirror retries on its own, with back-off.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         sinks, self.counts, errors = open_sinks(names, context, context.store.journal(), pending)
         self.mirror = Mirror(sinks)
         self.mirror.status.errors += errors
 
     def reconciled(self) -> dict[str, int]:
         return self.counts
+
+    def problems(self) -> list[str]:
+        """What went wrong with the sinks so far (each outage said once)."""
+        return list(self.mirror.status.errors)
 
     def started(self, records):
         self.mirror.started(records)

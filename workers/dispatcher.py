@@ -32,6 +32,8 @@ from banditsweep.workers.store import SweepStore, TrialsTable
 MAX_ATTEMPTS = 3
 # Batches an actor holds at once: the one it runs and the next one, queued on the actor.
 ACTOR_QUEUE = 2
+# Seconds between two questions to the mirror about the sinks' troubles.
+PROBLEMS_EVERY = 2.0
 # Seconds the end of a run waits for the sinks to catch up before it reports how far behind they are.
 MIRROR_CLOSE_TIMEOUT = 120.0
 # Worker processes an embedded Ray starts at once. Ray's default is its CPU count, so a pool of many
@@ -80,7 +82,7 @@ class Progress:
     actors: int = 0             # trial actors placed and built
     waiting_actors: int = 0     # trial actors Ray cannot place yet (demand for the autoscaler)
     device: str = "CPU"
-    message: str = ""           # a line to show once (e.g. which Ray the run uses)
+    messages: list[str] = field(default_factory=list)   # lines to show once each (which Ray, sink outages)
 
 
 @dataclass
@@ -351,7 +353,8 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
         mirror = MirrorActor.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
         ).remote(options.sinks, context, [job.record.trial_id for job in jobs])
-        progress = Progress(total=len(jobs), message=ray_line)
+        progress = Progress(total=len(jobs), messages=[ray_line])
+        problems_ref, problems_asked_at = None, time.monotonic()
         writer = ResultWriter(store, mirror, progress)
         if on_progress:
             on_progress(progress)
@@ -384,6 +387,12 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
                 hand_out()
                 progress.actors, progress.waiting_actors, progress.device = (
                     len(pool.ready_slots()), pool.waiting(), pool.device)
+                # The sinks' troubles, asked for without waiting: shown while the sweep goes on.
+                if problems_ref is None and time.monotonic() - problems_asked_at > PROBLEMS_EVERY:
+                    problems_ref, problems_asked_at = mirror.problems.remote(), time.monotonic()
+                elif problems_ref is not None and ray.wait([problems_ref], timeout=0)[0]:
+                    progress.messages += [f"warning: {p}" for p in ray.get(problems_ref) if f"warning: {p}" not in progress.messages]
+                    problems_ref, problems_asked_at = None, time.monotonic()
                 if on_progress:
                     on_progress(progress)
                 ready, rest = ray.wait(list(in_flight) + pool.readiness(), num_returns=1, timeout=1.0)

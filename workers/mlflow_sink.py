@@ -142,6 +142,11 @@ class MLflowSink:
         store = self.context.store_id
         pending_ids = set(pending)
         adopt_unmarked_runs(self.client, self.experiment_id, store, set(records) | pending_ids)
+        # Parent runs left RUNNING by a driver that died (killed, out of memory, machine lost): only
+        # one run of a store goes on at a time (the run lock), so they are over.
+        for parent in search_all(self.client, self.experiment_id,
+                                 f"tags.kind = 'sweep' and tags.store = '{store}' and attributes.status = 'RUNNING'"):
+            self.client.set_terminated(parent.info.run_id, "KILLED")
         runs = child_runs_by_trial(self.client, self.experiment_id, store)
         deleted = 0
         for trial_id, trial_runs in runs.items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,8 +64,8 @@ class TrialRecord:
 
     def failed(self, error: str, traceback: str | None, at: float) -> "TrialRecord":
         return dataclasses.replace(self, status=FAILED, final_regret=None, wall_seconds=None,
-                                   seconds_per_round=None, diagnostics={}, error=error, traceback=traceback,
-                                   finished_at=at)
+                                   seconds_per_round=None, diagnostics={}, error=plain_text(error),
+                                   traceback=plain_text(traceback), finished_at=at)
 
     # ---- JSON (the journal) ----------------------------------------------------------------------
 
@@ -92,6 +93,14 @@ class TrialOutcome:
         arrays = {"arm": result.arm, "reward": result.reward, "regret": result.regret,
                   "cum_regret": result.cum_regret, "seconds": result.seconds, **result.extras}
         return cls(record, arrays)
+
+
+_TERMINAL_CODES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def plain_text(text: str | None) -> str | None:
+    """Without terminal colour and cursor codes (some libraries colour their exception messages)."""
+    return None if text is None else _TERMINAL_CODES.sub("", text)
 
 
 def thinned_curve(arrays: dict[str, np.ndarray], every: int) -> list[tuple[int, float]]:

@@ -4,8 +4,9 @@ The Parquet store (workers.store) is written by the driver and decides what is d
 destination is a :class:`Sink`, a class registered by name (``registry.register_sink``) and chosen
 with ``--sink NAME`` or a spec's ``sinks:`` list. Sinks are fed by a :class:`Mirror`: trial actors
 and the driver hand it events without waiting, and a background thread delivers them in batches,
-so a slow sink never slows the sweep, and one that raises is reported, not fatal (the next ``run``
-reconciles it with the journal through :meth:`Sink.open`).
+so a slow sink never slows the sweep. A sink that raises (a tracking server that is down) keeps
+what it owes, in order, and is retried with back-off; the run says so once, and what is still owed
+at the end is brought up to date by the next ``run`` or ``sync-mlflow`` through :meth:`Sink.open`.
 
 Batching is what makes a mirror keep up with a cluster: the mirror drains its queue every
 ``interval`` seconds; a trial that started and ended within one drain reaches the sinks as one
@@ -19,6 +20,7 @@ import hashlib
 import logging
 import queue
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 
 # (t, cumulative regret) points of a trial's curve
 Points = list[tuple[int, float]]
+# Longest wait between two tries of a sink that fails (doubling from 1 s).
+MAX_RETRY_DELAY = 30.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,10 @@ class Mirror:
         self.interval = interval
         self.events: queue.SimpleQueue = queue.SimpleQueue()
         self.status = MirrorStatus()
+        self._backlog: dict[int, list] = {}      # per sink: calls not delivered yet (it failed)
+        self._retry_at: dict[int, float] = {}
+        self._delay: dict[int, float] = {}
+        self._down: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._deliver_forever, name="banditsweep-mirror", daemon=True)
         self._thread.start()
@@ -164,21 +172,56 @@ class Mirror:
         if ended:
             self._call_all("trials_ended", list(ended.values()))
             self.status.delivered += len(ended)
+        self._retry_backlogs()
         if close is not None:
-            self.status.notes += [note for note in self._call_all("close", *close) if note]
+            self.status.notes += [note for note in self._call_all("close", *close, final=True) if note]
+            owed = sum(len(backlog) for backlog in self._backlog.values())
+            if owed:
+                self.status.pending = owed
+                self.status.errors.append(f"{owed} deliveries to the sinks failed until the end; `banditsweep "
+                                          "sync-mlflow SPEC` (or the next run) brings MLflow up to date")
             return True
         return False
 
-    def _call_all(self, method: str, *arguments) -> list:
+    def _call_all(self, method: str, *arguments, final: bool = False) -> list:
+        """Hand the call to every sink, after what it still owes from earlier calls that failed."""
         answers = []
-        for sink in self.sinks:
-            try:
-                answers.append(getattr(sink, method)(*arguments))
-            except Exception as error:  # a mirror may fail; the record of truth is already written
-                message = f"{type(sink).__name__}.{method}: {type(error).__name__}: {error}"
-                log.warning("%s\n%s", message, traceback.format_exc())
-                self.status.errors.append(message)
+        for index, sink in enumerate(self.sinks):
+            self._backlog.setdefault(index, []).append((method, arguments))
+            answers.append(self._drain(index, sink, final))
         return answers
+
+    def _drain(self, index: int, sink: Sink, final: bool = False):
+        """Deliver a sink's backlog in order; on a failure keep it and retry later, backing off."""
+        backlog = self._backlog.get(index, [])
+        if not backlog or (not final and time.monotonic() < self._retry_at.get(index, 0.0)):
+            return None
+        answer = None
+        while backlog:
+            method, arguments = backlog[0]
+            try:
+                answer = getattr(sink, method)(*arguments)
+            except Exception as error:  # a mirror may fail; the record of truth is already written
+                delay = min(2 * self._delay.get(index, 0.5), MAX_RETRY_DELAY)
+                self._delay[index], self._retry_at[index] = delay, time.monotonic() + delay
+                if index not in self._down:   # said once per outage
+                    self._down.add(index)
+                    first_line = f"{error}".splitlines()[0][:300] if f"{error}" else ""
+                    message = (f"{type(sink).__name__} failed ({method}: {type(error).__name__}: {first_line}); "
+                               "results are kept in Parquet and it is retried with back-off")
+                    log.warning("%s\n%s", message, traceback.format_exc())
+                    self.status.errors.append(message)
+                return None
+            backlog.pop(0)
+        if index in self._down:
+            self._down.discard(index)
+            self.status.notes.append(f"{type(sink).__name__} reachable again: caught up")
+        self._delay.pop(index, None)
+        return answer
+
+    def _retry_backlogs(self) -> None:
+        for index, sink in enumerate(self.sinks):
+            self._drain(index, sink)
 
 
 def store_id(results_root: str, sweep: str) -> str:

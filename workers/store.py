@@ -30,7 +30,7 @@ import socket
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -76,6 +76,16 @@ _FIELD_TYPES = {"seed": pa.int64(), "horizon": pa.int64(), "log_every": pa.int64
 TRIAL_COLUMNS = [f.name for f in fields(TrialRecord)]
 
 
+def _file_mode() -> int:
+    """The mode a new file gets under the process's umask (mkstemp's files are 0600 whatever it is)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+FILE_MODE = _file_mode()
+
+
 def _fsync_write(path: Path, write: Callable[[str], None]) -> None:
     """Write through a hidden temporary file, fsync it and rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,6 +95,7 @@ def _fsync_write(path: Path, write: Callable[[str], None]) -> None:
         write(tmp)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -277,17 +288,44 @@ class SweepStore:
         """Every trial's latest record: per-trial files of earlier versions first, then the segments
         in write order."""
         records: dict[str, TrialRecord] = {}
-        if not self.journal_dir.is_dir():
-            return records
-        for path in sorted(_visible(self.journal_dir, "*.json")):
-            record = TrialRecord.from_json(json.loads(path.read_text()))
-            records[record.trial_id] = record
-        for path in self._segments():
-            for line in path.read_text().splitlines():
-                if line:
-                    record = TrialRecord.from_json(json.loads(line))
-                    records[record.trial_id] = record
+        for path in [*sorted(_visible(self.journal_dir, "*.json")), *self._segments()]:
+            for record in _read_records(path)[0]:
+                records[record.trial_id] = record
         return records
+
+    def verify(self) -> "StoreHealth":
+        """Check every result file: journal files parse, curve files are readable Parquet, and every
+        trial the journal holds as finished has all its rounds in the curves. A file that fails is
+        moved to ``quarantine/`` (named in the answer, never deleted); the good records of a
+        damaged journal file are kept in a new segment. Trials left without their results are
+        named, so that ``run`` runs them again."""
+        health = StoreHealth()
+        for path in [*_visible(self.journal_dir, "*.json"), *self._segments()]:
+            good, bad = _read_records(path)
+            if bad:
+                if good:
+                    text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in good)
+                    _fsync_write(self.journal_dir / _unique_name("s", ".jsonl"), lambda tmp: Path(tmp).write_text(text))
+                health.quarantined.append(self._quarantine(path, f"{bad} unreadable record(s)"))
+        rows: dict[str, int] = {}
+        for path in _visible(self.curves_dir, "*.parquet"):
+            try:
+                table = pq.read_table(path, columns=["trial_id", "t"])
+            except (pa.ArrowException, OSError) as error:
+                health.quarantined.append(self._quarantine(path, f"not readable Parquet: {error}"))
+                continue
+            for trial_id, count in zip(*pc.value_counts(table["trial_id"]).flatten()):
+                rows[trial_id.as_py()] = rows.get(trial_id.as_py(), 0) + count.as_py()
+        for trial_id, record in self.journal().items():
+            if record.status == FINISHED and rows.get(trial_id, 0) < record.horizon:
+                health.missing_results.add(trial_id)
+        return health
+
+    def _quarantine(self, path: Path, why: str) -> str:
+        target = self.root / "quarantine" / f"{path.parent.name.lstrip('.')}-{path.name}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+        return f"{path} ({why}) moved to {target}"
 
     def read_trials(self) -> pd.DataFrame:
         path = self.trials_dir / "trials.parquet"
@@ -304,6 +342,20 @@ class SweepStore:
         wanted = None if trial_ids is None else ds.field("trial_id").isin(list(trial_ids))
         table = dataset.to_table(filter=wanted)
         return _latest_rows(table, None).to_pandas()
+
+
+def _read_records(path: Path) -> tuple[list[TrialRecord], int]:
+    """The records of one journal file, and how many of its lines could not be read (a damaged
+    file: ``verify`` quarantines it; readers skip what they cannot read)."""
+    good, bad = [], 0
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            good.append(TrialRecord.from_json(json.loads(line)))
+        except (ValueError, TypeError, KeyError):
+            bad += 1
+    return good, bad
 
 
 def _write_order(path: Path) -> tuple:
@@ -330,6 +382,16 @@ def _latest_rows(table: pa.Table, records: dict[str, TrialRecord] | None) -> pa.
         done = [tid for tid, r in records.items() if r.status == FINISHED]
         table = table.filter(pc.is_in(table["trial_id"], pa.array(done, pa.string())))
     return table
+
+
+@dataclass
+class StoreHealth:
+    quarantined: list[str] = field(default_factory=list)   # one line per damaged file moved aside
+    missing_results: set[str] = field(default_factory=set)  # finished trials whose curves are gone
+
+    @property
+    def ok(self) -> bool:
+        return not self.quarantined and not self.missing_results
 
 
 class TrialsTable:

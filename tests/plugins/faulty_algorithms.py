@@ -2,7 +2,9 @@
 
 ``always_raises`` raises in round 3; ``crash_once`` kills its worker process in round 5 the first
 time each trial runs (a marker file under ``BANDITSWEEP_TEST_MARKERS`` remembers), then behaves
-like ``random``; ``raises_in_batch`` runs in lockstep batches and its ``fail: true`` trials raise.
+like ``random``; ``raises_in_batch`` runs in lockstep batches and its ``fail: true`` trials raise;
+``nan_distribution`` exposes a P_t with a NaN from round 3; the environment kind
+``infinite_rewards`` pays an infinite reward from round 4.
 """
 
 import hashlib
@@ -12,6 +14,7 @@ from pathlib import Path
 from banditsweep.core import registry
 from banditsweep.core.algorithms.random_policy import RandomPolicy
 from banditsweep.core.contracts import Config
+from banditsweep.core.environments.synthetic import SyntheticBandit
 
 
 class AlwaysRaises(RandomPolicy):
@@ -64,3 +67,28 @@ class RaisesInBatch(RandomPolicy):
 
 
 registry.register_algorithm("raises_in_batch", RaisesInBatch)
+
+
+class InfiniteRewards(SyntheticBandit):
+    """The synthetic bandit whose reward is infinite from round 4 on (a diverged simulator)."""
+
+    def step(self, t, decision):
+        feedback = super().step(t, decision)
+        if t >= 4:
+            feedback.reward = float("inf")
+        return feedback
+
+
+class NanDistribution(RandomPolicy):
+    """Random on a kernel domain whose P_t holds a NaN from round 3 on (a diverged Exp3 weight)."""
+
+    def select(self, t, contexts):
+        decision = super().select(t, contexts)
+        if t >= 3 and decision.probabilities is not None:
+            decision.probabilities = decision.probabilities.copy()
+            decision.probabilities[0] = float("nan")
+        return decision
+
+
+registry.register_environment("infinite_rewards", InfiniteRewards)
+registry.register_algorithm("nan_distribution", NanDistribution)

@@ -1,0 +1,136 @@
+"""Numbers that stop being numbers fail their trial, naming the round and the quantity; result
+files respect the umask; errors are plain text."""
+
+import json
+import os
+import stat
+
+import pandas as pd
+import pytest
+import yaml
+
+from banditsweep.core.trial import NonFiniteError, TrialSpec, run_trial
+from banditsweep.sweeps.cli import main
+from banditsweep.workers.record import TrialRecord
+
+KERNEL = {"kind": "adversarial_kernel", "domain": {"grid": [4, 4]}, "candidates": 10, "centers": 3}
+
+
+def test_a_non_finite_reward_or_distribution_fails_the_trial_naming_round_and_quantity(plugins):
+    with pytest.raises(NonFiniteError, match="round 4: the reward of the trial is inf"):
+        run_trial(TrialSpec.create("linucb", {}, {"kind": "infinite_rewards", "dim": 3}, 0, 10))
+    with pytest.raises(NonFiniteError, match="round 3: the sampling distribution P_t is not finite"):
+        run_trial(TrialSpec.create("nan_distribution", {}, KERNEL, 0, 10))
+
+
+def test_through_the_cli_they_are_failed_trials_and_the_others_finish(tmp_path, monkeypatch, plugins, shared_ray):
+    monkeypatch.chdir(tmp_path)
+    spec = {"sweep": "finite", "horizon": 10, "seeds": 1,
+            "environments": [{"kind": "infinite_rewards", "dim": 3}, KERNEL],
+            "algorithms": [{"name": "linucb"}, {"name": "nan_distribution"}, {"name": "random"}]}
+    (tmp_path / "finite.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", "finite.yaml", "--no-progress"]) == 1
+    trials = pd.read_parquet("results/finite/trials").set_index(["algorithm", "environment"])
+    assert trials.loc[("linucb", "infinite_rewards:h1,dim=3"), "error"] == (
+        "NonFiniteError: round 4: the reward of the trial is inf")
+    nan_row = trials.xs("nan_distribution", level="algorithm").iloc[0]
+    assert nan_row["error"] == "NonFiniteError: round 3: the sampling distribution P_t is not finite"
+    # Random on the kernel domain is finite; on the infinite-reward bandit it fails like linucb.
+    assert trials.xs("random", level="algorithm")["status"].tolist().count("finished") == 1
+    # Result files get the mode the umask gives (0644 under 022), not mkstemp's 0600.
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = 0o666 & ~umask
+    for path in (tmp_path / "results" / "finite").rglob("*.parquet"):
+        assert stat.S_IMODE(path.stat().st_mode) == mode, path
+
+
+def test_errors_are_stored_as_plain_text():
+    record = TrialRecord("t" * 20, "s", "a", "a", "e", 0, 1, {}, {})
+    failed = record.failed("\x1b[31mValueError\x1b[0m: boom", "Traceback\n\x1b[1mline\x1b[0m", at=0.0)
+    assert failed.error == "ValueError: boom" and failed.traceback == "Traceback\nline"
+    assert json.loads(json.dumps(failed.to_json()))["error"] == "ValueError: boom"
+
+
+def _spec(tmp_path, name="mirror"):
+    spec = {"sweep": name, "horizon": 10, "seeds": 2,
+            "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}], "algorithms": [{"name": "random"}]}
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+    return f"{name}.yaml"
+
+
+def test_an_unreachable_tracking_server_is_a_clear_error_in_seconds(tmp_path, monkeypatch, capsys):
+    import socket
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]   # nothing listens there once closed
+    began = time.monotonic()
+    assert main(["run", _spec(tmp_path), "--mlflow-uri", f"http://127.0.0.1:{port}", "--no-progress"]) == 2
+    assert time.monotonic() - began < 15
+    err = capsys.readouterr().err
+    assert f"the MLflow tracking server at http://127.0.0.1:{port} does not answer" in err
+    assert "--sink none" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "results").exists()   # nothing written
+
+
+def test_parquet_only_then_sync_mlflow_backfills_idempotently(tmp_path, monkeypatch, shared_ray, capsys):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.chdir(tmp_path)
+    spec = _spec(tmp_path)
+    assert main(["run", spec, "--sink", "none", "--no-progress"]) == 0
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    assert client.get_experiment_by_name("mirror") is None
+    assert main(["sync-mlflow", spec]) == 0
+    assert "2 MLflow runs rebuilt" in capsys.readouterr().out
+    experiment = client.get_experiment_by_name("mirror").experiment_id
+    runs = client.search_runs([experiment], "tags.kind = 'trial'")
+    assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
+    assert main(["sync-mlflow", spec]) == 0
+    assert "0 MLflow runs rebuilt" in capsys.readouterr().out
+    # A parent run left RUNNING by a driver that died is closed by the next run of its store.
+    stale = client.get_run(runs[0].data.tags["mlflow.parentRunId"])
+    client.update_run(stale.info.run_id, status="RUNNING")
+    assert main(["run", spec, "--no-progress"]) == 0
+    assert client.get_run(stale.info.run_id).info.status == "KILLED"
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "two"])
+def test_worker_counts_below_one_are_refused(tmp_path, monkeypatch, capsys, value):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", _spec(tmp_path), "--max-workers", value])
+    assert exit_.value.code == 2 and "--max-workers" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+
+
+def test_damaged_result_files_are_named_quarantined_and_their_trials_run_again(tmp_path, monkeypatch, shared_ray,
+                                                                               capsys):
+    monkeypatch.chdir(tmp_path)
+    spec = _spec(tmp_path, "damage")
+    assert main(["run", spec, "--no-progress"]) == 0
+    root = tmp_path / "results" / "damage"
+    before = pd.read_parquet(root / "trials").set_index("trial_id")["final_regret"]
+    (curves,) = root.joinpath("curves").glob("*.parquet")
+    curves.write_bytes(curves.read_bytes()[:200])            # a truncated curves file
+    (segment,) = root.joinpath(".journal").glob("*.jsonl")
+    text = segment.read_text()
+    segment.write_text(text[: len(text) // 2 + 5])           # a journal cut mid-record
+    capsys.readouterr()
+
+    assert main(["status", spec]) == 0
+    captured = capsys.readouterr()
+    assert f"damaged result file {curves} (not readable Parquet" in captured.err
+    assert f"damaged result file {segment} (1 unreadable record(s))" in captured.err
+    assert "2 trials: 0 done, 0 failed, 2 pending" in captured.out
+    assert sorted(p.name for p in (root / "quarantine").iterdir()) == [f"curves-{curves.name}",
+                                                                       f"journal-{segment.name}"]
+    assert main(["run", spec, "--no-progress"]) == 0
+    assert "2 to run" in capsys.readouterr().out
+    after = pd.read_parquet(root / "trials").set_index("trial_id")["final_regret"]
+    pd.testing.assert_series_equal(after.sort_index(), before.sort_index())   # the same results again
+    assert len(pd.read_parquet(root / "curves")) == 2 * 10
+    assert main(["report", spec]) == 0
