@@ -18,7 +18,7 @@ import json
 import pickle
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Protocol, Sequence
 
 import numpy as np
 
@@ -211,6 +211,7 @@ class TrialRun:
         self.policy: BatchedPolicy = policy_cls.create_batch(params, problem, rngs, self.environments, device)
         self.recorder = TrialRecorder(len(self.specs), self.horizon)
         self.next_round = 1
+        self.resumed_from: int | None = None   # the round a restored run went on from
 
     @property
     def done(self) -> bool:
@@ -252,7 +253,8 @@ class TrialRun:
         if not self.done:
             raise RuntimeError(f"the trials have played {self.next_round - 1} of {self.horizon} rounds")
         policy_diagnostics = self.policy.diagnostics_batch()
-        return self.recorder.results([{**env.diagnostics(), **policy_diagnostics[i]}
+        resumed = {"resumed_from_round": float(self.resumed_from)} if self.resumed_from else {}
+        return self.recorder.results([{**env.diagnostics(), **policy_diagnostics[i], **resumed}
                                       for i, env in enumerate(self.environments)])
 
     # ---- capture and restore between rounds --------------------------------------------------------
@@ -266,6 +268,7 @@ class TrialRun:
     def restore(cls, state: bytes) -> "TrialRun":
         run = cls.__new__(cls)
         run.__dict__.update(pickle.loads(state))
+        run.resumed_from = run.next_round   # recorded in the diagnostics (the results do not change)
         return run
 
 
@@ -301,11 +304,32 @@ def batch_key(spec: TrialSpec) -> Hashable | None:
     return spec.policy_class.batch_key(spec)
 
 
+class Checkpoints(Protocol):
+    """Where a run keeps the state of unfinished trials (the caller decides: core writes no files).
+    ``every`` rounds the state of a lockstep batch is saved under ``key``; a batch that starts
+    again with the same key resumes from it."""
+
+    every: int
+
+    def load(self, key: str) -> bytes | None: ...
+
+    def save(self, key: str, state: bytes) -> None: ...
+
+    def discard(self, key: str) -> None: ...
+
+
+def checkpoint_key(specs: Sequence[TrialSpec]) -> str:
+    """The name of a batch's checkpoint: its trials, in order."""
+    return hashlib.sha256("".join(spec.trial_id for spec in specs).encode()).hexdigest()[:24]
+
+
 def run_trials(specs: Sequence[TrialSpec], device: str = "cpu", on_progress: ProgressCallback | None = None,
-               progress_every: int = 100) -> list[TrialResult]:
+               progress_every: int = 100, checkpoints: Checkpoints | None = None) -> list[TrialResult]:
     """Run ``specs`` and return their results in order. Trials that share one batch key run in
     lockstep batches (as large as the algorithm's ``largest_batch`` allows on ``device``); any
-    other set runs one trial at a time."""
+    other set runs one trial at a time. With ``checkpoints``, each batch saves its state every
+    ``checkpoints.every`` rounds and resumes from a saved state; a finished batch's state is
+    discarded. The results are the same, bit for bit, with or without a resume."""
     specs = list(specs)
     keys = {batch_key(spec) for spec in specs}
     if len(specs) > 1 and len(keys) == 1 and None not in keys:
@@ -314,11 +338,20 @@ def run_trials(specs: Sequence[TrialSpec], device: str = "cpu", on_progress: Pro
         size = 1
     results: list[TrialResult] = []
     for start in range(0, len(specs), size):
-        run = TrialRun(specs[start:start + size], device)
+        chunk = specs[start:start + size]
+        key = checkpoint_key(chunk)
+        saved = checkpoints.load(key) if checkpoints is not None else None
+        run = TrialRun.restore(saved) if saved is not None else TrialRun(chunk, device)
         callback = None if on_progress is None else (
             lambda trial, t, regret, offset=start: on_progress(offset + trial, t, regret))
-        run.advance(on_progress=callback, progress_every=progress_every)
+        step = checkpoints.every if checkpoints is not None else None
+        while not run.done:
+            run.advance(step, on_progress=callback, progress_every=progress_every)
+            if checkpoints is not None and not run.done:
+                checkpoints.save(key, run.snapshot())
         results.extend(run.results())
+        if checkpoints is not None:
+            checkpoints.discard(key)
     return results
 
 

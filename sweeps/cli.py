@@ -236,6 +236,7 @@ def _run_locked(args, sweep: Sweep, env_vars: dict[str, str], sinks: list[str], 
     options = RunOptions(results_root=str(store.root.parent), tracking_uri=tracking_uri, sinks=sinks,
                          cpus_per_trial=resources.cpus_per_trial, gpus_per_trial=resources.gpus_per_trial,
                          batch_trials=resources.batch_trials, max_workers=args.max_workers,
+                         checkpoint_every=sweep.spec.checkpoint_every,
                          address=args.address, env_vars=env_vars)
     jobs = [Job(spec=t.spec, record=_record(sweep, t)) for t in pending]
     bar = None

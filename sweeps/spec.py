@@ -71,6 +71,9 @@ class SweepSpec(_Strict):
     algorithms: list[AlgorithmEntry] = Field(min_length=1)
     resources: Resources = Field(default_factory=Resources)
     log_every: int = Field(100, ge=1)
+    # Rounds between in-trial checkpoints (None: no checkpoints): a trial whose actor dies resumes
+    # from its last checkpoint, bit-identical to a run never stopped.
+    checkpoint_every: int | None = Field(None, ge=1)
     # Result sinks mirroring the Parquet results (registry names; None: the default, MLflow).
     sinks: list[str] | None = None
 
@@ -151,7 +154,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return overrides
 
 
-_OVERRIDABLE = ("sweep", "horizon", "seeds", "log_every", "resources.cpus_per_trial",
+_OVERRIDABLE = ("sweep", "horizon", "seeds", "log_every", "checkpoint_every", "resources.cpus_per_trial",
                 "resources.gpus_per_trial", "resources.batch_trials")
 
 

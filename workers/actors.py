@@ -16,6 +16,7 @@ import traceback
 import ray
 
 from banditsweep.core.trial import TrialSpec, run_trials
+from banditsweep.workers.checkpoints import CheckpointFiles
 from banditsweep.workers.record import TrialOutcome, TrialRecord
 from banditsweep.workers.sinks import Mirror, MirrorStatus, SinkContext, open_sinks
 
@@ -51,9 +52,12 @@ class TrialActor:
         """Answers once the actor is placed and built; a warning about its device, if any."""
         return self.warning
 
-    def run(self, batch: list[tuple[TrialSpec, TrialRecord]]) -> list[TrialOutcome]:
-        """Run the batch; a trial that raises is recorded as failed (a batch that raised is run
-        again one trial at a time, so that only the trial at fault fails)."""
+    def run(self, batch: list[tuple[TrialSpec, TrialRecord]], checkpoints: CheckpointFiles | None = None
+            ) -> list[TrialOutcome]:
+        """Run the batch (resuming from its checkpoint, if it has one); a trial that raises is
+        recorded as failed (a batch that raised is run again one trial at a time, so that only the
+        trial at fault fails)."""
+        self.checkpoints = checkpoints
         specs = [spec for spec, _ in batch]
         self._configure_threads(specs[0])
         now = time.time()
@@ -86,7 +90,8 @@ class TrialActor:
             self.mirror.progress.remote(records[index].trial_id, [(t, cumulative_regret)])
 
         started = time.perf_counter()
-        results = run_trials(specs, self.device, on_progress=stream, progress_every=records[0].log_every)
+        results = run_trials(specs, self.device, on_progress=stream, progress_every=records[0].log_every,
+                             checkpoints=self.checkpoints)
         elapsed = time.perf_counter() - started
         now = time.time()
         return [TrialOutcome.of(record.finished(result, now, batch_size=float(len(specs)),

@@ -24,6 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from banditsweep.core.trial import TrialSpec, batch_key
 from banditsweep.workers.actors import MirrorActor, TrialActor
+from banditsweep.workers.checkpoints import CheckpointFiles
 from banditsweep.workers.record import FINISHED, TrialOutcome, TrialRecord, thinned_curve
 from banditsweep.workers.signals import stop_cleanly_on_sigterm
 from banditsweep.workers.sinks import MirrorStatus, SinkContext
@@ -60,6 +61,7 @@ class RunOptions:
     gpus_per_trial: float | None = None
     batch_trials: int | None = None
     max_workers: int | None = None
+    checkpoint_every: int | None = None   # rounds between in-trial checkpoints (None: none)
     address: str | None = None
     env_vars: dict[str, str] = field(default_factory=dict)
 
@@ -363,6 +365,8 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
         planned = max(1, min(placeable(cpus_each, gpus_each), options.max_workers or math.inf))
         batches = deque(make_batches(jobs, options.batch_trials, gpus_each > 0, planned))
         in_flight: dict[Any, tuple[Slot, list[Job]]] = {}  # ref -> (slot, batch), in the order handed out
+        checkpoints = (CheckpointFiles(store.root / ".checkpoints", options.checkpoint_every)
+                       if options.checkpoint_every else None)
         status = "FINISHED"
 
         def hand_out() -> None:
@@ -377,7 +381,7 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
                         for job in batch:
                             job.attempts += 1
                         items = [(job.spec, replace(job.record, attempts=job.attempts)) for job in batch]
-                        in_flight[slot.actor.run.remote(items)] = (slot, batch)
+                        in_flight[slot.actor.run.remote(items, checkpoints)] = (slot, batch)
                         slot.queued += 1
                         progress.running += len(batch)
 
@@ -409,25 +413,30 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
                     try:
                         arrived += ray.get(ref)
                     except ray.exceptions.RayActorError as error:
-                        # The actor died (node lost, out of memory, a crash in native code): its
-                        # batches are tried again, one trial at a time, on the actors there are.
-                        # Only the first batch it held (handed out first) had started; those queued
-                        # behind it had not, so their attempt does not count.
+                        # The actor died (node lost, out of memory, a crash in native code). Only the
+                        # first batch it held had started: those queued behind it go back whole, their
+                        # attempt not counted. The started batch runs again whole the first time (from
+                        # its checkpoint, if the spec asks for them), then one trial at a time, so that
+                        # a trial that kills its worker fails alone after MAX_ATTEMPTS.
                         pool.drop(slot.actor)
                         held = [r for r, (other, _) in in_flight.items() if other is slot]
                         for position, held_ref in enumerate(held):
                             _, held_batch = in_flight.pop(held_ref)
                             progress.running -= len(held_batch)
-                            for job in held_batch:
-                                if position > 0:
+                            if position > 0:
+                                for job in held_batch:
                                     job.attempts -= 1
-                                    batches.appendleft([job])
-                                elif job.attempts >= MAX_ATTEMPTS:
-                                    record = replace(job.record, attempts=job.attempts)
-                                    arrived.append(TrialOutcome.of(record.failed(
-                                        f"worker died {job.attempts} times: {error}", None, at=time.time())))
-                                else:
-                                    batches.appendleft([job])
+                                batches.appendleft(held_batch)
+                            elif len(held_batch) > 1 and held_batch[0].attempts == 1:
+                                batches.appendleft(held_batch)
+                            else:
+                                for job in held_batch:
+                                    if job.attempts >= MAX_ATTEMPTS:
+                                        record = replace(job.record, attempts=job.attempts)
+                                        arrived.append(TrialOutcome.of(record.failed(
+                                            f"worker died {job.attempts} times: {error}", None, at=time.time())))
+                                    else:
+                                        batches.appendleft([job])
                     else:
                         del in_flight[ref]
                         slot.queued -= 1

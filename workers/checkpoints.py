@@ -1,0 +1,49 @@
+"""In-trial checkpoints on disk: the state of an unfinished lockstep batch (``core.trial.TrialRun``),
+saved every ``checkpoint_every`` rounds under ``<results root>/<sweep>/.checkpoints/<key>.state``.
+
+A trial actor that dies (a preempted node, out of memory) leaves its batch's last state there; the
+batch's next attempt resumes from it and ends bit-identical to a run never stopped. A finished
+batch's state is removed. Files appear by atomic rename, so a crash mid-save leaves the previous
+state. On a multi-node cluster the directory must be on a filesystem the nodes share for a retry on
+another node to find it; otherwise a retry on another node starts from round 1 (the results are
+the same either way).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class CheckpointFiles:
+    directory: Path
+    every: int
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.state"
+
+    def load(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def save(self, key: str, state: bytes) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=self.directory)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(state)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self._path(key))
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def discard(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
