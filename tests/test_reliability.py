@@ -175,3 +175,21 @@ def test_a_trial_whose_worker_dies_resumes_from_its_checkpoint_bit_identical(tmp
         np.testing.assert_array_equal(curve["arm"].to_numpy(), alone.arm, err_msg=name)
         np.testing.assert_array_equal(curve["cum_regret"].to_numpy(), alone.cum_regret, err_msg=name)
         np.testing.assert_array_equal(curve["reward"].to_numpy(), alone.reward, err_msg=name)
+
+
+def test_requests_no_node_can_ever_meet_and_unreachable_heads_are_exit_2_in_seconds(tmp_path, monkeypatch, capsys):
+    import time
+
+    import ray
+
+    monkeypatch.chdir(tmp_path)
+    spec = _spec(tmp_path, "impossible")
+    began = time.monotonic()
+    assert main(["run", spec, "--address", "127.0.0.1:1", "--no-progress"]) == 2
+    assert time.monotonic() - began < 15
+    assert "--address 127.0.0.1:1: no Ray head answers there" in capsys.readouterr().err
+    ray.shutdown()   # an embedded Ray of this machine's size, not the tests' shared one
+    assert main(["run", spec, "--set", "resources.cpus_per_trial=64", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "each trial asks for 64 CPU and 0 GPU, but the embedded Ray on this machine has" in err
+    assert len(err.strip().splitlines()) == 1

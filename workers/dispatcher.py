@@ -110,6 +110,31 @@ def _keep_local_ray_on_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+class RayUnreachableError(ConnectionError):
+    """``--address`` names a Ray head that does not answer."""
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> str | None:
+    """A ``host:port`` address must accept a connection within ``timeout`` seconds: Ray itself keeps
+    retrying an address that does not answer for minutes. Returns the host (None for addresses
+    Ray resolves itself, such as ``auto`` or ``ray://``)."""
+    import socket
+
+    if "://" in address or ":" not in address:
+        return None
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except (OSError, ValueError) as error:
+        raise RayUnreachableError(f"--address {address}: no Ray head answers there ({error}); start one with "
+                                  "`ray start --head`, or leave --address out to run on an embedded Ray") from None
+    return host
+
+
+class ResourceRequestError(ValueError):
+    """The spec asks for more per trial than the (fixed-size, embedded) Ray can ever give."""
+
+
 class RayConnection:
     """``ray.init`` to ``address`` (or ``RAY_ADDRESS``), or an embedded local Ray on loopback.
 
@@ -128,11 +153,17 @@ class RayConnection:
         if ray.is_initialized():
             return self
         if self.address:
+            host = _check_reachable(self.address)
+            if host in ("127.0.0.1", "localhost"):
+                _keep_local_ray_on_loopback()   # else Ray rewrites 127.0.0.1 to the machine's address
             ray.init(address=self.address, runtime_env=runtime_env, log_to_driver=False,
                      logging_level=logging.WARNING)
         else:
             _keep_local_ray_on_loopback()
             os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(WORKER_STARTUP_CONCURRENCY))
+            # The embedded Ray keeps Ray's token authentication on; its notice that it does would
+            # only break into the progress bar.
+            logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False, runtime_env=runtime_env,
                      log_to_driver=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
         self.started = True
@@ -361,6 +392,12 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
         if on_progress:
             on_progress(progress)
         cpus_each, gpus_each = actor_resources(options)
+        if not connection.address and placeable(cpus_each, gpus_each) == 0:
+            held = ray.cluster_resources()
+            raise ResourceRequestError(
+                f"resources: each trial asks for {cpus_each:g} CPU and {gpus_each:g} GPU, but the embedded Ray "
+                f"on this machine has {held.get('CPU', 0):g} CPU and {held.get('GPU', 0):g} GPU and no node can "
+                "join it; lower resources.cpus_per_trial / gpus_per_trial, or run on a cluster with --address")
         pool = TrialPool(mirror, cpus_each, gpus_each, options.max_workers, use_autoscaler=bool(connection.address))
         planned = max(1, min(placeable(cpus_each, gpus_each), options.max_workers or math.inf))
         batches = deque(make_batches(jobs, options.batch_trials, gpus_each > 0, planned))
