@@ -1,7 +1,7 @@
 """The ``banditsweep`` command: ``run``, ``status`` and ``report`` of a sweep spec.
 
 Exit codes: 0 success; 1 some trials failed (their errors are in the trials table); 2 bad input
-(spec, overrides, dataset) — reported before anything is started or written.
+(spec, overrides, arguments, dataset) — reported in one line before anything is started or written.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from banditsweep.sweeps.spec import SpecError, Sweep, load_sweep, parse_overrides
+from banditsweep.sweeps.spec import SpecError, Sweep, load_sweep, one_line, parse_overrides, show
 from banditsweep.workers.signals import stop_cleanly_on_sigterm
 
 EXIT_FAILED_TRIALS = 1
@@ -33,8 +33,143 @@ def results_root(args) -> Path:
     return Path(chosen).expanduser().resolve()
 
 
+# Commands that write under the results root (`status` only reads).
+WRITING_COMMANDS = ("run", "report", "sync-mlflow")
+
+
+def _results_source(args) -> str:
+    if args.results:
+        return "--results"
+    return f"${RESULTS_ENV_VAR}" if os.environ.get(RESULTS_ENV_VAR) else f"results root {DEFAULT_RESULTS_ROOT}"
+
+
+def _first_existing(path: Path) -> Path:
+    while not os.path.lexists(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _why_not_writable(directory: Path) -> str:
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return "a read-only file system"
+    except OSError:
+        pass
+    return "no write permission, or an immutable folder"
+
+
+def _check_directory(source: str, path: Path, writing: bool, what: str) -> None:
+    """``path`` is a directory, or can be made one (its first existing ancestor is a directory we
+    may write to); nothing is created here."""
+    existing = _first_existing(path)
+    shown = str(path) if existing == path else f"{path}: {existing}"
+    if not os.path.isdir(existing):
+        kind = "a broken symbolic link" if os.path.islink(existing) else "a file"
+        raise InputError(f"{source}: {shown} is {kind}, not a directory; {what} must be a directory "
+                         f"(or a path that can be created)")
+    if writing and not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{source}: {shown} is not writable ({_why_not_writable(existing)}); "
+                         f"{what} must be a directory you can write to")
+
+
+def _check_results_root(args) -> None:
+    if args.results == "":
+        raise InputError("--results: empty path; give the results directory, e.g. --results ~/banditsweep-results")
+    _check_directory(_results_source(args), results_root(args), args.command in WRITING_COMMANDS,
+                     "the results root")
+
+
+def _check_sweep_folder(args, sweep: Sweep) -> None:
+    """``<results root>/<sweep>`` is a directory we may write to, if it exists."""
+    folder = results_root(args) / sweep.name
+    if args.command in WRITING_COMMANDS and os.path.lexists(folder):
+        _check_directory(_results_source(args), folder, True, "a sweep's results folder")
+
+
+# Tracking URI schemes MLflow knows (plugins add their own through the `mlflow.tracking_store`
+# entry points); a bare path is a local file store.
+TRACKING_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "file", "databricks")
+
+
+def _tracking_schemes() -> list[str]:
+    from importlib.metadata import entry_points
+
+    return [*TRACKING_SCHEMES, *(entry.name for entry in entry_points(group="mlflow.tracking_store"))]
+
+
+def _check_tracking_uri(args) -> None:
+    """The MLflow tracking URI (``--mlflow-uri`` or ``$MLFLOW_TRACKING_URI``; the default is always
+    fine) has a scheme MLflow knows, and a local store's directory exists: nothing is created for it."""
+    from urllib.parse import urlsplit
+
+    if args.mlflow_uri == "":
+        raise InputError("--mlflow-uri: empty URI; give e.g. http://127.0.0.1:5000 or sqlite:///PATH/mlflow.db")
+    uri = args.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        return
+    source = f"--mlflow-uri {show(uri)}" if args.mlflow_uri else f"$MLFLOW_TRACKING_URI={show(uri)}"
+    scheme = urlsplit(uri).scheme.lower()
+    base = scheme.split("+", 1)[0]
+    schemes = _tracking_schemes()
+    if scheme and base not in schemes and scheme not in schemes:
+        raise InputError(f"{source}: unknown scheme {show(scheme)}; allowed: http(s)://HOST:PORT, sqlite:///PATH, "
+                         f"postgresql://, mysql://, mssql://, file:///PATH, databricks"
+                         + "".join(f", {name}" for name in schemes[len(TRACKING_SCHEMES):]))
+    if base in ("http", "https") and not urlsplit(uri).hostname:
+        raise InputError(f"{source}: no host; give e.g. http://127.0.0.1:5000")
+    if base == "sqlite":
+        if not uri.startswith("sqlite:///") or uri[len("sqlite:///"):] in ("", ":memory:"):
+            raise InputError(f"{source}: no database file; give sqlite:///PATH/mlflow.db (an absolute PATH "
+                             f"starts with a fourth slash)")
+        database = Path(uri[len("sqlite:///"):]).expanduser().resolve()
+    elif base in ("", "file"):
+        database = Path(urlsplit(uri).path if base == "file" else uri).expanduser().resolve()
+    else:
+        return
+    directory = database.parent
+    if directory == results_root(args) and not os.path.lexists(directory):
+        return   # the results root, made by the command
+    if not os.path.isdir(directory):
+        existing = _first_existing(directory)
+        what = (f"{existing} is a file, not a directory" if not os.path.isdir(existing)
+                else f"directory {directory} does not exist")
+        raise InputError(f"{source}: {what}; create it first or choose another location (nothing is created "
+                         f"for an explicit tracking URI)")
+    if os.path.isdir(database) and base == "sqlite":
+        raise InputError(f"{source}: {database} is a directory, not a database file; give sqlite:///PATH/mlflow.db")
+    if args.command in WRITING_COMMANDS and not os.access(directory, os.W_OK | os.X_OK):
+        raise InputError(f"{source}: {directory} is not writable ({_why_not_writable(directory)})")
+
+
+def _check_data_dir(source: str, value: str) -> Path:
+    directory = Path(value).expanduser().resolve()
+    if os.path.lexists(directory) and not directory.is_dir():
+        raise InputError(f"{source}: {directory} is a file, not a directory; give the directory that holds (or will "
+                         f"hold) the <dataset>.parquet files")
+    return directory
+
+
+def _check_arguments(args) -> None:
+    """Arguments found wrong before the spec is read or anything is written (exit 2)."""
+    _check_results_root(args)
+    uses_mlflow = args.command in ("report", "sync-mlflow") or (
+        args.command == "run" and [name.lower() for name in (args.sinks or [])] != ["none"])
+    if uses_mlflow:
+        _check_tracking_uri(args)
+    if args.command == "run" and args.data_dir == "":
+        raise InputError("--data-dir: empty path; give the dataset directory")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (no usage block): exit code 2."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, one_line(f"error: {self.prog}: {message} (see {self.prog} --help)") + "\n")
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="sweep spec (YAML), e.g. sweeps/quickstart.yaml")
+    parser.add_argument("--debug", action="store_true", help="with an error, also print its traceback")
     parser.add_argument("--results", default=None,
                         help=f"results root (default: ${RESULTS_ENV_VAR}, else {DEFAULT_RESULTS_ROOT})")
     parser.add_argument("--mlflow-uri", default=None,
@@ -45,7 +180,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="banditsweep", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="banditsweep", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run every trial of a spec not yet finished")
     _common(run)
@@ -75,7 +210,7 @@ def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a whole number; give at least 1") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not allowed: give at least 1")
     return value
@@ -92,7 +227,7 @@ def _check_tracking_server(uri: str) -> None:
         urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
-        raise InputError(f"--mlflow-uri: the MLflow tracking server at {uri} does not answer ({reason}); start it, "
+        raise InputError(f"--mlflow-uri: the MLflow tracking server at {one_line(uri, 200)} does not answer ({reason}); start it, "
                          f"or run with --sink none (Parquet only) and `banditsweep sync-mlflow SPEC` later") from None
 
 
@@ -101,7 +236,9 @@ class InputError(ValueError):
 
 
 def _load(args) -> Sweep:
-    return load_sweep(args.spec, parse_overrides(args.overrides))
+    sweep = load_sweep(args.spec, parse_overrides(args.overrides))
+    _check_sweep_folder(args, sweep)
+    return sweep
 
 
 def _store(args, sweep: Sweep):
@@ -134,7 +271,9 @@ def _ensure_data(args, sweep: Sweep) -> dict[str, str]:
     """Resolve the data directory and make sure every dataset the sweep needs is present."""
     env_vars = {}
     if args.data_dir:
-        os.environ["BANDITSWEEP_DATA"] = str(Path(args.data_dir).resolve())
+        os.environ["BANDITSWEEP_DATA"] = str(_check_data_dir("--data-dir", args.data_dir))
+    elif os.environ.get("BANDITSWEEP_DATA"):
+        _check_data_dir("$BANDITSWEEP_DATA", os.environ["BANDITSWEEP_DATA"])
     if os.environ.get("BANDITSWEEP_DATA"):
         env_vars["BANDITSWEEP_DATA"] = os.environ["BANDITSWEEP_DATA"]
     horizons: dict[str, int] = {}
@@ -409,11 +548,14 @@ def cmd_list(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Bad arguments: one line on stderr and SystemExit(2) from the parser.
     args = build_parser().parse_args(argv)
     handler = {"run": cmd_run, "status": cmd_status, "report": cmd_report, "list": cmd_list,
                "sync-mlflow": cmd_sync_mlflow}[args.command]
     stop_cleanly_on_sigterm()
     try:
+        if args.command != "list":
+            _check_arguments(args)
         return handler(args)
     except BrokenPipeError:  # output piped into `head` and the like
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -421,11 +563,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: finished trials are saved; run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except SpecError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except _input_errors() as error:
-        print(f"error: {error}", file=sys.stderr)
+        # Bad input: one line naming the file or argument, the key, the value and what is allowed.
+        if getattr(args, "debug", False):
+            import traceback
+
+            traceback.print_exc()
+        print(one_line(f"error: {error}"), file=sys.stderr)
         return EXIT_BAD_INPUT
 
 
@@ -433,7 +577,7 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     from banditsweep.core.datasets import DatasetError
     from banditsweep.workers.store import SweepBusyError
 
-    return (DatasetError, SweepBusyError, InputError)
+    return (SpecError, DatasetError, SweepBusyError, InputError)
 
 
 if __name__ == "__main__":  # `ray submit cluster.yaml sweeps/cli.py -- run ...` runs this file as a script

@@ -1,9 +1,16 @@
 """Sweep specs: the YAML contract, validated in full before anything runs.
 
-A spec is data. It is read with ``yaml.safe_load`` and names algorithms and environments only by
-their registry keys; nothing in it is ever imported or executed. Every problem is reported as
-``<file>: <key path>: <what is wrong>; <what is allowed>`` and the CLI exits with code 2 before
+A spec is data. It is read with YAML's safe loader and names algorithms and environments only by
+their registry keys; nothing in it is ever imported or executed. Every problem is reported as one
+line ``<file>: <key path>: <what is wrong> (got <value>); <what is allowed>`` of at most
+:data:`MAX_MESSAGE` characters (long values are shortened), and the CLI exits with code 2 before
 starting or writing anything.
+
+What is refused besides the schema: a file that is not UTF-8 text or is larger than
+:data:`MAX_SPEC_BYTES`; a key given twice in one mapping; YAML aliases that refer to themselves or
+expand the document beyond :data:`MAX_VALUES` values (an "alias bomb"), nesting deeper than
+:data:`MAX_DEPTH`; numbers that are not finite (``.inf``, ``.nan``); booleans where a number is
+expected (``horizon: true`` is not T = 1); sweeps of more than :data:`MAX_TRIALS` trials.
 
 A trial is (algorithm, params + one grid point, environment, seed, horizon); see
 :class:`banditsweep.core.trial.TrialSpec`.
@@ -11,14 +18,19 @@ A trial is (algorithm, params + one grid point, environment, seed, horizon); see
 
 from __future__ import annotations
 
+import inspect
 import itertools
+import math
+import reprlib
 import string
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from banditsweep.core import registry
 from banditsweep.core.trial import TrialSpec, environment_label
@@ -26,13 +38,61 @@ from banditsweep.core.trial import TrialSpec, environment_label
 # Keys of an environment entry that belong to the sweep, not to the environment's Config.
 ENVIRONMENT_SWEEP_KEYS = ("kind", "horizon", "label")
 
+MAX_MESSAGE = 500            # characters of one error message, at most
+MAX_SPEC_BYTES = 1 << 20     # a spec file is at most 1 MiB
+MAX_VALUES = 100_000         # values (mappings, lists, scalars) of a spec with every alias expanded
+MAX_DEPTH = 32               # nesting of mappings and lists
+MAX_TRIALS = 1_000_000       # trials of one sweep
+MAX_NAME = 100               # characters of a sweep name (a folder and an MLflow experiment name)
+MAX_SEED = 2**63 - 1         # seeds are stored as int64
+
+_shorten = reprlib.Repr()
+_shorten.maxstring = _shorten.maxother = 80
+_shorten.maxlist = _shorten.maxtuple = _shorten.maxdict = _shorten.maxset = 8
+_shorten.maxlevel = 3
+
+
+def show(value: Any) -> str:
+    """A value as the user wrote it in YAML (``true``, ``null``, ``.inf``), shortened: a message
+    never grows with the input."""
+    if value is True or value is False:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
+    return _shorten.repr(value)
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` on one line of at most ``limit`` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 class SpecError(ValueError):
-    """A sweep spec is invalid. ``str(error)`` names the file, the key and what is allowed."""
+    """A sweep spec is invalid. ``str(error)`` names the file, the key and what is allowed: one line
+    of at most :data:`MAX_MESSAGE` characters."""
 
     def __init__(self, source: str, location: str, message: str):
-        self.source, self.location, self.message = source, location, message
-        super().__init__(f"{source}: {location}: {message}" if location else f"{source}: {message}")
+        source, location = one_line(source, 200), one_line(location, 200)
+        self.source, self.location, self.message = source, location, one_line(message)
+        super().__init__(one_line(f"{source}: {location}: {message}" if location else f"{source}: {message}"))
+
+
+def _number(kind: str):
+    def check(value: Any) -> Any:
+        # YAML's true/false would pass as 1/0 (`horizon: true` ran with T = 1), "100" as 100.
+        if isinstance(value, bool):
+            raise ValueError(f"must be {kind}, not a boolean (got {show(value)})")
+        if isinstance(value, str):
+            raise ValueError(f"must be {kind}, not a string (got {show(value)})")
+        return value
+    return BeforeValidator(check)
+
+
+Int = Annotated[int, _number("an integer")]
+Float = Annotated[float, _number("a number")]
 
 
 class _Strict(BaseModel):
@@ -56,41 +116,48 @@ class AlgorithmEntry(_Strict):
 
 
 class Resources(_Strict):
-    cpus_per_trial: float = Field(1.0, gt=0)
+    cpus_per_trial: Float = Field(1.0, gt=0)
     # None: one GPU per trial actor when the cluster has GPUs, none otherwise.
-    gpus_per_trial: float | None = Field(None, ge=0)
+    gpus_per_trial: Float | None = Field(None, ge=0)
     # None: chosen per device (see banditsweep.workers.dispatcher.default_batch_size).
-    batch_trials: int | None = Field(None, ge=1)
+    batch_trials: Int | None = Field(None, ge=1)
 
 
 class SweepSpec(_Strict):
-    sweep: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    horizon: int = Field(ge=1)
+    # The name is a folder under the results root and an MLflow experiment name.
+    sweep: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=MAX_NAME)
+    horizon: Int = Field(ge=1)
     seeds: int | list[int]
     environments: list[dict[str, Any]] = Field(min_length=1)
     algorithms: list[AlgorithmEntry] = Field(min_length=1)
     resources: Resources = Field(default_factory=Resources)
-    log_every: int = Field(100, ge=1)
+    log_every: Int = Field(100, ge=1)
     # Rounds between in-trial checkpoints (None: no checkpoints): a trial whose actor dies resumes
     # from its last checkpoint, bit-identical to a run never stopped.
-    checkpoint_every: int | None = Field(None, ge=1)
+    checkpoint_every: Int | None = Field(None, ge=1)
     # Result sinks mirroring the Parquet results (registry names; None: the default, MLflow).
     sinks: list[str] | None = None
 
-    @field_validator("seeds")
+    @field_validator("seeds", mode="before")
     @classmethod
     def _seeds(cls, seeds):
-        if isinstance(seeds, int):
-            if seeds < 1:
-                raise ValueError("seeds must be a positive count n (seeds 0..n-1) or a list of seeds >= 0")
+        allowed = (f"allowed: a positive count n <= {MAX_TRIALS} (seeds 0..n-1) or a list of distinct "
+                   f"integer seeds >= 0 and <= 2**63-1")
+        if isinstance(seeds, int) and not isinstance(seeds, bool):
+            if not 1 <= seeds <= MAX_TRIALS:
+                raise ValueError(f"must be a positive count of seeds (got {seeds}); {allowed}")
             return seeds
-        if not seeds:
-            raise ValueError("the list of seeds is empty")
-        if any(s < 0 for s in seeds):
-            raise ValueError("seeds must be >= 0")
-        if len(set(seeds)) != len(seeds):
-            raise ValueError("seeds are repeated")
-        return seeds
+        if isinstance(seeds, list):
+            if not seeds:
+                raise ValueError(f"the list of seeds is empty; {allowed}")
+            for index, seed in enumerate(seeds):
+                if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+                    raise ValueError(f"seed [{index}] must be an integer >= 0 and <= 2**63-1 (got {show(seed)})")
+            if len(set(seeds)) != len(seeds):
+                repeated = next(seed for seed in seeds if seeds.count(seed) > 1)
+                raise ValueError(f"seeds are repeated (got {repeated} twice); give each seed once")
+            return seeds
+        raise ValueError(f"must be a count or a list of seeds (got {show(seeds)}); {allowed}")
 
     @property
     def seed_list(self) -> list[int]:
@@ -128,19 +195,273 @@ def _loc(parts) -> str:
     return out
 
 
-def _raise_from_validation(source: str, prefix: str, error: ValidationError, allowed: str = "") -> None:
+def _input_loc(loc: tuple, raw: Any) -> tuple:
+    """The parts of a pydantic error location that are keys or indices of the input (pydantic adds
+    the names of union members, ``[key]`` and the like, which mean nothing to the spec's author)."""
+    parts, node = [], raw
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            parts.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            parts.append(part)
+            node = node[part]
+        elif isinstance(node, dict) and part == "[key]":
+            continue
+        elif not isinstance(node, (dict, list)) or isinstance(part, str) and part[:1].isupper():
+            continue   # a union member's name ('GridDomain', 'int', 'function-before[...]')
+        else:
+            parts.append(part)   # a missing key: still the name the message is about
+            node = None
+    return tuple(parts)
+
+
+def _models_in(annotation) -> list[type[BaseModel]]:
+    if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in typing.get_args(annotation) for model in _models_in(arg)]
+
+
+def _keys_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys allowed in the mapping at ``loc`` (a pydantic location, last part the key itself)."""
+    models = [model]
+    for part in loc[:-1]:
+        if isinstance(part, int) or part == "[key]":
+            continue
+        named = [m for m in models if m.__name__ == part]
+        if named:
+            models = named
+            continue
+        fields = [m.model_fields[part] for m in models if part in m.model_fields]
+        if not fields:
+            continue
+        models = _models_in(fields[0].annotation)
+        if not models:
+            return []
+    return list(dict.fromkeys(name for m in models for name in m.model_fields))
+
+
+def _raise_from_validation(source: str, prefix: str, error: ValidationError, model: type[BaseModel] | None = None,
+                           raw: Any = None, extra_keys: tuple[str, ...] = ()) -> None:
+    """One SpecError for the first problem pydantic found: where (as the spec's author wrote it),
+    what is wrong, the value, what is allowed. ``extra_keys`` are allowed at the top level besides
+    ``model``'s fields."""
     first = error.errors()[0]
-    location = ".".join(p for p in [prefix, _loc(first["loc"])] if p)
+    loc = _input_loc(first["loc"], raw) if raw is not None else tuple(first["loc"])
+    location = ".".join(p for p in [prefix, _loc(loc)] if p)
     message = first["msg"]
-    if first["type"] == "extra_forbidden":
-        message = f"unknown key {first['loc'][-1]!r}"
+    if message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+    if "[key]" in first["loc"]:
+        message = f"key {show(first.get('input'))} is not a name; keys are strings"
+        location = ".".join(p for p in [prefix, _loc(loc[:-1])] if p) or location
+    elif first["type"] == "extra_forbidden":
+        message = f"unknown key {show(first['loc'][-1])}"
+        allowed = _keys_at(model, tuple(first["loc"])) if model is not None else []
+        if len(first["loc"]) == 1:
+            allowed = [*extra_keys, *allowed]
         if allowed:
-            message += f"; allowed: {allowed}"
-    elif first["type"] in ("literal_error", "enum"):
-        message += f" (got {first.get('input')!r})"
-    elif "input" in first and not isinstance(first["input"], dict):
-        message += f" (got {first['input']!r})"
+            message += f"; allowed: {', '.join(allowed)}"
+    elif first["type"] == "missing":
+        name = first["loc"][-1]
+        required = [k for k, f in (model.model_fields.items() if model is not None else []) if f.is_required()]
+        message = f"missing key {show(name)}" + (f"; required keys: {', '.join(required)}" if required else "")
+        location = ".".join(p for p in [prefix, _loc(loc[:-1])] if p) or location
+    elif "(got " not in message and "input" in first and not isinstance(first["input"], dict):
+        message += f" (got {show(first['input'])})"
     raise SpecError(source, location, message) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the YAML: one document, every key once, aliases that do not explode, finite numbers.
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """YAML's safe loader (no Python objects, no code) that refuses what the safe loader lets pass
+    silently: a key given twice (the last one would win), aliases referring to themselves, documents
+    whose aliases expand them beyond :data:`MAX_VALUES` values, nesting beyond :data:`MAX_DEPTH`."""
+
+    def __init__(self, stream, source: str):
+        super().__init__(stream)
+        self.source = source
+
+    def check_node(self, root: yaml.Node) -> None:
+        sizes: dict[int, int] = {}
+        active: set[int] = set()
+
+        def size(node: yaml.Node, path: tuple, depth: int) -> int:
+            key = id(node)
+            if key in sizes:
+                return sizes[key]
+            if key in active:
+                raise SpecError(self.source, _loc(path), f"a YAML alias refers to a value that contains it "
+                                                          f"(line {node.start_mark.line + 1}); aliases must not nest themselves")
+            if depth > MAX_DEPTH:
+                raise SpecError(self.source, _loc(path), f"nested more than {MAX_DEPTH} levels deep "
+                                                          f"(line {node.start_mark.line + 1})")
+            active.add(key)
+            total = 1
+            if isinstance(node, yaml.SequenceNode):
+                for index, child in enumerate(node.value):
+                    total += size(child, (*path, index), depth + 1)
+            elif isinstance(node, yaml.MappingNode):
+                seen: dict[tuple, int] = {}
+                for key_node, value_node in node.value:
+                    name = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
+                    if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                        line = key_node.start_mark.line + 1
+                        identity = (key_node.tag, key_node.value)
+                        if identity in seen:
+                            lines = f"lines {seen[identity]} and {line}" if seen[identity] != line else f"line {line}"
+                            raise SpecError(self.source, _loc((*path, name)),
+                                            f"key {show(name)} is given twice ({lines}); give each key once")
+                        seen[identity] = line
+                    total += size(key_node, path, depth + 1) + size(value_node, (*path, name), depth + 1)
+            active.discard(key)
+            if total > MAX_VALUES:
+                raise SpecError(self.source, _loc(path), f"expands to more than {MAX_VALUES} values through "
+                                                          f"YAML aliases; a spec holds at most {MAX_VALUES}")
+            sizes[key] = total
+            return total
+
+        size(root, (), 0)
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML error on one line: what and where."""
+    if isinstance(error, yaml.MarkedYAMLError):
+        mark = error.problem_mark or error.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = error.problem or error.context or "syntax error"
+        context = f" ({error.context})" if error.context and error.problem else ""
+        return f"not valid YAML{where}: {what}{context}"
+    return f"not valid YAML: {error}"
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """The data of one YAML document, read safely and checked (see :class:`_SpecLoader`)."""
+    loader = _SpecLoader(text, source)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        loader.check_node(node)
+        return loader.construct_document(node)
+    except yaml.YAMLError as error:
+        raise SpecError(source, "", _yaml_problem(error)) from None
+    except RecursionError:
+        raise SpecError(source, "", f"not valid YAML: nested too deeply; at most {MAX_DEPTH} levels") from None
+    finally:
+        loader.dispose()
+
+
+def _check_values(source: str, value: Any, path: tuple = ()) -> None:
+    """Every number finite: ``.inf`` and ``.nan`` have no place in a trial's content (its id is
+    canonical JSON) and would give tracebacks further on."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SpecError(source, _loc(path), f"must be a finite number (got {show(value)})")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_values(source, item, (*path, key if isinstance(key, (str, int)) else show(key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_values(source, item, (*path, index))
+
+
+# ---------------------------------------------------------------------------------------------
+# Booleans where a number is expected (pydantic's lax mode takes true as 1).
+
+
+def _admits_bool(annotation) -> bool:
+    if annotation is bool or annotation is Any or annotation is object:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return any(isinstance(arg, bool) for arg in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType, Annotated):
+        return any(_admits_bool(arg) for arg in typing.get_args(annotation))
+    return False
+
+
+def _type_name(annotation) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return " | ".join(show(arg) for arg in typing.get_args(annotation))
+    if origin is Annotated:
+        return _type_name(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(arg) for arg in typing.get_args(annotation) if arg is not type(None))
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
+def _boolean_where_number(value: Any, annotation) -> tuple | None:
+    """The path (within ``value``) of a boolean that ``annotation`` expects to be something else, if any."""
+    if isinstance(value, bool):
+        return None if _admits_bool(annotation) else ()
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:
+        return _boolean_where_number(value, args[0])
+    if origin in (typing.Union, types.UnionType):
+        found = [_boolean_where_number(value, arg) for arg in args if _could_be(value, arg)]
+        return None if not found or None in found else found[0]
+    if isinstance(value, list) and origin in (list, tuple, set, frozenset, typing.Sequence) and args:
+        for index, item in enumerate(value):
+            if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+                item_type = args[index] if index < len(args) else Any
+            else:
+                item_type = args[0]
+            path = _boolean_where_number(item, item_type)
+            if path is not None:
+                return (index, *path)
+    if isinstance(value, dict):
+        if origin is dict and len(args) == 2:
+            for key, item in value.items():
+                path = _boolean_where_number(item, args[1])
+                if path is not None:
+                    return (key, *path)
+        for model in _models_in(annotation)[:1] if inspect.isclass(annotation) else []:
+            for key, item in value.items():
+                if key in model.model_fields:
+                    path = _boolean_where_number(item, model.model_fields[key].annotation)
+                    if path is not None:
+                        return (key, *path)
+    return None
+
+
+def _could_be(value: Any, annotation) -> bool:
+    """Whether ``value`` could be meant as a member ``annotation`` of a union (a mapping as a model
+    only if the model has all of its keys)."""
+    if annotation is type(None):
+        return value is None
+    if isinstance(value, dict) and inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+        return all(key in annotation.model_fields for key in value)
+    return True
+
+
+def _check_booleans(source: str, where: str, values: dict[str, Any], model: type[BaseModel],
+                    candidates: bool = False) -> None:
+    """No boolean where ``model``'s field expects a number; ``candidates``: each value is a list of
+    candidate values (a grid)."""
+    for key, value in values.items():
+        field = model.model_fields.get(key) if isinstance(key, str) else None
+        if field is None:
+            continue
+        annotation = list[field.annotation] if candidates else field.annotation
+        path = _boolean_where_number(value, annotation)
+        if path is not None:
+            location = f"{where}.{key}" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+            raise SpecError(source, location, f"a boolean is not allowed here (got {show(_at(value, path))}); "
+                                              f"allowed: {_type_name(field.annotation)}")
+
+
+def _at(value: Any, path: tuple) -> Any:
+    for part in path:
+        value = value[part]
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# --set overrides
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -148,9 +469,16 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SpecError("--set", pair, "expected key=value, e.g. --set horizon=200 --set seeds=2")
-        overrides[key.strip()] = yaml.safe_load(value)
+        if not sep or not key.strip():
+            raise SpecError("--set", show(pair), "expected key=value, e.g. --set horizon=200 --set seeds=2")
+        key = key.strip()
+        if key not in _OVERRIDABLE:
+            raise SpecError("--set", key, f"cannot be overridden; allowed: {', '.join(_OVERRIDABLE)}")
+        try:
+            overrides[key] = load_yaml(value, f"--set {key}")
+        except SpecError as error:
+            raise SpecError("--set", key, f"{error.message} (got {show(value)})") from None
+        _check_values("--set", overrides[key], (key,))
     return overrides
 
 
@@ -164,7 +492,10 @@ def _apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
         if key not in _OVERRIDABLE:
             raise SpecError("--set", key, f"cannot be overridden; allowed: {', '.join(_OVERRIDABLE)}")
         if key.startswith("resources."):
-            raw["resources"] = {**(raw.get("resources") or {}), key.split(".", 1)[1]: value}
+            resources = raw.get("resources") or {}
+            if not isinstance(resources, dict):
+                continue   # the spec's own `resources:` is reported as it is
+            raw["resources"] = {**resources, key.split(".", 1)[1]: value}
         else:
             raw[key] = value
         if key == "horizon" and isinstance(raw.get("environments"), list):
@@ -176,34 +507,57 @@ def _apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
     return raw
 
 
-def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Sweep:
+def read_spec_text(path: str | Path) -> str:
+    """A spec file's text: at most :data:`MAX_SPEC_BYTES`, UTF-8."""
     source = str(path)
     try:
-        text = Path(path).read_text()
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_SPEC_BYTES + 1)
     except OSError as error:
-        raise SpecError(source, "", f"cannot read the spec file ({error.strerror})") from None
+        raise SpecError(source, "", f"cannot read the spec file ({error.strerror or error})") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(source, "", f"the spec file is larger than {MAX_SPEC_BYTES // 1024} KiB; a spec is a "
+                                    f"small YAML text file")
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise SpecError(source, "", f"not valid YAML: {error}") from None
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise SpecError(source, "", f"not a UTF-8 text file (byte {data[error.start]:#04x} at offset {error.start}); "
+                                    f"a spec is a YAML text file in UTF-8") from None
+
+
+def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Sweep:
+    source = str(path)
+    raw = load_yaml(read_spec_text(path), source)
     return parse_sweep(raw, source, overrides)
 
 
 def parse_sweep(raw: Any, source: str = "<spec>", overrides: dict[str, Any] | None = None) -> Sweep:
     if not isinstance(raw, dict):
-        raise SpecError(source, "", "a sweep spec is a YAML mapping with keys sweep, horizon, seeds, "
-                                    "environments, algorithms (optional: resources, log_every)")
+        raise SpecError(source, "", f"a sweep spec is a YAML mapping with keys sweep, horizon, seeds, "
+                                    f"environments, algorithms (optional: resources, log_every, checkpoint_every, "
+                                    f"sinks) (got {show(raw)})")
+    _check_values(source, raw)
     if overrides:
         raw = _apply_overrides(raw, overrides)
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as error:
-        _raise_from_validation(source, "", error, ", ".join(SweepSpec.model_fields))
+        try:
+            _raise_from_validation(source, "", error, SweepSpec, raw)
+        except SpecError as spec_error:
+            # A value that came from --set is named as such.
+            key = spec_error.location
+            if overrides and any(key == k or key.startswith(k + ".") or key.startswith(k + "[") for k in overrides):
+                raise SpecError("--set", key, spec_error.message) from None
+            raise
     environments = [_check_environment(source, i, env, spec.horizon) for i, env in enumerate(spec.environments)]
     trials: dict[str, PlannedTrial] = {}
     for index, entry in enumerate(spec.algorithms):
         for planned in _expand_algorithm(source, index, entry, environments, spec.seed_list):
             trials.setdefault(planned.trial_id, planned)
+            if len(trials) > MAX_TRIALS:
+                raise SpecError(source, "algorithms", f"the sweep has more than {MAX_TRIALS} trials; at most "
+                                                      f"{MAX_TRIALS} (split it into several sweeps)")
     if not trials:
         raise SpecError(source, "algorithms", "no trial matches: every algorithm's `when` filter or "
                                               "environment support excludes every environment")
@@ -213,24 +567,27 @@ def parse_sweep(raw: Any, source: str = "<spec>", overrides: dict[str, Any] | No
 def _check_environment(source: str, index: int, env: dict, default_horizon: int) -> dict:
     where = f"environments[{index}]"
     kinds = registry.environment_names()
+    for key in env:
+        if not isinstance(key, str):
+            raise SpecError(source, where, f"key {show(key)} is not a name; keys are strings")
     if "kind" not in env:
         raise SpecError(source, where, f"missing key 'kind'; allowed kinds: {', '.join(kinds)}")
     kind = env["kind"]
-    if kind not in kinds:
-        raise SpecError(source, f"{where}.kind", f"unknown environment kind {kind!r}; allowed: {', '.join(kinds)}")
+    if not isinstance(kind, str) or kind not in kinds:
+        raise SpecError(source, f"{where}.kind", f"unknown environment kind {show(kind)}; allowed: {', '.join(kinds)}")
     horizon = env.get("horizon", default_horizon)
     if not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 1:
-        raise SpecError(source, f"{where}.horizon", f"must be a positive integer (got {horizon!r})")
+        raise SpecError(source, f"{where}.horizon", f"must be a positive integer (got {show(horizon)})")
     if "label" in env and not isinstance(env["label"], str):
-        raise SpecError(source, f"{where}.label", f"must be a string (got {env['label']!r})")
+        raise SpecError(source, f"{where}.label", f"must be a string (got {show(env['label'])})")
     config_cls = registry.environment_class(kind).Config
     settings = {k: v for k, v in env.items() if k not in ENVIRONMENT_SWEEP_KEYS}
+    _check_booleans(source, where, settings, config_cls)
     try:
         config_cls(**settings)
     except ValidationError as error:
-        allowed = ", ".join([*ENVIRONMENT_SWEEP_KEYS, *config_cls.model_fields])
-        _raise_from_validation(source, where, error, allowed)
-    except ValueError as error:
+        _raise_from_validation(source, where, error, config_cls, settings, ENVIRONMENT_SWEEP_KEYS)
+    except (ValueError, TypeError) as error:
         raise SpecError(source, where, str(error)) from None
     return {**env, "horizon": horizon}
 
@@ -252,7 +609,7 @@ def _label_fields(source: str, where: str, label: str | None, params_cls) -> lis
     try:
         parsed = list(string.Formatter().parse(label))
     except ValueError as error:
-        raise SpecError(source, f"{where}.label", f"bad label template {label!r}: {error}") from None
+        raise SpecError(source, f"{where}.label", f"bad label template {show(label)}: {error}") from None
     fields = []
     for _, field, spec, conversion in parsed:
         if field is None:
@@ -270,27 +627,34 @@ def _expand_algorithm(source: str, index: int, entry: AlgorithmEntry, environmen
     where = f"algorithms[{index}]"
     names = registry.algorithm_names()
     if entry.name not in names:
-        raise SpecError(source, f"{where}.name", f"unknown algorithm {entry.name!r}; allowed: {', '.join(names)}")
+        raise SpecError(source, f"{where}.name", f"unknown algorithm {show(entry.name)}; allowed: {', '.join(names)}")
     try:
         policy_cls = registry.algorithm_class(entry.name)
     except ImportError as error:
-        raise SpecError(source, f"{where}.name", f"algorithm {entry.name!r} cannot be loaded: {error}") from None
+        raise SpecError(source, f"{where}.name", f"algorithm {show(entry.name)} cannot be loaded: {error}") from None
     params_cls = policy_cls.Params
     overlap = set(entry.grid) & set(entry.params)
     if overlap:
-        raise SpecError(source, f"{where}.grid", f"key {sorted(overlap)[0]!r} is in both grid and params; keep one")
+        raise SpecError(source, f"{where}.grid", f"key {show(sorted(overlap)[0])} is in both grid and params; keep one")
     allowed_params = ", ".join(params_cls.model_fields) or "(none)"
     for key in [*entry.grid, *entry.params]:
         if key not in params_cls.model_fields:
             section = "grid" if key in entry.grid else "params"
             raise SpecError(source, f"{where}.{section}.{key}",
-                            f"unknown parameter of {entry.name!r}; allowed: {allowed_params}")
+                            f"unknown parameter of {show(entry.name)}; allowed: {allowed_params}")
     env_keys = {k for env in environments for k in env}
     for key in entry.when:
         if key not in env_keys:
             raise SpecError(source, f"{where}.when.{key}",
-                            f"no environment has key {key!r}; environment keys: {', '.join(sorted(env_keys))}")
+                            f"no environment has key {show(key)}; environment keys: {', '.join(sorted(env_keys))}")
     keys = list(entry.grid)
+    count = math.prod(len(entry.grid[k]) for k in keys) * len(seeds) * len(environments)
+    if count > MAX_TRIALS:
+        raise SpecError(source, f"{where}.grid", f"{len(seeds)} seeds x {len(environments)} environments x "
+                                                 f"{' x '.join(str(len(entry.grid[k])) for k in keys) or 1} grid "
+                                                 f"values make {count} trials; a sweep has at most {MAX_TRIALS}")
+    _check_booleans(source, f"{where}.params", entry.params, params_cls)
+    _check_booleans(source, f"{where}.grid", entry.grid, params_cls, candidates=True)
     points = [dict(zip(keys, values)) for values in itertools.product(*(entry.grid[k] for k in keys))]
     for point in points:
         try:
@@ -299,7 +663,8 @@ def _expand_algorithm(source: str, index: int, entry: AlgorithmEntry, environmen
             first = error.errors()[0]
             key = str(first["loc"][0]) if first["loc"] else ""
             section = "grid" if key in entry.grid else "params"
-            _raise_from_validation(source, f"{where}.{section}" if key else where, error, allowed_params)
+            _raise_from_validation(source, f"{where}.{section}" if key else where, error, params_cls,
+                                   {**entry.params, **point})
     label_fields = _label_fields(source, where, entry.label, params_cls)
     for env in environments:
         if not _matches(entry.when, env):

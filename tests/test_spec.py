@@ -183,3 +183,36 @@ def test_a_second_concurrent_run_of_a_sweep_is_refused(tmp_path, monkeypatch, ca
     err = capsys.readouterr().err
     assert "another `run` of this sweep is in progress (pid " in err
     assert not (tmp_path / "results" / "unit" / "trials").exists()
+
+
+def test_anchors_and_merge_keys_still_work(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("sweep: merged\nhorizon: 10\nseeds: &n 2\n"
+                    "environments:\n  - &h1 {kind: synthetic, function: h1}\n  - {<<: *h1, arms: 3}\n"
+                    "algorithms:\n  - {name: random}\n  - {name: linucb, grid: {nu: [1.0]}, params: {lam: *n}}\n")
+    sweep = load_sweep(path)
+    assert len(sweep.trials) == 2 * 2 * 2
+    assert {t.environment for t in sweep.trials} == {"synthetic:h1", "synthetic:h1,arms=3"}
+
+
+def test_every_message_is_one_bounded_line():
+    from banditsweep.sweeps.spec import MAX_MESSAGE
+
+    error = SpecError("bad.yaml", "label", "x" * 10_000 + "\nsecond line")
+    assert len(str(error)) <= MAX_MESSAGE and "\n" not in str(error)
+    raw = copy.deepcopy(GOOD)
+    raw["algorithms"][0]["label"] = ["lol"] * 100_000
+    with pytest.raises(SpecError) as info:
+        parse_sweep(raw, "bad.yaml")
+    assert info.value.location == "algorithms[0].label" and len(str(info.value)) <= MAX_MESSAGE
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_booleans_are_not_numbers(value):
+    for key in ("horizon", "seeds", "log_every", "checkpoint_every"):
+        with pytest.raises(SpecError, match="boolean|count or a list"):
+            parse_sweep({**copy.deepcopy(GOOD), key: value}, "bad.yaml")
+    for key in ("cpus_per_trial", "gpus_per_trial", "batch_trials"):
+        with pytest.raises(SpecError, match="boolean") as info:
+            parse_sweep({**copy.deepcopy(GOOD), "resources": {key: value}}, "bad.yaml")
+        assert info.value.location == f"resources.{key}"
