@@ -18,6 +18,7 @@ from banditsweep.workers.signals import stop_cleanly_on_sigterm
 EXIT_FAILED_TRIALS = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_STORE_UNWRITABLE = 3   # the results folder cannot be written (disk full, read-only): nothing marked failed
 
 # One absolute default for results, wherever `run` is started from: a Ray job runs in a temporary
 # copy of the submitted folder, so a relative default would write results there and lose them.
@@ -563,6 +564,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: finished trials are saved; run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except _store_errors() as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_STORE_UNWRITABLE
     except _input_errors() as error:
         # Bad input: one line naming the file or argument, the key, the value and what is allowed.
         if getattr(args, "debug", False):
@@ -573,11 +577,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
 
 
+def _store_errors() -> tuple[type[BaseException], ...]:
+    from banditsweep.workers.dispatcher import StoreWriteError
+
+    return (StoreWriteError,)
+
+
 def _input_errors() -> tuple[type[BaseException], ...]:
     from banditsweep.core.datasets import DatasetError
+    from banditsweep.workers.dispatcher import RayUnreachableError, ResourceRequestError
     from banditsweep.workers.store import SweepBusyError
 
-    return (SpecError, DatasetError, SweepBusyError, InputError)
+    return (SpecError, DatasetError, SweepBusyError, InputError, RayUnreachableError, ResourceRequestError)
 
 
 if __name__ == "__main__":  # `ray submit cluster.yaml sweeps/cli.py -- run ...` runs this file as a script

@@ -193,3 +193,36 @@ def test_requests_no_node_can_ever_meet_and_unreachable_heads_are_exit_2_in_seco
     err = capsys.readouterr().err
     assert "each trial asks for 64 CPU and 0 GPU, but the embedded Ray on this machine has" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_full_disk_stops_the_run_with_exit_3_and_marks_no_trial_failed(tmp_path, monkeypatch, shared_ray, capsys):
+    import errno
+
+    from banditsweep.workers.store import SweepStore
+
+    monkeypatch.chdir(tmp_path)
+    spec = {"sweep": "full", "horizon": 300, "seeds": 6,
+            "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}], "algorithms": [{"name": "linucb"}]}
+    (tmp_path / "full.yaml").write_text(yaml.safe_dump(spec))
+    real_write = SweepStore.write_outcomes
+    calls = []
+
+    def disk_fills_up(self, outcomes):
+        calls.append(len(outcomes))
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.curves_dir / "part-x.parquet"))
+        real_write(self, outcomes)
+
+    monkeypatch.setattr(SweepStore, "write_outcomes", disk_fills_up)
+    assert main(["run", "full.yaml", "--max-workers", "1", "--no-progress"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: cannot write results to {tmp_path}/results/full/curves/part-x.parquet: "
+                              "No space left on device")
+    store = SweepStore.for_sweep(tmp_path / "results", "full")
+    written = store.journal()
+    assert len(written) == calls[0] and all(r.status == "finished" for r in written.values())
+    monkeypatch.setattr(SweepStore, "write_outcomes", real_write)
+    assert main(["run", "full.yaml", "--no-progress"]) == 0
+    assert f"{6 - calls[0]} to run" in capsys.readouterr().out
+    trials = pd.read_parquet("results/full/trials")
+    assert len(trials) == 6 and (trials["status"] == "finished").all()

@@ -131,6 +131,11 @@ def _check_reachable(address: str, timeout: float = 5.0) -> str | None:
     return host
 
 
+class StoreWriteError(OSError):
+    """The results folder cannot be written (disk full, read-only, permissions): the run stops, and
+    no trial is recorded as failed for it."""
+
+
 class ResourceRequestError(ValueError):
     """The spec asks for more per trial than the (fixed-size, embedded) Ray can ever give."""
 
@@ -359,7 +364,13 @@ class ResultWriter:
     def write(self, outcomes: list[TrialOutcome]) -> None:
         if not outcomes:
             return
-        self.store.write_outcomes(outcomes)
+        try:
+            self.store.write_outcomes(outcomes)
+        except OSError as error:
+            raise StoreWriteError(
+                f"cannot write results to {error.filename or self.store.root}: {error.strerror or error}; the "
+                f"{len(outcomes)} trial(s) just computed are not recorded (nothing half-written) and run again "
+                "with the next `run`") from None
         self.table.add(outcome.record for outcome in outcomes)
         self.mirror.ended.remote([(o.record, thinned_curve(o.arrays, o.record.log_every) if o.arrays else [])
                                   for o in outcomes])
@@ -484,6 +495,9 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
                     pool.release_idle()
                 if on_progress and ready:
                     on_progress(progress)
+        except StoreWriteError:
+            status = "FAILED"
+            raise
         except BaseException:
             status = "KILLED"
             raise
@@ -491,7 +505,11 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
             pool.shutdown()
             summary = {"trials_finished": progress.done, "trials_failed": progress.failed}
             closing = mirror.close.remote(status, summary, MIRROR_CLOSE_TIMEOUT)  # the sinks drain meanwhile
-            writer.close()
+            try:
+                writer.close()
+            except OSError:
+                if status == "FINISHED":
+                    raise   # else the store's trouble is already what the run reports
             reconcile = ray.get(mirror.reconciled.remote())
             mirrored = ray.get(closing)
         return SweepOutcome(progress.done, progress.failed, pool.most_ready, pool.device, reconcile, mirrored,
