@@ -578,14 +578,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _store_errors() -> tuple[type[BaseException], ...]:
-    from banditsweep.workers.dispatcher import StoreWriteError
+    from banditsweep.workers.errors import StoreWriteError
 
     return (StoreWriteError,)
 
 
 def _input_errors() -> tuple[type[BaseException], ...]:
     from banditsweep.core.datasets import DatasetError
-    from banditsweep.workers.dispatcher import RayUnreachableError, ResourceRequestError
+    from banditsweep.workers.errors import RayUnreachableError, ResourceRequestError
     from banditsweep.workers.store import SweepBusyError
 
     return (SpecError, DatasetError, SweepBusyError, InputError, RayUnreachableError, ResourceRequestError)

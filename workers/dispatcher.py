@@ -25,6 +25,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from banditsweep.core.trial import TrialSpec, batch_key
 from banditsweep.workers.actors import MirrorActor, TrialActor
 from banditsweep.workers.checkpoints import CheckpointFiles
+from banditsweep.workers.errors import RayUnreachableError, ResourceRequestError, StoreWriteError
 from banditsweep.workers.record import FINISHED, TrialOutcome, TrialRecord, thinned_curve
 from banditsweep.workers.signals import stop_cleanly_on_sigterm
 from banditsweep.workers.sinks import MirrorStatus, SinkContext
@@ -110,10 +111,6 @@ def _keep_local_ray_on_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
-class RayUnreachableError(ConnectionError):
-    """``--address`` names a Ray head that does not answer."""
-
-
 def _check_reachable(address: str, timeout: float = 5.0) -> str | None:
     """A ``host:port`` address must accept a connection within ``timeout`` seconds: Ray itself keeps
     retrying an address that does not answer for minutes. Returns the host (None for addresses
@@ -129,15 +126,6 @@ def _check_reachable(address: str, timeout: float = 5.0) -> str | None:
         raise RayUnreachableError(f"--address {address}: no Ray head answers there ({error}); start one with "
                                   "`ray start --head`, or leave --address out to run on an embedded Ray") from None
     return host
-
-
-class StoreWriteError(OSError):
-    """The results folder cannot be written (disk full, read-only, permissions): the run stops, and
-    no trial is recorded as failed for it."""
-
-
-class ResourceRequestError(ValueError):
-    """The spec asks for more per trial than the (fixed-size, embedded) Ray can ever give."""
 
 
 class RayConnection:

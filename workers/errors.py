@@ -1,0 +1,15 @@
+"""Why a run cannot go on, as the CLI reports it (exit codes in sweeps/cli.py). Kept free of heavy
+imports: the CLI maps them before anything runs."""
+
+
+class RayUnreachableError(ConnectionError):
+    """``--address`` names a Ray head that does not answer."""
+
+
+class ResourceRequestError(ValueError):
+    """The spec asks for more per trial than the (fixed-size, embedded) Ray can ever give."""
+
+
+class StoreWriteError(OSError):
+    """The results folder cannot be written (disk full, read-only, permissions): the run stops, and
+    no trial is recorded as failed for it."""
