@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -203,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     sync = commands.add_parser("sync-mlflow", help="bring MLflow up to date with the Parquet results "
                                                     "(after an outage, or a run with --sink none)")
     _common(sync)
+    ui = commands.add_parser("ui", help="the MLflow UI of the sweep's store, on 127.0.0.1 (Ctrl-C stops it)")
+    _common(ui)
+    ui.add_argument("--port", type=_positive_int, default=5000, help="port on 127.0.0.1 (default: 5000)")
     commands.add_parser("list", help="the registered algorithms and environment kinds")
     return parser
 
@@ -328,6 +332,38 @@ def _sink_names(args, sweep: Sweep) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _spec_text(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _source_commit() -> str:
+    """The git commit of the code that runs (with ``+dirty`` when it has changes), where it is a
+    git checkout; else the installed version."""
+    import subprocess
+
+    import banditsweep
+
+    package = Path(banditsweep.__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(package), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "", ""
+    if commit:
+        return commit + ("+dirty" if dirty else "")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"banditsweep {version('banditsweep')}"
+    except PackageNotFoundError:
+        return ""
+
+
 def _verified(store):
     """Check the result files, say what was wrong (damaged files are quarantined, trials without
     their results run again) and return the health report."""
@@ -376,7 +412,8 @@ def _run_locked(args, sweep: Sweep, env_vars: dict[str, str], sinks: list[str], 
     options = RunOptions(results_root=str(store.root.parent), tracking_uri=tracking_uri, sinks=sinks,
                          cpus_per_trial=resources.cpus_per_trial, gpus_per_trial=resources.gpus_per_trial,
                          batch_trials=resources.batch_trials, max_workers=args.max_workers,
-                         checkpoint_every=sweep.spec.checkpoint_every,
+                         checkpoint_every=sweep.spec.checkpoint_every, spec_path=args.spec,
+                         spec_text=_spec_text(args.spec), source_commit=_source_commit(),
                          address=args.address, env_vars=env_vars)
     jobs = [Job(spec=t.spec, record=_record(sweep, t)) for t in pending]
     bar = None
@@ -442,7 +479,8 @@ def _record(sweep: Sweep, trial):
     spec = trial.spec
     return TrialRecord(trial_id=trial.trial_id, sweep=sweep.name, algorithm=spec.algorithm, label=trial.label,
                        environment=trial.environment, seed=spec.seed, horizon=spec.horizon, params=spec.params,
-                       environment_config=spec.environment, log_every=sweep.spec.log_every)
+                       environment_config=spec.environment, log_every=sweep.spec.log_every,
+                       run_name=trial.run_name, group=trial.group)
 
 
 def cmd_sync_mlflow(args) -> int:
@@ -465,6 +503,39 @@ def cmd_sync_mlflow(args) -> int:
     print(f"{sweep.name}: {len(journal)} trials in the Parquet results; {counts.get('rebuilt_runs', 0)} MLflow runs "
           f"rebuilt, {counts.get('deleted_runs', 0)} stale runs deleted" + (f"; {note}" if note else ""))
     return 0
+
+
+def cmd_ui(args) -> int:
+    """Start ``mlflow ui`` on loopback for the sweep's tracking store and say where to look."""
+    import subprocess
+
+    from banditsweep.workers.mlflow_sink import resolve_tracking_uri
+
+    sweep = _load(args)
+    tracking_uri = resolve_tracking_uri(args.mlflow_uri, results_root(args))
+    if tracking_uri.startswith(("http://", "https://")):
+        print(f"{sweep.name}: the tracking server at {tracking_uri} serves the UI itself: open {tracking_uri}")
+        return 0
+    url = f"http://127.0.0.1:{args.port}"
+    experiment = _experiment_id(tracking_uri, sweep.name)
+    where = f"{url}/#/experiments/{experiment}" if experiment else url
+    print(f"{sweep.name}: MLflow UI of {tracking_uri} at {where} (the \"Model training\" view shows the "
+          "regret curves; runs with the same `group` tag are the seeds of one cell). Ctrl-C stops it.", flush=True)
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri,
+                               "--host", "127.0.0.1", "--port", str(args.port)], start_new_session=True)
+    try:
+        return server.wait()
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)   # the UI and the workers it started, nothing else
+            server.wait(timeout=30)
+
+
+def _experiment_id(tracking_uri: str, sweep: str) -> str | None:
+    from mlflow.tracking import MlflowClient
+
+    experiment = MlflowClient(tracking_uri).get_experiment_by_name(sweep)
+    return experiment.experiment_id if experiment is not None else None
 
 
 def cmd_status(args) -> int:
@@ -552,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
     # Bad arguments: one line on stderr and SystemExit(2) from the parser.
     args = build_parser().parse_args(argv)
     handler = {"run": cmd_run, "status": cmd_status, "report": cmd_report, "list": cmd_list,
-               "sync-mlflow": cmd_sync_mlflow}[args.command]
+               "sync-mlflow": cmd_sync_mlflow, "ui": cmd_ui}[args.command]
     stop_cleanly_on_sigterm()
     try:
         if args.command != "list":

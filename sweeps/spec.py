@@ -171,10 +171,23 @@ class PlannedTrial:
     spec: TrialSpec
     label: str              # algorithm display name
     environment: str        # environment display name
+    grid_point: tuple[tuple[str, Any], ...] = ()   # the grid values of this trial not named by its label
 
     @property
     def trial_id(self) -> str:
         return self.spec.trial_id
+
+    @property
+    def run_name(self) -> str:
+        """The name of the trial's run: label and grid point, environment, seed."""
+        point = "".join(f" {key}={value}" for key, value in self.grid_point)
+        return f"{self.label}{point} | {self.environment} | seed {self.spec.seed}"
+
+    @property
+    def group(self) -> str:
+        """What the seeds of one cell share (MLflow's Group-by aggregates over them)."""
+        point = "".join(f" {key}={value}" for key, value in self.grid_point)
+        return f"{self.label}{point} | {self.environment}"
 
 
 @dataclass
@@ -678,4 +691,5 @@ def _expand_algorithm(source: str, index: int, entry: AlgorithmEntry, environmen
             for seed in seeds:
                 spec = TrialSpec.create(entry.name, {**entry.params, **point}, env_config, seed, env["horizon"])
                 label = (entry.label or entry.name).format_map({k: spec.params[k] for k in label_fields})
-                yield PlannedTrial(spec=spec, label=label, environment=env_name)
+                unnamed = tuple((k, point[k]) for k in keys if k not in label_fields)
+                yield PlannedTrial(spec=spec, label=label, environment=env_name, grid_point=unnamed)

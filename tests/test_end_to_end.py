@@ -58,10 +58,26 @@ def test_run_resume_report(tmp_path, monkeypatch, capsys, shared_ray):
     assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in children)
     linucb = next(r for r in children if r.data.params["algorithm"] == "linucb")
     assert {"algorithm", "environment", "seed", "horizon", "nu", "lam"} <= set(linucb.data.params)
-    history = client.get_metric_history(linucb.info.run_id, "regret")
+    history = client.get_metric_history(linucb.info.run_id, "cum_regret")
     assert [m.step for m in history] == [20, 40, 60]
     row = trials.set_index("trial_id").loc[linucb.data.tags["trial_id"]]
     assert linucb.data.metrics["final_regret"] == pytest.approx(row["final_regret"])
+    # Runs name their grid point; the seeds of one cell share a group; single values are parameters,
+    # so the chart view holds the curves (cum_regret, final_regret, seconds_per_round) only.
+    names = sorted(r.info.run_name for r in children if r.data.params["algorithm"] == "linucb")
+    assert names[:2] == ["linucb nu=0.1 | synthetic:h1,dim=5 | seed 0", "linucb nu=0.1 | synthetic:h1,dim=5 | seed 1"]
+    assert len(set(r.info.run_name for r in children)) == TRIALS
+    groups = pd.Series([r.data.tags["group"] for r in children]).value_counts()
+    assert len(groups) == 6 and set(groups) == {2}
+    assert set(linucb.data.metrics) == {"cum_regret", "final_regret", "seconds_per_round"}
+    assert "wall_seconds" in linucb.data.params
+    parent = parents[0]
+    assert parent.data.tags["spec"] == "e2e.yaml" and "mlflow.source.git.commit" in parent.data.tags
+    assert parent.data.metrics["best_final_regret.synthetic:h1_dim_5"] == pytest.approx(
+        trials[trials["environment"] == "synthetic:h1,dim=5"].groupby(["algorithm", "nu"], dropna=False)
+        ["final_regret"].mean().min())
+    assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["spec"]
+    assert client.get_experiment_by_name("e2e").tags["mlflow.note.content"].startswith("Sweep e2e")
 
     # A second run finds every trial done: zero trials run, zero rows or runs added.
     assert main(["run", "e2e.yaml", "--no-progress"]) == 0

@@ -226,3 +226,37 @@ def test_a_full_disk_stops_the_run_with_exit_3_and_marks_no_trial_failed(tmp_pat
     assert f"{6 - calls[0]} to run" in capsys.readouterr().out
     trials = pd.read_parquet("results/full/trials")
     assert len(trials) == 6 and (trials["status"] == "finished").all()
+
+
+def test_ui_serves_the_sweeps_store_on_loopback(tmp_path, monkeypatch, shared_ray, capsys):
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    monkeypatch.chdir(tmp_path)
+    spec = _spec(tmp_path, "ui")
+    assert main(["run", spec, "--no-progress"]) == 0
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    ui = subprocess.Popen([sys.executable, "-m", "banditsweep", "ui", spec, "--port", str(port)], cwd=tmp_path,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        first = ui.stdout.readline()
+        assert f"MLflow UI of sqlite:///{tmp_path}/mlflow.db at http://127.0.0.1:{port}/#/experiments/" in first
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                    assert answer.status == 200
+                    break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise AssertionError("the UI did not answer on loopback within 90 s")
+    finally:
+        os.killpg(ui.pid, signal.SIGINT)
+        ui.wait(timeout=30)

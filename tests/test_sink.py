@@ -129,7 +129,7 @@ def test_mlflow_reconcile_rebuilds_lost_runs_and_clears_stale_ones(tmp_path):
     rebuilt = runs["a" * 20][0]
     assert rebuilt.info.status == "FINISHED" and rebuilt.data.metrics["final_regret"] == 3.0
     assert rebuilt.data.params["nu"] == "1.0" and rebuilt.data.tags["status"] == FINISHED
-    assert [m.step for m in client.get_metric_history(rebuilt.info.run_id, "regret")] == [2, 4]
+    assert [m.step for m in client.get_metric_history(rebuilt.info.run_id, "cum_regret")] == [2, 4]
 
 
 class Recording:
@@ -220,5 +220,5 @@ def test_streamed_points_are_not_logged_twice(tmp_path):
     sink.close("FINISHED", {})
     runs = _runs(uri, sink)["a" * 20]
     assert len(runs) == 1
-    history = MlflowClient(uri).get_metric_history(runs[0].info.run_id, "regret")
+    history = MlflowClient(uri).get_metric_history(runs[0].info.run_id, "cum_regret")
     assert [(m.step, m.value) for m in history] == [(2, 1.5), (4, 3.0)]

@@ -63,6 +63,9 @@ class RunOptions:
     batch_trials: int | None = None
     max_workers: int | None = None
     checkpoint_every: int | None = None   # rounds between in-trial checkpoints (None: none)
+    spec_path: str = ""                   # recorded with the run (the sinks' parent run)
+    spec_text: str = ""
+    source_commit: str = ""
     address: str | None = None
     env_vars: dict[str, str] = field(default_factory=dict)
 
@@ -378,7 +381,8 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
     """Run ``jobs`` (trials not yet finished) on Ray; every outcome is made durable by the driver."""
     started = time.perf_counter()
     store = SweepStore.for_sweep(options.results_root, sweep_name)
-    context = SinkContext(sweep_name, str(store.root.parent), options.tracking_uri)
+    context = SinkContext(sweep_name, str(store.root.parent), options.tracking_uri, spec_path=options.spec_path,
+                          spec_text=options.spec_text, source_commit=options.source_commit)
     with RayConnection(options.address, options.env_vars) as connection:
         ray_line = connection.describe()
         here = ray.get_runtime_context().get_node_id()
@@ -492,12 +496,12 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
         finally:
             pool.shutdown()
             summary = {"trials_finished": progress.done, "trials_failed": progress.failed}
-            closing = mirror.close.remote(status, summary, MIRROR_CLOSE_TIMEOUT)  # the sinks drain meanwhile
             try:
-                writer.close()
+                writer.close()   # before the sinks close: they may read the compacted journal
             except OSError:
                 if status == "FINISHED":
                     raise   # else the store's trouble is already what the run reports
+            closing = mirror.close.remote(status, summary, MIRROR_CLOSE_TIMEOUT)
             reconcile = ray.get(mirror.reconciled.remote())
             mirrored = ray.get(closing)
         return SweepOutcome(progress.done, progress.failed, pool.most_ready, pool.device, reconcile, mirrored,

@@ -1,7 +1,9 @@
 """The MLflow mirror of a sweep: experiment = sweep, one parent run per ``run`` command, one child
-run per trial with its parameters, tags ``trial_id`` and ``status``, the stepped metric ``regret``
-(the cumulative regret every ``log_every`` rounds), ``final_regret``, ``seconds_per_round``,
-``wall_seconds`` and the trial's diagnostics (``diag.*``).
+run per trial named by its label, grid point, environment and seed, with its parameters, tags
+``trial_id``, ``status`` and ``group`` (the seeds of one cell: MLflow's Group-by aggregates them),
+the stepped metric ``cum_regret`` (the cumulative regret every ``log_every`` rounds, as the Parquet
+column of that name), the metrics ``final_regret`` and ``seconds_per_round``, and the single values
+``wall_seconds`` and ``diag.*`` as parameters (so the chart view shows the curves).
 
 A trial costs three store calls when it starts and ends between two deliveries of the mirror
 (create the run, one ``log_batch`` of everything, close it); a long trial's run is created when it
@@ -14,7 +16,9 @@ has exactly one FINISHED (or FAILED) child run.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,9 @@ from mlflow.tracking import MlflowClient
 from banditsweep.workers.record import FINISHED, TrialRecord, thinned_curve
 from banditsweep.workers.sinks import Points, SinkContext
 
+# The stepped metric: the cumulative regret, named as the Parquet column it mirrors (`regret` there is
+# the per-round increment).
+REGRET_METRIC = "cum_regret"
 # MLflow's log_batch limits: 1000 entities in all, at most 100 params and 100 tags.
 MAX_ENTITIES_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
@@ -99,6 +106,25 @@ def latest_parent_run(client: MlflowClient, experiment_id: str, store: str) -> s
     return runs[0].info.run_id if runs else None
 
 
+def metric_name(text: str) -> str:
+    """``text`` with the characters MLflow refuses in a metric name replaced by ``_``."""
+    return re.sub(r"[^/\w.\- :]", "_", text)
+
+
+def best_final_regret(records) -> dict[str, float]:
+    """Per environment, the lowest mean final regret over the seeds of one (label, grid point): the
+    paper's tuning rule, as the parent run's summary (``best_final_regret.<environment>``)."""
+    cells: dict[tuple[str, str], list[float]] = {}
+    for record in records:
+        if record.status == FINISHED and record.final_regret is not None:
+            cells.setdefault((record.environment, record.group or record.label), []).append(record.final_regret)
+    best: dict[str, float] = {}
+    for (environment, _), values in cells.items():
+        key = metric_name(f"best_final_regret.{environment}")
+        best[key] = min(best.get(key, math.inf), sum(values) / len(values))
+    return best
+
+
 def _param_value(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return text[:6000]
@@ -111,9 +137,15 @@ def trial_params(record: TrialRecord) -> dict[str, Any]:
 
 
 def final_metrics(record: TrialRecord) -> dict[str, float]:
-    values = {"final_regret": record.final_regret, "seconds_per_round": record.seconds_per_round,
-              "wall_seconds": record.wall_seconds, **{f"diag.{k}": v for k, v in record.diagnostics.items()}}
+    """The values worth a chart or a column in the compare view."""
+    values = {"final_regret": record.final_regret, "seconds_per_round": record.seconds_per_round}
     return {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and np.isfinite(v)}
+
+
+def final_params(record: TrialRecord) -> dict[str, Any]:
+    """Single values that are not worth a chart of their own (one bar each would bury the regret
+    curve in the chart view): the trial's wall time and diagnostics, as parameters."""
+    return {"wall_seconds": record.wall_seconds, **{f"diag.{k}": v for k, v in record.diagnostics.items()}}
 
 
 class MLflowSink:
@@ -127,19 +159,34 @@ class MLflowSink:
 
     @property
     def parent_run_id(self) -> str:
-        """The parent run of this invocation, created when the first child run needs it."""
+        """The parent run of this invocation, created when the first child run needs it: it carries
+        the spec (as a tag and as the artifact ``spec/``), the code's commit and the store."""
         if self._parent_run_id is None:
+            context = self.context
+            tags = {"kind": "sweep", "sweep": context.sweep, "command": context.command,
+                    "store": context.store_id, "results_root": context.results_root}
+            if context.spec_path:
+                tags.update({"spec": context.spec_path, "mlflow.source.name": context.spec_path})
+            if context.source_commit:
+                tags["mlflow.source.git.commit"] = context.source_commit
             self._parent_run_id = self.client.create_run(
-                self.experiment_id, run_name=f"{self.context.sweep} {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                tags={"kind": "sweep", "sweep": self.context.sweep, "command": self.context.command,
-                      "store": self.context.store_id, "results_root": self.context.results_root},
+                self.experiment_id, run_name=f"{context.sweep} {time.strftime('%Y-%m-%d %H:%M:%S')}", tags=tags,
             ).info.run_id
+            if context.spec_text:
+                self.client.log_text(self._parent_run_id, context.spec_text,
+                                     f"spec/{Path(context.spec_path).name or 'spec.yaml'}")
         return self._parent_run_id
 
     # ---- the Sink protocol ----------------------------------------------------------------------
 
     def open(self, records: dict[str, TrialRecord], pending: list[str]) -> dict[str, int]:
         store = self.context.store_id
+        if self.context.spec_path:
+            self.client.set_experiment_tag(
+                self.experiment_id, "mlflow.note.content",
+                f"Sweep {self.context.sweep} (spec {self.context.spec_path}); one parent run per `banditsweep "
+                f"run`, one child run per trial; the record of truth is the Parquet store under "
+                f"{self.context.results_root}/{self.context.sweep}.")
         pending_ids = set(pending)
         adopt_unmarked_runs(self.client, self.experiment_id, store, set(records) | pending_ids)
         # Parent runs left RUNNING by a driver that died (killed, out of memory, machine lost): only
@@ -203,6 +250,7 @@ class MLflowSink:
             if record.status == FINISHED:
                 now = int(time.time() * 1000)
                 metrics += [Metric(k, v, now, 0) for k, v in final_metrics(record).items()]
+                params = {**params, **final_params(record)}
             else:
                 tags["error"] = (record.error or "")[:5000]
             self._log_batch(run_id, metrics=metrics, params=params, tags=tags)
@@ -214,6 +262,7 @@ class MLflowSink:
             self.client.set_terminated(self.open_runs.pop(trial_id), "KILLED")
         if self._parent_run_id is None:
             return None
+        summary = {**summary, **best_final_regret(self.context.store.journal().values())}
         if summary:
             now = int(time.time() * 1000)
             self.client.log_batch(self.parent_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()])
@@ -224,16 +273,17 @@ class MLflowSink:
 
     def _create_run(self, record: TrialRecord, status: str) -> str:
         return self.client.create_run(
-            self.experiment_id, run_name=f"{record.label} | {record.environment} | seed {record.seed}",
+            self.experiment_id, run_name=record.run_name or f"{record.label} | {record.environment} | seed {record.seed}",
             tags={"mlflow.parentRunId": self.parent_run_id, "kind": "trial", "trial_id": record.trial_id,
-                  "sweep": self.context.sweep, "status": status, "store": self.context.store_id},
+                  "sweep": self.context.sweep, "status": status, "store": self.context.store_id,
+                  "group": record.group or f"{record.label} | {record.environment}"},
         ).info.run_id
 
     def _regret_metrics(self, trial_id: str, points: Points) -> list[Metric]:
         """The points not yet logged to the trial's run (streamed points are not logged twice)."""
         last = self.last_step.get(trial_id, 0)
         now = int(time.time() * 1000)
-        new = [Metric("regret", float(value), now, int(t)) for t, value in points if t > last]
+        new = [Metric(REGRET_METRIC, float(value), now, int(t)) for t, value in points if t > last]
         if new:
             self.last_step[trial_id] = new[-1].step
         return new

@@ -34,6 +34,8 @@ class TrialRecord:
     params: dict[str, Any]           # every hyperparameter, defaults written out
     environment_config: dict[str, Any]
     log_every: int = 100             # rounds between streamed regret points
+    run_name: str = ""               # label, grid point, environment and seed, for run lists
+    group: str = ""                  # label, grid point and environment: the seeds of one cell
     # How it went.
     status: str = PENDING
     attempts: int = 0

@@ -44,6 +44,9 @@ class SinkContext:
     results_root: str        # with ``sweep``, the store's identity
     tracking_uri: str        # MLflow tracking URI of the run (a sink may ignore it)
     command: str = "run"
+    spec_path: str = ""      # the spec the run was started with, and its text
+    spec_text: str = ""
+    source_commit: str = ""  # the git commit of the code that ran, where known
 
     @property
     def store_id(self) -> str:
