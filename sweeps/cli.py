@@ -420,7 +420,11 @@ def _run_locked(args, sweep: Sweep, env_vars: dict[str, str], sinks: list[str], 
     if not args.no_progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(jobs), unit="trial", desc=sweep.name, dynamic_ncols=True)
+        # In a terminal the bar redraws in place; in a log (a Ray job's, a batch scheduler's) every
+        # redraw is a line, so there it updates at most every 30 s.
+        interactive = sys.stderr.isatty()
+        bar = tqdm(total=len(jobs), unit="trial", desc=sweep.name, dynamic_ncols=True,
+                   mininterval=0.1 if interactive else 30.0, maxinterval=10.0 if interactive else 300.0)
 
     shown: dict = {"state": None, "messages": set()}
 
@@ -450,7 +454,10 @@ def _run_locked(args, sweep: Sweep, env_vars: dict[str, str], sinks: list[str], 
         if progress.waiting_actors:
             postfix["waiting for"] = f"{progress.waiting_actors} {progress.device} actor(s)"
         bar.set_postfix(postfix, refresh=False)
-        bar.refresh()
+        if interactive:
+            bar.refresh()
+        else:
+            bar.update(0)   # drawn only when mininterval has passed
 
     try:
         outcome = run_sweep(sweep.name, jobs, options, show)
@@ -466,6 +473,9 @@ def _run_locked(args, sweep: Sweep, env_vars: dict[str, str], sinks: list[str], 
         print(f"warning: {note}", file=sys.stderr)
     print(f"results: {store.root}")
     _print_results(store, sweep)
+    options = "" if args.results is None else f" --results {args.results}"
+    print(f"\nnext: `banditsweep report {args.spec}{options}` for tables and figures, "
+          f"`banditsweep ui {args.spec}{options}` to compare runs in MLflow")
     failures = store.read_trials()
     failures = failures[failures["trial_id"].isin({t.trial_id for t in sweep.trials}) & (failures["status"] == FAILED)]
     for row in failures.head(5).itertuples():
