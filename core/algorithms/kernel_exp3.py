@@ -234,8 +234,9 @@ class KernelExp3(Exp3Policy):
     @classmethod
     def batch_key(cls, spec) -> tuple | None:
         """Trials with equal keys run in one lockstep batch: same environment config and horizon
-        (hence the same domain and K); seeds and c3, c4, lam, beta may differ (no parameter of
-        Kernelized Exp3 changes the shapes of the round's arrays).
+        (hence the same domain and K; a continuous domain's net is fixed by the two); seeds and every
+        parameter (c3, c4, lam, beta, beta_rule, exploration, ...) may differ (none changes the shapes
+        of the round's arrays; each trial keeps its own pi).
 
         None (the trial runs alone) for a domain drawn from the seed ({uniform: n, dim: d}: the
         trials' K would differ) and when the work arrays of a batch of ``LOCKSTEP_BATCH`` = 8 trials,
