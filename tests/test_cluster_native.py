@@ -64,15 +64,22 @@ def test_results_go_to_one_absolute_default(tmp_path, monkeypatch, shared_ray, c
 
 
 @pytest.fixture
-def gpu_less_cluster(tmp_path):
-    """A head with one CPU and no GPU, on loopback, ended by its own handle."""
+def gpu_less_cluster(tmp_path, monkeypatch):
+    """A head with one CPU and no GPU, on loopback, under a private RAY_TMPDIR (short: Ray's socket
+    paths must fit), ended by its own handle."""
+    import shutil
+    import tempfile
+
     import ray
     from ray.cluster_utils import Cluster
 
     ray.shutdown()   # not the tests' shared Ray: this test's driver is a process of its own
+    private = tempfile.mkdtemp(prefix="bs-ray-")
+    monkeypatch.setenv("RAY_TMPDIR", private)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
     yield cluster
     cluster.shutdown()
+    shutil.rmtree(private, ignore_errors=True)
 
 
 def test_gpu_trials_wait_for_gpu_nodes_and_run_there_when_they_join(gpu_less_cluster, tmp_path):
