@@ -18,7 +18,6 @@ one batched Cholesky of the B weighted kernel systems per round) and overriding 
 
 from __future__ import annotations
 
-import math
 from abc import abstractmethod
 
 import numpy as np

@@ -1,6 +1,5 @@
 """A sweep through the CLI on an embedded local Ray with 2 workers, streaming to MLflow and Parquet."""
 
-import os
 import re
 
 import pandas as pd

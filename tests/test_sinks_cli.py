@@ -3,7 +3,6 @@ and ran again one trial at a time logs each regret point once."""
 
 import json
 import pandas as pd
-import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 

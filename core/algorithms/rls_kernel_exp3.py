@@ -37,7 +37,6 @@ approximation of k itself (ridge lambda, the GP noise), O(n s L) instead of O(n 
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import numpy as np
