@@ -459,10 +459,18 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
                         # its checkpoint, if the spec asks for them), then one trial at a time, so that
                         # a trial that kills its worker fails alone after MAX_ATTEMPTS.
                         pool.drop(slot.actor)
-                        held = [r for r, (other, _) in in_flight.items() if other is slot]
-                        for position, held_ref in enumerate(held):
+                        lost = []
+                        for held_ref in [r for r, (other, _) in in_flight.items() if other is slot]:
                             _, held_batch = in_flight.pop(held_ref)
                             progress.running -= len(held_batch)
+                            if held_ref is not ref and ray.wait([held_ref], timeout=0)[0]:
+                                try:   # it finished before the actor died: its results count
+                                    arrived += ray.get(held_ref)
+                                    continue
+                                except ray.exceptions.RayActorError:
+                                    pass
+                            lost.append(held_batch)
+                        for position, held_batch in enumerate(lost):
                             if position > 0:
                                 for job in held_batch:
                                     job.attempts -= 1
