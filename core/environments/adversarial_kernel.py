@@ -35,7 +35,10 @@ from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Config, Decision, Env
 from banditsweep.core.kernels import DEFAULT_TILE_ELEMENTS, Kernel
 
 
-class AdversarialKernelConfig(Config):
+class KernelDomainConfig(Config):
+    """What every kernel-bandit environment is set on: a domain X (the paper's setting, or one given)
+    and a kernel with its RKHS-norm bound B."""
+
     setting: Literal[1, 2, 3, 4] | None = Field(None, description="the paper's domain 1-4 (SPEC 2.2)")
     domain: domains.GridDomain | domains.UniformDomain | domains.ContinuousDomain | None = Field(
         None, description="{grid: [n1, ...]}, {uniform: n, dim: d} or {continuous: d} (the (1/sqrt T)-net "
@@ -43,8 +46,6 @@ class AdversarialKernelConfig(Config):
     kernel: Literal["se", "matern52", "matern32", "matern", "linear"] = "se"
     nu: float | None = Field(None, gt=0, description="Matern smoothness, only for kernel 'matern'")
     lengthscale: float | None = Field(None, gt=0, description="None: 0.3 sqrt(d) (linear kernel: sqrt(d))")
-    candidates: int = Field(1000, ge=1, description="number of candidate functions")
-    centers: int = Field(100, ge=1, description="kernel centres per candidate")
     norm_bound: float = Field(2.0, gt=0, description="B, the RKHS-norm bound")
 
     @model_validator(mode="after")
@@ -57,6 +58,11 @@ class AdversarialKernelConfig(Config):
         if self.kernel != "matern" and self.nu is not None:
             raise ValueError(f"'nu' is only used with kernel 'matern' (kernel {self.kernel!r} fixes it)")
         return self
+
+
+class AdversarialKernelConfig(KernelDomainConfig):
+    candidates: int = Field(1000, ge=1, description="number of candidate functions")
+    centers: int = Field(100, ge=1, description="kernel centres per candidate")
 
 
 def candidate_table(kernel: Kernel, domain: np.ndarray, candidates: int, centers: int, norm_bound: float,

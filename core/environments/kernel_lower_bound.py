@@ -44,36 +44,22 @@ import math
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from banditsweep.core import domains
-from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Config, Decision, Environment, Feedback, Problem
+from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Decision, Environment, Feedback, Problem
+from banditsweep.core.environments.adversarial_kernel import KernelDomainConfig
 from banditsweep.core.kernels import Kernel
 
 
-class KernelLowerBoundConfig(Config):
-    setting: Literal[1, 2, 3, 4] | None = Field(None, description="the paper's domain 1-4 (SPEC 2.2)")
-    domain: domains.GridDomain | domains.UniformDomain | domains.ContinuousDomain | None = Field(
-        None, description="{grid: [n1, ...]}, {uniform: n, dim: d} or {continuous: d} (the (1/sqrt T)-net "
-                          "of [0, 1]^d, core.domains), instead of a setting")
+class KernelLowerBoundConfig(KernelDomainConfig):
+    # The linear kernel is not offered: k(0, .) is zero for it, so f_t would carry no noise.
     kernel: Literal["se", "matern52", "matern32", "matern"] = "se"
-    nu: float | None = Field(None, gt=0, description="Matern smoothness, only for kernel 'matern'")
     lengthscale: float | None = Field(None, gt=0, description="None: 0.3 sqrt(d)")
     norm_bound: float = Field(2.0, gt=0, description="B: ||f||_k = B/2 and ||f_t||_k <= B (clipped noise)")
     centers: int = Field(100, ge=1, description="kernel centres of the fixed function f")
     noise: Literal["clipped", "gaussian"] = Field(
         "clipped", description="clipped: App. 13's instance 2 (||f_t||_k <= B); gaussian: instance 1")
-
-    @model_validator(mode="after")
-    def _check(self):
-        if (self.setting is None) == (self.domain is None):
-            raise ValueError("give exactly one of 'setting' (1-4) and 'domain' "
-                             "({grid: [...]}, {uniform: n, dim: d} or {continuous: d})")
-        if self.kernel == "matern" and self.nu is None:
-            raise ValueError("kernel 'matern' needs 'nu' (e.g. nu: 0.5)")
-        if self.kernel != "matern" and self.nu is not None:
-            raise ValueError(f"'nu' is only used with kernel 'matern' (kernel {self.kernel!r} fixes it)")
-        return self
 
 
 def noise_threshold(horizon: int) -> float:
