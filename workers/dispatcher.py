@@ -459,15 +459,21 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
                         # its checkpoint, if the spec asks for them), then one trial at a time, so that
                         # a trial that kills its worker fails alone after MAX_ATTEMPTS.
                         pool.drop(slot.actor)
+                        held = [r for r, (other, _) in in_flight.items() if other is slot]
+                        # Every other call on the dead actor settles soon: with its result if it
+                        # finished before the death (its result may still be on its way), else failed.
+                        others = [r for r in held if r is not ref]
+                        if others:
+                            ray.wait(others, num_returns=len(others), timeout=10.0)
                         lost = []
-                        for held_ref in [r for r, (other, _) in in_flight.items() if other is slot]:
+                        for held_ref in held:
                             _, held_batch = in_flight.pop(held_ref)
                             progress.running -= len(held_batch)
-                            if held_ref is not ref and ray.wait([held_ref], timeout=0)[0]:
+                            if held_ref is not ref:
                                 try:   # it finished before the actor died: its results count
-                                    arrived += ray.get(held_ref)
+                                    arrived += ray.get(held_ref, timeout=0)
                                     continue
-                                except ray.exceptions.RayActorError:
+                                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                                     pass
                             lost.append(held_batch)
                         for position, held_batch in enumerate(lost):
