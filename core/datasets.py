@@ -12,7 +12,7 @@ Preprocessing, as the reference code of NeuralUCB / NeuralTS / NeuralRBMLE (ucla
 ``data_multi.py``, ``Bandit_multi``: ``fetch_openml(name, version, return_X_y=True)``, then
 ``X[np.isnan(X)] = -1`` and ``normalize(X)``, lines 11-50):
 
-- categorical columns are ordinal-encoded (``encoding="ordinal"``) with the codes that code got from
+- categorical columns are ordinal-encoded (``encoding="ordinal_openml"``) with the codes that code got from
   ``fetch_openml``: the scikit-learn of 2020 returned a NumPy array (``as_frame=False``) whose nominal
   columns are liac-arff's ``encode_nominal`` codes, the position of the value in the ``@attribute``
   declaration of OpenML's ARFF file — not sorted order, and counting declared values that never
@@ -22,8 +22,9 @@ Preprocessing, as the reference code of NeuralUCB / NeuralTS / NeuralRBMLE (ucla
 - a missing value becomes -1;
 - every row is scaled to unit L2 norm (``scaling="rownorm"``).
 
-Project choices offered beside it: ``encoding="ordinal_sorted"`` (codes in sorted order of the values
-present in the file, this project's encoding before the declared order was added), one-hot encoding of
+Project choices offered beside it: ``encoding="ordinal"`` (codes in sorted order of the values
+present in the file: this project's encoding before the declared order was added, under the name it
+had then, so that trials recorded with it keep their ids and their results), one-hot encoding of
 the categorical columns (indicator columns in sorted order of the values present; a missing value is
 the all-zero indicator vector) and per-column standardisation (zero mean, unit variance) instead of the
 row scaling. The class labels are numbered in sorted order (numeric labels numerically), as the
@@ -53,8 +54,8 @@ DATA_ENV_VAR = "BANDITSWEEP_DATA"
 CLASS_COLUMN = "class"
 MIN_ROWS = 1000
 
-Encoding = Literal["ordinal", "ordinal_sorted", "onehot"]
-ENCODINGS = ("ordinal", "ordinal_sorted", "onehot")
+Encoding = Literal["ordinal_openml", "ordinal", "onehot"]
+ENCODINGS = ("ordinal_openml", "ordinal", "onehot")
 Scaling = Literal["rownorm", "standard"]
 
 
@@ -295,7 +296,7 @@ def declared_categories(name: str | None, column_name: str, column: pa.ChunkedAr
     where = f"dataset file {source} ({name})" if source else f"dataset {name!r}"
     if declared is None:
         raise DatasetError(f"{where}: no OpenML category order is known for column {column_name!r}; "
-                           "use encoding='ordinal_sorted' or 'onehot'")
+                           "use encoding='ordinal' or 'onehot'")
     unknown = sorted(set(v for v in column.unique().to_pylist() if v is not None) - set(declared))
     if unknown:
         raise DatasetError(f"{where}: column {column_name!r} holds {unknown[:5]}, which OpenML's declaration "
@@ -312,11 +313,11 @@ def _onehot_columns(column: pa.ChunkedArray) -> np.ndarray:
     return indicators
 
 
-def encode_features(table: pa.Table, encoding: Encoding = "ordinal", name: str | None = None,
+def encode_features(table: pa.Table, encoding: Encoding = "ordinal_openml", name: str | None = None,
                     source: str = "") -> np.ndarray:
     """The feature columns of a verified table as an (n, d') float32 matrix, before scaling.
 
-    ``encoding="ordinal"`` needs the dataset ``name`` for OpenML's declared category order."""
+    ``encoding="ordinal_openml"`` needs the dataset ``name`` for OpenML's declared category order."""
     if encoding not in ENCODINGS:
         raise ValueError(f"unknown encoding {encoding!r}; expected one of {', '.join(ENCODINGS)}")
     blocks = []
@@ -325,7 +326,7 @@ def encode_features(table: pa.Table, encoding: Encoding = "ordinal", name: str |
             blocks.append(_numeric_column(column)[:, None])
         elif encoding == "onehot":
             blocks.append(_onehot_columns(column))
-        elif encoding == "ordinal_sorted":
+        elif encoding == "ordinal":
             blocks.append(_ordinal_column(column)[:, None])
         else:
             blocks.append(_ordinal_column(column, declared_categories(name, field.name, column, source))[:, None])
@@ -356,7 +357,7 @@ def scale_features(features: np.ndarray, scaling: Scaling = "rownorm") -> np.nda
     return features
 
 
-def load_dataset(name: str, data_dir: str | os.PathLike | None = None, encoding: Encoding = "ordinal",
+def load_dataset(name: str, data_dir: str | os.PathLike | None = None, encoding: Encoding = "ordinal_openml",
                  scaling: Scaling = "rownorm") -> Dataset:
     """Read, verify and preprocess ``<data dir>/<name>.parquet``.
 

@@ -115,7 +115,7 @@ def test_missing_file_is_a_dataset_error(monkeypatch, tmp_path):
 def test_trial_through_the_registry():
     spec = TrialSpec.create("linucb", {}, {"kind": "classification", "dataset": "shuttle"}, 0, 200)
     assert spec.environment == {"kind": "classification", "dataset": "shuttle",
-                                "encoding": "ordinal", "scaling": "rownorm"}
+                                "encoding": "ordinal_openml", "scaling": "rownorm"}
     assert spec.environment_label == "classification:shuttle"
     result = run_trial(spec)
     assert result.arm.shape == (200,) and set(np.unique(result.arm)) <= set(range(7))

@@ -73,8 +73,8 @@ def test_labels_follow_the_class_column(copies):
 def test_ordinal_encoding_and_missing_values(copies):
     table = read_table("mushroom", copies / "mushroom.parquet")
     raw = table.to_pandas()
-    codes = core_datasets.encode_features(table, "ordinal", "mushroom")
-    sorted_codes = core_datasets.encode_features(table, "ordinal_sorted")
+    codes = core_datasets.encode_features(table, "ordinal_openml", "mushroom")
+    sorted_codes = core_datasets.encode_features(table, "ordinal")
     column = raw["stalk-root"]
     stalk_root = codes[:, raw.columns.get_loc("stalk-root")]
     assert column.isna().sum() == 318  # of the copy's 1000 rows
@@ -83,7 +83,7 @@ def test_ordinal_encoding_and_missing_values(copies):
         declared = core_datasets.OPENML_CATEGORIES["mushroom"][name]  # OpenML's order -> 0, 1, 2, ...
         expected = raw[name].map({value: index for index, value in enumerate(declared)}).fillna(-1.0)
         np.testing.assert_array_equal(codes[:, raw.columns.get_loc(name)], expected.to_numpy(), err_msg=name)
-        present = sorted(raw[name].dropna().unique())  # ordinal_sorted: sorted values present -> 0, 1, 2, ...
+        present = sorted(raw[name].dropna().unique())  # ordinal: sorted values present -> 0, 1, 2, ...
         expected = raw[name].map({value: index for index, value in enumerate(present)}).fillna(-1.0)
         np.testing.assert_array_equal(sorted_codes[:, raw.columns.get_loc(name)], expected.to_numpy(), err_msg=name)
     # gill-attachment declares {a, d, f, n}; the data holds a and f: f is 2 (OpenML), 1 (sorted).
@@ -120,10 +120,10 @@ def test_adult_mixes_numeric_and_categorical(copies):
     # OpenML's (adult.names') order: 'Private' is workclass 0, not 'Federal-gov' (sorted first).
     table = read_table("adult", copies / "adult.parquet")
     raw = table.to_pandas()
-    codes = core_datasets.encode_features(table, "ordinal", "adult")
+    codes = core_datasets.encode_features(table, "ordinal_openml", "adult")
     workclass = codes[:, raw.columns.get_loc("workclass")]
     assert set(workclass[(raw["workclass"] == "Private").to_numpy()]) == {0.0}
-    sorted_codes = core_datasets.encode_features(table, "ordinal_sorted")
+    sorted_codes = core_datasets.encode_features(table, "ordinal")
     assert not np.array_equal(codes, sorted_codes)
     numeric = [raw.columns.get_loc(c) for c in ("age", "fnlwgt", "hours-per-week")]
     np.testing.assert_array_equal(codes[:, numeric], sorted_codes[:, numeric])
@@ -158,7 +158,7 @@ def test_declared_order_is_openml_arff_header():
 def test_unknown_category_or_order_is_an_error(copies):
     table = read_table("adult", copies / "adult.parquet")
     with pytest.raises(DatasetError, match="no OpenML category order"):
-        core_datasets.encode_features(table, "ordinal", "mushroom")
+        core_datasets.encode_features(table, "ordinal_openml", "mushroom")
     with pytest.raises(ValueError, match="unknown encoding"):
         core_datasets.encode_features(table, "binary", "adult")
 

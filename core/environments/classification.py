@@ -27,7 +27,7 @@ from banditsweep.core.datasets import Encoding, dataset_path, load_dataset
 
 class ClassificationConfig(Config):
     dataset: Literal["adult", "covertype", "magictelescope", "mushroom", "shuttle", "mnist"]
-    encoding: Encoding = "ordinal"  # core.datasets: ordinal in OpenML's declared order (the reference code's)
+    encoding: Encoding = "ordinal_openml"  # core.datasets: ordinal in OpenML's declared order (the reference code's)
     scaling: Literal["rownorm", "standard"] = "rownorm"
 
 
