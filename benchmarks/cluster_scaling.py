@@ -4,7 +4,7 @@ Starts its own cluster inside this machine (``ray.cluster_utils.Cluster``: a hea
 trials, and worker nodes of ``--cpus`` CPUs each, on 127.0.0.1, under a private ``RAY_TMPDIR``),
 runs ``banditsweep run --address`` on it as a subprocess with the sleeping plugin algorithm of
 ``benchmarks/plugins/sleep_algorithm.py`` (no CPU, so the figures are the pool's alone), and ends
-exactly the processes it started (the cluster's own handle; never ``ray stop``).
+exactly the processes it started, through the cluster's own handle.
 
 Two cases:
 

@@ -66,6 +66,18 @@ class NystromSample:
     levels: int
 
 
+
+def keep_columns(points: np.ndarray, keep_probability: np.ndarray, scores: np.ndarray,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Keep each point independently with its probability (at least the top-scored one), and the
+    weights 1/sqrt(p) that make the sampled Nystrom approximation unbiased."""
+    kept = np.flatnonzero(rng.random(len(points)) < keep_probability)
+    if kept.size == 0:
+        kept = np.array([int(np.argmax(scores))])
+        keep_probability = keep_probability.copy()
+        keep_probability[kept] = 1.0
+    return points[kept], 1.0 / np.sqrt(keep_probability[kept])
+
 def leverage_scores(cross: np.ndarray, landmark_block: np.ndarray, weights: np.ndarray,
                     diagonal: np.ndarray, lam: float) -> np.ndarray:
     """l~_i = (1/lam) max(0, k_ii - K_iS (K_SS + lam W^{-2})^{-1} K_Si) for the rows of ``cross`` = K_{.S}."""
@@ -138,14 +150,7 @@ def recursive_rls_nystrom(block: Block, diagonal: np.ndarray, rng: np.random.Gen
             current, weights = points[chosen], np.ones(count)
             break
         q = math.log(size) if size is not None else oversample * max(1.0, math.log(max(effective, 1e-300) / delta))
-        keep_probability = np.minimum(1.0, q * scores)
-        kept = np.flatnonzero(rng.random(len(points)) < keep_probability)
-        if kept.size == 0:
-            kept = np.array([int(np.argmax(scores))])
-            keep_probability = keep_probability.copy()
-            keep_probability[kept] = 1.0
-        current = points[kept]
-        weights = 1.0 / np.sqrt(keep_probability[kept])
+        current, weights = keep_columns(points, np.minimum(1.0, q * scores), scores, rng)
     return NystromSample(np.asarray(current), weights, lam, effective, len(sizes))
 
 
@@ -213,12 +218,5 @@ def recursive_rls_nystrom_theory(block: Block, diagonal: np.ndarray, rng: np.ran
         scores = SCORE_FACTOR * scores
         effective = float(scores.sum())
         oversampling = OVERSAMPLING_FACTOR * math.log(effective / level_delta) if effective > 0 else 0.0
-        keep_probability = np.clip(oversampling * scores, 0.0, 1.0)
-        kept = np.flatnonzero(rng.random(len(points)) < keep_probability)
-        if kept.size == 0:
-            kept = np.array([int(np.argmax(scores))])
-            keep_probability = keep_probability.copy()
-            keep_probability[kept] = 1.0
-        landmarks = points[kept]
-        weights = 1.0 / np.sqrt(keep_probability[kept])
+        landmarks, weights = keep_columns(points, np.clip(oversampling * scores, 0.0, 1.0), scores, rng)
     return NystromSample(np.asarray(landmarks), weights, float(ridge), effective, len(levels))

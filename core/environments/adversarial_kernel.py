@@ -60,6 +60,12 @@ class KernelDomainConfig(Config):
         return self
 
 
+def domain_and_kernel(config: KernelDomainConfig, rng: np.random.Generator, horizon: int) -> tuple[np.ndarray, Kernel]:
+    """The domain X (drawn from ``rng`` when it is random) and the kernel on it."""
+    domain = domains.build(config.setting, config.domain, rng, horizon)
+    return domain, Kernel.create(config.kernel, domain.shape[1], config.lengthscale, config.nu)
+
+
 class AdversarialKernelConfig(KernelDomainConfig):
     candidates: int = Field(1000, ge=1, description="number of candidate functions")
     centers: int = Field(100, ge=1, description="kernel centres per candidate")
@@ -101,9 +107,8 @@ class AdversarialKernelBandit(Environment):
 
     def __init__(self, config: AdversarialKernelConfig, horizon: int, rng: np.random.Generator):
         super().__init__(config, horizon, rng)
-        self.domain = domains.build(config.setting, config.domain, rng, horizon)
-        n, d = self.domain.shape
-        self.kernel = Kernel.create(config.kernel, d, config.lengthscale, config.nu)
+        self.domain, self.kernel = domain_and_kernel(config, rng, horizon)
+        n = len(self.domain)
         self.table, self.raw_norms = candidate_table(self.kernel, self.domain, config.candidates,
                                                      config.centers, config.norm_bound, rng)
         self.table_max = self.table.max(axis=1)

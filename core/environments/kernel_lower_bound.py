@@ -46,9 +46,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from banditsweep.core import domains
 from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Decision, Environment, Feedback, Problem
-from banditsweep.core.environments.adversarial_kernel import KernelDomainConfig
+from banditsweep.core.environments.adversarial_kernel import KernelDomainConfig, domain_and_kernel
 from banditsweep.core.kernels import Kernel
 
 
@@ -99,9 +98,8 @@ class KernelLowerBound(Environment):
 
     def __init__(self, config: KernelLowerBoundConfig, horizon: int, rng: np.random.Generator):
         super().__init__(config, horizon, rng)
-        self.domain = domains.build(config.setting, config.domain, rng, horizon)
+        self.domain, self.kernel = domain_and_kernel(config, rng, horizon)
         n, d = self.domain.shape
-        self.kernel = Kernel.create(config.kernel, d, config.lengthscale, config.nu)
         # f = (B/2) f~ / ||f~||_k, f~ = sum_m c_m k(x_m, .)
         self.center_index = rng.integers(0, n, size=config.centers)
         raw = rng.uniform(-1.0, 1.0, size=config.centers)
