@@ -116,3 +116,25 @@ def build(setting_number: int | None, domain: GridDomain | UniformDomain | Conti
             raise ValueError("a continuous domain is discretised from the horizon T: pass it")
         return grid((net_points(domain.continuous, horizon),) * domain.continuous)
     return rng.uniform(0.0, 1.0, size=(domain.uniform, domain.dim))
+
+
+def size(setting_number: int | None, domain: GridDomain | UniformDomain | ContinuousDomain | None,
+         horizon: int | None = None) -> tuple[int, int]:
+    """(|X|, d) without building X."""
+    shape = grid_shape(setting_number, domain, horizon)
+    if shape is None:
+        return domain.uniform, domain.dim
+    return math.prod(shape), len(shape)
+
+
+def points(setting_number: int | None, domain: GridDomain | UniformDomain | ContinuousDomain | None,
+           rng: np.random.Generator, horizon: int | None, index: np.ndarray) -> np.ndarray:
+    """The points X[index], bit-identical to ``build(...)[index]`` and drawing from ``rng`` exactly as
+    :func:`build` does. A grid's points are computed from their indices (no |X|-sized array); a
+    seed-drawn domain is drawn whole, since its points come from one stream in order."""
+    shape = grid_shape(setting_number, domain, horizon)
+    if shape is None:
+        return build(setting_number, domain, rng, horizon)[index]
+    axes = [np.linspace(0.0, 1.0, n) if n > 1 else np.array([0.5]) for n in shape]
+    coordinates = np.unravel_index(np.asarray(index, dtype=np.int64), shape)
+    return np.stack([axis[c] for axis, c in zip(axes, coordinates)], axis=1).reshape(-1, len(shape))

@@ -24,7 +24,8 @@ distinct centre points and C the sparse coefficient matrix, so K is never formed
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import Callable, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -71,29 +72,50 @@ class AdversarialKernelConfig(KernelDomainConfig):
     centers: int = Field(100, ge=1, description="kernel centres per candidate")
 
 
-def candidate_table(kernel: Kernel, domain: np.ndarray, candidates: int, centers: int, norm_bound: float,
-                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """The (candidates, n) table F and each candidate's RKHS norm before scaling (SPEC 2.3)."""
-    n = len(domain)
+@dataclass(frozen=True)
+class CandidateFunctions:
+    """The candidates f^(i) = (scale_i C_i) k(U, .) as sparse coefficients over the distinct centres U."""
+
+    weights: sparse.csr_matrix   # (candidates, |U|): c^(m,i) times min{1, B / ||f~^(i)||_k}
+    centres: np.ndarray          # the points U
+    norms: np.ndarray            # ||f~^(i)||_k before scaling
+
+
+def candidate_functions(kernel: Kernel, n: int, point_at: Callable[[np.ndarray], np.ndarray], candidates: int,
+                        centers: int, norm_bound: float, rng: np.random.Generator) -> CandidateFunctions:
+    """Draw the candidates of SPEC 2.3 from ``rng`` on a domain of n points (``point_at(index)``: X[index])."""
     center_index = rng.integers(0, n, size=(candidates, centers))
     coefficients = rng.uniform(-1.0, 1.0, size=(candidates, centers))
     # ||f~||_k^2 = c^T K_mm c, one (centers x centers) block per candidate.
     norms = np.empty(candidates)
     for i in range(candidates):
-        points = domain[center_index[i]]
+        points = point_at(center_index[i])
         norms[i] = np.sqrt(max(coefficients[i] @ kernel(points, points) @ coefficients[i], 0.0))
     scale = np.minimum(1.0, norm_bound / np.maximum(norms, 1e-300))
-    # Sparse coefficients over the distinct centres U: F = (scale * C) k(U, X), tile by tile over X.
     distinct, inverse = np.unique(center_index, return_inverse=True)
     rows = np.repeat(np.arange(candidates), centers)
     weights = sparse.csr_matrix(((coefficients * scale[:, None]).reshape(-1), (rows, inverse.reshape(-1))),
                                 shape=(candidates, len(distinct)))
-    table = np.empty((candidates, n))
-    columns_per_tile = max(1, DEFAULT_TILE_ELEMENTS // len(distinct))
-    for start in range(0, n, columns_per_tile):
-        tile = slice(start, min(n, start + columns_per_tile))
-        table[:, tile] = weights @ kernel(domain[distinct], domain[tile])
-    return table, norms
+    return CandidateFunctions(weights, point_at(distinct), norms)
+
+
+def table_columns(functions: CandidateFunctions, kernel: Kernel, points: np.ndarray) -> np.ndarray:
+    """F[:, points] = (scale * C) k(U, points), tile by tile; each column's value does not depend on
+    the tiling (the sparse product sums over a candidate's centres in one order)."""
+    table = np.empty((functions.weights.shape[0], len(points)))
+    columns_per_tile = max(1, DEFAULT_TILE_ELEMENTS // len(functions.centres))
+    for start in range(0, len(points), columns_per_tile):
+        tile = slice(start, min(len(points), start + columns_per_tile))
+        table[:, tile] = functions.weights @ kernel(functions.centres, points[tile])
+    return table
+
+
+def candidate_table(kernel: Kernel, domain: np.ndarray, candidates: int, centers: int, norm_bound: float,
+                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The (candidates, n) table F and each candidate's RKHS norm before scaling (SPEC 2.3)."""
+    functions = candidate_functions(kernel, len(domain), lambda index: domain[index], candidates, centers,
+                                    norm_bound, rng)
+    return table_columns(functions, kernel, domain), functions.norms
 
 
 class AdversarialKernelBandit(Environment):
