@@ -402,14 +402,17 @@ class ShardedKernelTrial:
     def done(self) -> bool:
         return self.next_round > self.horizon
 
-    def snapshot(self) -> tuple[bytes, list[bytes]]:
-        """(the coordinator's state, each shard's state) between two rounds."""
+    def coordinator_state(self) -> bytes:
+        """The coordinator's own state between two rounds (the shards keep theirs: KernelShard.state)."""
         group, self.group = self.group, None
         try:
-            mine = pickle.dumps(self.__dict__, protocol=pickle.HIGHEST_PROTOCOL)
+            return pickle.dumps(self.__dict__, protocol=pickle.HIGHEST_PROTOCOL)
         finally:
             self.group = group
-        return mine, group.map("state")
+
+    def snapshot(self) -> tuple[bytes, list[bytes]]:
+        """(the coordinator's state, each shard's state) between two rounds."""
+        return self.coordinator_state(), self.group.map("state")
 
     @classmethod
     def restore(cls, state: bytes, group: ShardGroup) -> "ShardedKernelTrial":

@@ -76,21 +76,29 @@ class TrialSpec:
     environment: dict[str, Any]  # includes "kind"
     seed: int
     horizon: int
+    # Run with its domain split over shards (core.kernel_shards). Part of the content because the
+    # sharded engine draws the Nystrom sampler's random numbers per point; the number of shards is
+    # not: it does not change the results.
+    sharded: bool = False
 
     @classmethod
-    def create(cls, algorithm: str, params: dict, environment: dict, seed: int, horizon: int) -> "TrialSpec":
+    def create(cls, algorithm: str, params: dict, environment: dict, seed: int, horizon: int,
+               sharded: bool = False) -> "TrialSpec":
         resolved_params = resolve_algorithm(algorithm, params).model_dump(mode="json")
         resolved_env = {"kind": environment["kind"], **resolve_environment(environment).model_dump(mode="json")}
-        return cls(algorithm, resolved_params, resolved_env, int(seed), int(horizon))
+        return cls(algorithm, resolved_params, resolved_env, int(seed), int(horizon), bool(sharded))
 
     def content(self) -> dict[str, Any]:
-        return {
+        content = {
             "algorithm": self.algorithm,
             "params": self.params,
             "environment": self.environment,
             "seed": self.seed,
             "horizon": self.horizon,
         }
+        if self.sharded:   # unsharded trials keep the ids they always had
+            content["sharded"] = True
+        return content
 
     @property
     def trial_id(self) -> str:

@@ -414,8 +414,9 @@ def _run_locked(args, sweep: Sweep, env_vars: dict[str, str], sinks: list[str], 
                          batch_trials=resources.batch_trials, max_workers=args.max_workers,
                          checkpoint_every=sweep.spec.checkpoint_every, spec_path=args.spec,
                          spec_text=_spec_text(args.spec), source_commit=_source_commit(),
-                         address=args.address, env_vars=env_vars)
-    jobs = [Job(spec=t.spec, record=_record(sweep, t)) for t in pending]
+                         address=args.address, env_vars=env_vars, cpus_per_shard=resources.cpus_per_shard,
+                         gpus_per_shard=resources.gpus_per_shard)
+    jobs = [Job(spec=t.spec, record=_record(sweep, t), shards=t.shards) for t in pending]
     bar = None
     if not args.no_progress:
         from tqdm import tqdm

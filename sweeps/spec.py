@@ -36,7 +36,10 @@ from banditsweep.core import registry
 from banditsweep.core.trial import TrialSpec, environment_label
 
 # Keys of an environment entry that belong to the sweep, not to the environment's Config.
-ENVIRONMENT_SWEEP_KEYS = ("kind", "horizon", "label")
+ENVIRONMENT_SWEEP_KEYS = ("kind", "horizon", "label", "shards", "shard_points")
+# Execution keys of an environment or algorithm entry: split each trial's domain over shards
+# (core.kernel_shards); ``shards`` a count, ``shard_points`` the most points per shard.
+SHARD_KEYS = ("shards", "shard_points")
 
 MAX_MESSAGE = 500            # characters of one error message, at most
 MAX_SPEC_BYTES = 1 << 20     # a spec file is at most 1 MiB
@@ -105,6 +108,9 @@ class AlgorithmEntry(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     when: dict[str, Any] = Field(default_factory=dict)
     label: str | None = None
+    # Split each trial's domain over this many shards (or shards of at most shard_points points).
+    shards: Int | None = Field(None, ge=1)
+    shard_points: Int | None = Field(None, ge=1)
 
     @field_validator("grid")
     @classmethod
@@ -121,6 +127,9 @@ class Resources(_Strict):
     gpus_per_trial: Float | None = Field(None, ge=0)
     # None: chosen per device (see banditsweep.workers.dispatcher.default_batch_size).
     batch_trials: Int | None = Field(None, ge=1)
+    # Each shard actor of a sharded trial (its placement-group bundle).
+    cpus_per_shard: Float = Field(1.0, gt=0)
+    gpus_per_shard: Float = Field(0.0, ge=0)
 
 
 class SweepSpec(_Strict):
@@ -172,6 +181,7 @@ class PlannedTrial:
     label: str              # algorithm display name
     environment: str        # environment display name
     grid_point: tuple[tuple[str, Any], ...] = ()   # the grid values of this trial not named by its label
+    shards: int = 0         # > 0: the trial's domain is split over this many shard actors
 
     @property
     def trial_id(self) -> str:
@@ -588,6 +598,11 @@ def _check_environment(source: str, index: int, env: dict, default_horizon: int)
     kind = env["kind"]
     if not isinstance(kind, str) or kind not in kinds:
         raise SpecError(source, f"{where}.kind", f"unknown environment kind {show(kind)}; allowed: {', '.join(kinds)}")
+    for key in SHARD_KEYS:
+        if key in env and (not isinstance(env[key], int) or isinstance(env[key], bool) or env[key] < 1):
+            raise SpecError(source, f"{where}.{key}", f"must be a positive integer (got {show(env[key])})")
+    if all(key in env for key in SHARD_KEYS):
+        raise SpecError(source, f"{where}.shards", "give one of 'shards' and 'shard_points', not both")
     horizon = env.get("horizon", default_horizon)
     if not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 1:
         raise SpecError(source, f"{where}.horizon", f"must be a positive integer (got {show(horizon)})")
@@ -679,17 +694,49 @@ def _expand_algorithm(source: str, index: int, entry: AlgorithmEntry, environmen
             _raise_from_validation(source, f"{where}.{section}" if key else where, error, params_cls,
                                    {**entry.params, **point})
     label_fields = _label_fields(source, where, entry.label, params_cls)
-    for env in environments:
+    for env_index, env in enumerate(environments):
         if not _matches(entry.when, env):
             continue
         env_cls = registry.environment_class(env["kind"])
         if env_cls.interaction not in policy_cls.supports:
             continue
-        env_config = {k: v for k, v in env.items() if k != "horizon"}
+        env_config = {k: v for k, v in env.items() if k not in ("horizon", *SHARD_KEYS)}
         env_name = environment_label(env_config)
+        sharding = _sharding(source, where, entry, env, f"environments[{env_index}]")
         for point in points:
             for seed in seeds:
-                spec = TrialSpec.create(entry.name, {**entry.params, **point}, env_config, seed, env["horizon"])
+                spec = TrialSpec.create(entry.name, {**entry.params, **point}, env_config, seed, env["horizon"],
+                                        sharded=sharding is not None)
+                shards = _shard_count(source, where, spec, sharding) if sharding else 0
                 label = (entry.label or entry.name).format_map({k: spec.params[k] for k in label_fields})
                 unnamed = tuple((k, point[k]) for k in keys if k not in label_fields)
-                yield PlannedTrial(spec=spec, label=label, environment=env_name, grid_point=unnamed)
+                yield PlannedTrial(spec=spec, label=label, environment=env_name, grid_point=unnamed, shards=shards)
+
+
+def _sharding(source: str, where: str, entry: AlgorithmEntry, env: dict, env_where: str
+              ) -> tuple[str, str, int] | None:
+    """(where it was asked, the key, its value) of a sharding request; the algorithm entry's wins."""
+    if entry.shards is not None and entry.shard_points is not None:
+        raise SpecError(source, f"{where}.shards", "give one of 'shards' and 'shard_points', not both")
+    for owner, values in ((where, {"shards": entry.shards, "shard_points": entry.shard_points}), (env_where, env)):
+        for key in SHARD_KEYS:
+            if values.get(key) is not None:
+                return owner, key, int(values[key])
+    return None
+
+
+def _shard_count(source: str, where: str, spec: TrialSpec, sharding: tuple[str, str, int]) -> int:
+    from banditsweep.core.kernel_shards import check_shardable, domain_shape
+    from banditsweep.core.sharding import max_shards, shards_for
+
+    asked_at, key, value = sharding
+    try:
+        check_shardable(spec)
+    except ValueError as error:
+        raise SpecError(source, f"{asked_at}.{key}", str(error)) from None
+    n, _ = domain_shape(spec)
+    count = shards_for(n, value if key == "shards" else None, value if key == "shard_points" else None)
+    if count > max_shards(n):
+        raise SpecError(source, f"{asked_at}.{key}", f"a domain of {n} points splits into at most {max_shards(n)} "
+                                                    f"shards (got {value})")
+    return count

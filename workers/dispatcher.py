@@ -68,6 +68,8 @@ class RunOptions:
     source_commit: str = ""
     address: str | None = None
     env_vars: dict[str, str] = field(default_factory=dict)
+    cpus_per_shard: float = 1.0
+    gpus_per_shard: float = 0.0
 
 
 @dataclass
@@ -77,6 +79,7 @@ class Job:
     spec: TrialSpec
     record: TrialRecord
     attempts: int = 0
+    shards: int = 0     # > 0: a sharded trial (workers.shards), run by the driver after the pool's trials
 
 
 @dataclass
@@ -376,10 +379,53 @@ class ResultWriter:
         self.table.flush()
 
 
+def _check_shards_fit(sharded: list[Job], options: RunOptions) -> None:
+    """On the embedded Ray every shard bundle sits on this machine: they must fit at once."""
+    held = ray.cluster_resources()
+    for job in sharded:
+        cpus, gpus = job.shards * options.cpus_per_shard, job.shards * options.gpus_per_shard
+        if cpus > held.get("CPU", 0) or gpus > held.get("GPU", 0):
+            raise ResourceRequestError(
+                f"a sharded trial ({job.record.run_name}) asks for {job.shards} shards of "
+                f"{options.cpus_per_shard:g} CPU and {options.gpus_per_shard:g} GPU, but the embedded Ray on this "
+                f"machine has {held.get('CPU', 0):g} CPU and {held.get('GPU', 0):g} GPU; lower "
+                "resources.cpus_per_shard (shards may share a CPU, e.g. 0.5) or run on a cluster with --address")
+
+
+def _run_sharded_job(job: Job, options: RunOptions, store: SweepStore, mirror, writer: "ResultWriter",
+                     progress: Progress, on_progress: Callable[[Progress], None] | None) -> None:
+    """One sharded trial, coordinated from the driver (workers.shards), made durable like any other."""
+    from banditsweep.workers.shards import run_sharded_trial
+
+    job.attempts += 1
+    record = replace(job.record, attempts=job.attempts)
+    mirror.started.remote([record])
+    progress.running += 1
+    if on_progress:
+        on_progress(progress)
+
+    def stream(t: int, cumulative_regret: float) -> None:
+        mirror.progress.remote(record.trial_id, [(t, cumulative_regret)])
+
+    def say(message: str) -> None:
+        progress.messages.append(message)
+        if on_progress:
+            on_progress(progress)
+
+    outcome = run_sharded_trial(job.spec, record, job.shards, options.cpus_per_shard, options.gpus_per_shard,
+                                store.root / ".checkpoints", options.checkpoint_every, stream, say)
+    progress.running -= 1
+    writer.write([outcome])
+    if on_progress:
+        on_progress(progress)
+
+
 def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
               on_progress: Callable[[Progress], None] | None = None) -> SweepOutcome:
     """Run ``jobs`` (trials not yet finished) on Ray; every outcome is made durable by the driver."""
     started = time.perf_counter()
+    sharded = [job for job in jobs if job.shards]
+    jobs = [job for job in jobs if not job.shards]
     store = SweepStore.for_sweep(options.results_root, sweep_name)
     context = SinkContext(sweep_name, str(store.root.parent), options.tracking_uri, spec_path=options.spec_path,
                           spec_text=options.spec_text, source_commit=options.source_commit)
@@ -388,14 +434,16 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
         here = ray.get_runtime_context().get_node_id()
         mirror = MirrorActor.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
-        ).remote(options.sinks, context, [job.record.trial_id for job in jobs])
-        progress = Progress(total=len(jobs), messages=[ray_line])
+        ).remote(options.sinks, context, [job.record.trial_id for job in jobs + sharded])
+        progress = Progress(total=len(jobs) + len(sharded), messages=[ray_line])
         problems_ref, problems_asked_at = None, time.monotonic()
         writer = ResultWriter(store, mirror, progress)
         if on_progress:
             on_progress(progress)
         cpus_each, gpus_each = actor_resources(options)
-        if not connection.address and placeable(cpus_each, gpus_each) == 0:
+        if sharded and not connection.address:
+            _check_shards_fit(sharded, options)
+        if jobs and not connection.address and placeable(cpus_each, gpus_each) == 0:
             held = ray.cluster_resources()
             raise ResourceRequestError(
                 f"resources: each trial asks for {cpus_each:g} CPU and {gpus_each:g} GPU, but the embedded Ray "
@@ -501,6 +549,9 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
                     pool.release_idle()
                 if on_progress and ready:
                     on_progress(progress)
+            pool.shutdown()   # the shards of sharded trials get the CPUs the trial actors held
+            for job in sharded:
+                _run_sharded_job(job, options, store, mirror, writer, progress, on_progress)
         except StoreWriteError:
             status = "FAILED"
             raise
