@@ -61,10 +61,15 @@ class UniformDomain(Config):
     dim: int = Field(..., ge=1, description="dimension d")
 
 
+def axes(points_per_axis: tuple[int, ...] | list[int]) -> list[np.ndarray]:
+    """The values of a grid along each axis."""
+    return [np.linspace(0.0, 1.0, n) if n > 1 else np.array([0.5]) for n in points_per_axis]
+
+
 def grid(points_per_axis: tuple[int, ...] | list[int]) -> np.ndarray:
     """The cartesian grid, first axis slowest: shape (prod n_i, d)."""
-    axes = [np.linspace(0.0, 1.0, n) if n > 1 else np.array([0.5]) for n in points_per_axis]
-    mesh = np.meshgrid(*axes, indexing="ij")
+    axes_values = axes(points_per_axis)
+    mesh = np.meshgrid(*axes_values, indexing="ij")
     return np.stack([m.reshape(-1) for m in mesh], axis=1)
 
 
@@ -135,6 +140,5 @@ def points(setting_number: int | None, domain: GridDomain | UniformDomain | Cont
     shape = grid_shape(setting_number, domain, horizon)
     if shape is None:
         return build(setting_number, domain, rng, horizon)[index]
-    axes = [np.linspace(0.0, 1.0, n) if n > 1 else np.array([0.5]) for n in shape]
     coordinates = np.unravel_index(np.asarray(index, dtype=np.int64), shape)
-    return np.stack([axis[c] for axis, c in zip(axes, coordinates)], axis=1).reshape(-1, len(shape))
+    return np.stack([axis[c] for axis, c in zip(axes(shape), coordinates)], axis=1).reshape(-1, len(shape))

@@ -43,7 +43,7 @@ from scipy import linalg
 
 from banditsweep.core import domains, seeding
 from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Problem
-from banditsweep.core.environments.adversarial_kernel import candidate_functions, table_columns
+from banditsweep.core.environments.adversarial_kernel import candidate_functions, grid_slice, table_columns
 from banditsweep.core.exp3 import REFRESH
 from banditsweep.core.kernels import Kernel
 from banditsweep.core.nystrom import leverage_scores, nystrom_embedding
@@ -115,7 +115,8 @@ class KernelShard:
                                         config.norm_bound, rng)
         del whole
         self.scaled_fraction = float(np.mean(functions.norms > config.norm_bound))
-        self.table = table_columns(functions, self.kernel, self.points)
+        self.table = table_columns(functions, self.kernel, self.points,
+                                   grid_slice(config, spec.horizon, self.start, self.stop))
         self.diagonal = self.kernel.diag(self.points)
         self.blocks = blocks_in(self.start, self.stop, self.n)
         self.params = resolve_algorithm(spec.algorithm, spec.params)

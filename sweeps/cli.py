@@ -465,8 +465,9 @@ def _run_locked(args, sweep: Sweep, env_vars: dict[str, str], sinks: list[str], 
     finally:
         if bar is not None:
             bar.close()
+    sharded = f" and {outcome.sharded} sharded trial(s) over shard actors" if outcome.sharded else ""
     print(f"{outcome.finished} finished, {outcome.failed} failed in {outcome.seconds:.1f} s "
-          f"on {outcome.workers} {outcome.device} worker(s)"
+          f"on {outcome.workers} {outcome.device} worker(s){sharded}"
           + "".join(f"; {note}" for note in outcome.mirror.notes))
     for error in outcome.mirror.errors[:5]:
         print(f"warning: result sink: {error}", file=sys.stderr)

@@ -506,7 +506,8 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 _OVERRIDABLE = ("sweep", "horizon", "seeds", "log_every", "checkpoint_every", "resources.cpus_per_trial",
-                "resources.gpus_per_trial", "resources.batch_trials")
+                "resources.gpus_per_trial", "resources.batch_trials", "resources.cpus_per_shard",
+                "resources.gpus_per_shard")
 
 
 def _apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:

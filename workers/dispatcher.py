@@ -51,6 +51,9 @@ WORKER_STARTUP_CONCURRENCY = 64
 # hold ten trials' results back until the slowest finishes, so trials run one at a time there.
 CPU_BATCH = 1
 GPU_BATCH = 32
+# Rounds between the checkpoints of a sharded trial when the spec sets no checkpoint_every: a lost
+# node then costs at most this many rounds of a trial that may run for hours.
+SHARDED_CHECKPOINT_EVERY = 50
 
 
 @dataclass
@@ -105,6 +108,7 @@ class SweepOutcome:
     seconds: float
     ray: str = ""               # which Ray ran it, and what that held
     notes: list[str] = field(default_factory=list)   # warnings from trial actors
+    sharded: int = 0            # sharded trials run (each over its own shard actors)
 
 
 def _keep_local_ray_on_loopback() -> None:
@@ -413,7 +417,8 @@ def _run_sharded_job(job: Job, options: RunOptions, store: SweepStore, mirror, w
             on_progress(progress)
 
     outcome = run_sharded_trial(job.spec, record, job.shards, options.cpus_per_shard, options.gpus_per_shard,
-                                store.root / ".checkpoints", options.checkpoint_every, stream, say)
+                                store.root / ".checkpoints", options.checkpoint_every or SHARDED_CHECKPOINT_EVERY,
+                                stream, say)
     progress.running -= 1
     writer.write([outcome])
     if on_progress:
@@ -570,4 +575,4 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
             reconcile = ray.get(mirror.reconciled.remote())
             mirrored = ray.get(closing)
         return SweepOutcome(progress.done, progress.failed, pool.most_ready, pool.device, reconcile, mirrored,
-                            time.perf_counter() - started, ray_line, pool.notes)
+                            time.perf_counter() - started, ray_line, pool.notes, len(sharded))

@@ -24,6 +24,8 @@ distinct centre points and C the sparse coefficient matrix, so K is never formed
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Callable, Literal
 
@@ -74,11 +76,12 @@ class AdversarialKernelConfig(KernelDomainConfig):
 
 @dataclass(frozen=True)
 class CandidateFunctions:
-    """The candidates f^(i) = (scale_i C_i) k(U, .) as sparse coefficients over the distinct centres U."""
+    """The candidates f^(i)(.) = sum_m w^(m,i) k(x^(m,i), .), w = c min{1, B / ||f~^(i)||_k}."""
 
-    weights: sparse.csr_matrix   # (candidates, |U|): c^(m,i) times min{1, B / ||f~^(i)||_k}
-    centres: np.ndarray          # the points U
+    centres: np.ndarray          # (candidates, centers, d): the points x^(m,i)
+    coefficients: np.ndarray     # (candidates, centers): the scaled coefficients w^(m,i)
     norms: np.ndarray            # ||f~^(i)||_k before scaling
+    center_index: np.ndarray     # (candidates, centers): the indices of the centres in X
 
 
 def candidate_functions(kernel: Kernel, n: int, point_at: Callable[[np.ndarray], np.ndarray], candidates: int,
@@ -86,36 +89,82 @@ def candidate_functions(kernel: Kernel, n: int, point_at: Callable[[np.ndarray],
     """Draw the candidates of SPEC 2.3 from ``rng`` on a domain of n points (``point_at(index)``: X[index])."""
     center_index = rng.integers(0, n, size=(candidates, centers))
     coefficients = rng.uniform(-1.0, 1.0, size=(candidates, centers))
+    centres = point_at(center_index.reshape(-1)).reshape(candidates, centers, -1)
     # ||f~||_k^2 = c^T K_mm c, one (centers x centers) block per candidate.
     norms = np.empty(candidates)
     for i in range(candidates):
-        points = point_at(center_index[i])
-        norms[i] = np.sqrt(max(coefficients[i] @ kernel(points, points) @ coefficients[i], 0.0))
+        norms[i] = np.sqrt(max(coefficients[i] @ kernel(centres[i], centres[i]) @ coefficients[i], 0.0))
     scale = np.minimum(1.0, norm_bound / np.maximum(norms, 1e-300))
-    distinct, inverse = np.unique(center_index, return_inverse=True)
-    rows = np.repeat(np.arange(candidates), centers)
-    weights = sparse.csr_matrix(((coefficients * scale[:, None]).reshape(-1), (rows, inverse.reshape(-1))),
+    return CandidateFunctions(centres, coefficients * scale[:, None], norms, center_index)
+
+
+@dataclass(frozen=True)
+class GridSlice:
+    """Points start..stop-1 (first axis slowest) of the regular grid with these axis values."""
+
+    axes: list[np.ndarray]
+    start: int
+    stop: int
+
+
+def table_columns(functions: CandidateFunctions, kernel: Kernel, points: np.ndarray,
+                  grid: GridSlice | None = None) -> np.ndarray:
+    """F[:, points], the candidates' values at ``points``.
+
+    On a grid with the SE kernel, k is a product over the axes, so each candidate's values on a block
+    of grid rows are one matrix product, (w E_1)^T (E_2 x ... x E_d) with E_k[m, j] the axis-k factor
+    between centre m and grid value j: O(centers |X|) per candidate through BLAS instead of
+    centers |X| kernel evaluations. Otherwise the kernel is evaluated on the distinct centres, tile
+    by tile. Either way a column's value does not depend on which slice of X is asked for.
+    """
+    if grid is not None and kernel.name == "se":
+        return _separable_table(functions, kernel, grid)
+    candidates = functions.coefficients.shape[0]
+    distinct, inverse = np.unique(functions.center_index, return_inverse=True)
+    centres = functions.centres.reshape(-1, functions.centres.shape[-1])[
+        np.unique(inverse.reshape(-1), return_index=True)[1]]
+    rows = np.repeat(np.arange(candidates), functions.coefficients.shape[1])
+    weights = sparse.csr_matrix((functions.coefficients.reshape(-1), (rows, inverse.reshape(-1))),
                                 shape=(candidates, len(distinct)))
-    return CandidateFunctions(weights, point_at(distinct), norms)
-
-
-def table_columns(functions: CandidateFunctions, kernel: Kernel, points: np.ndarray) -> np.ndarray:
-    """F[:, points] = (scale * C) k(U, points), tile by tile; each column's value does not depend on
-    the tiling (the sparse product sums over a candidate's centres in one order)."""
-    table = np.empty((functions.weights.shape[0], len(points)))
-    columns_per_tile = max(1, DEFAULT_TILE_ELEMENTS // len(functions.centres))
+    table = np.empty((candidates, len(points)))
+    columns_per_tile = max(1, DEFAULT_TILE_ELEMENTS // len(distinct))
     for start in range(0, len(points), columns_per_tile):
         tile = slice(start, min(len(points), start + columns_per_tile))
-        table[:, tile] = functions.weights @ kernel(functions.centres, points[tile])
+        table[:, tile] = weights @ kernel(centres, points[tile])
     return table
 
 
+def _separable_table(functions: CandidateFunctions, kernel: Kernel, grid: GridSlice) -> np.ndarray:
+    axes, start, stop = grid.axes, grid.start, grid.stop
+    rest = math.prod(len(axis) for axis in axes[1:])
+    first, last = start // rest, (stop - 1) // rest + 1
+    offset = start - first * rest
+    factor = -0.5 / (kernel.lengthscale * kernel.lengthscale)
+    table = np.empty((functions.coefficients.shape[0], stop - start))
+    for i, (centres, weights) in enumerate(zip(functions.centres, functions.coefficients)):
+        left = np.exp(factor * (axes[0][None, first:last] - centres[:, 0:1]) ** 2) * weights[:, None]
+        right = np.ones((len(centres), 1))
+        for k in range(1, len(axes)):
+            along = np.exp(factor * (axes[k][None, :] - centres[:, k:k + 1]) ** 2)
+            right = (right[:, :, None] * along[:, None, :]).reshape(len(centres), -1)
+        table[i] = (left.T @ right).reshape(-1)[offset:offset + stop - start]
+    return table
+
+
+def grid_slice(config: KernelDomainConfig, horizon: int, start: int, stop: int) -> GridSlice | None:
+    """The grid structure of a setting, grid or continuous domain; None for a seed-drawn one."""
+    shape = domains.grid_shape(config.setting, config.domain, horizon)
+    if shape is None:
+        return None
+    return GridSlice(domains.axes(shape), start, stop)
+
+
 def candidate_table(kernel: Kernel, domain: np.ndarray, candidates: int, centers: int, norm_bound: float,
-                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+                    rng: np.random.Generator, grid: GridSlice | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The (candidates, n) table F and each candidate's RKHS norm before scaling (SPEC 2.3)."""
     functions = candidate_functions(kernel, len(domain), lambda index: domain[index], candidates, centers,
                                     norm_bound, rng)
-    return table_columns(functions, kernel, domain), functions.norms
+    return table_columns(functions, kernel, domain, grid), functions.norms
 
 
 class AdversarialKernelBandit(Environment):
@@ -132,7 +181,8 @@ class AdversarialKernelBandit(Environment):
         self.domain, self.kernel = domain_and_kernel(config, rng, horizon)
         n = len(self.domain)
         self.table, self.raw_norms = candidate_table(self.kernel, self.domain, config.candidates,
-                                                     config.centers, config.norm_bound, rng)
+                                                     config.centers, config.norm_bound, rng,
+                                                     grid_slice(config, horizon, 0, n))
         self.table_max = self.table.max(axis=1)
         self.cumulative_function = np.zeros(n)   # S_t(x)
         self.cumulative_reward = 0.0             # sum_s f_s(x_s)
