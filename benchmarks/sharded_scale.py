@@ -12,9 +12,18 @@ figures are the algorithm's, and every shard reports its own peak resident memor
     shard process that built nothing (the constant).
 ``run``
     one trial at ``--grid N N`` with ``--shards S`` (e.g. 1000 x 1000 = 10^6 points, 4 shards, T = 100).
+``cluster``
+    the same trial through ``banditsweep run --address`` on a local multi-node Ray cluster this script
+    starts (``ray.cluster_utils.Cluster``: a head without CPUs and one single-CPU worker node per
+    shard, on 127.0.0.1, under a private ``RAY_TMPDIR``, ended through its own handle); the figures
+    are the ones the trial records in Parquet (needs Ray).
+
+Each shard process uses one BLAS thread (as a one-CPU Ray actor does): several shards on one machine
+with threaded BLAS each oversubscribe its cores.
 
     .venv/bin/python benchmarks/sharded_scale.py memory [--grid 400 400] [--horizon 10]
     .venv/bin/python benchmarks/sharded_scale.py run --grid 1000 1000 --shards 4 --horizon 100
+    .venv/bin/python benchmarks/sharded_scale.py cluster --grid 1000 1000 --shards 4 --horizon 100
 """
 
 from __future__ import annotations
@@ -22,8 +31,13 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import resource
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from banditsweep.core.kernel_shards import KernelShard, ShardedKernelTrial, domain_shape
@@ -54,6 +68,7 @@ class ProcessShards:
         n = domain_shape(spec)[0] if spec is not None else count
         self.ranges = shard_ranges(n, count) if spec is not None else [(0, 1)] * count
         context = mp.get_context("spawn")
+        os.environ["OPENBLAS_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = "1"   # read by each child's numpy
         self.connections, self.processes = [], []
         for start, stop in self.ranges:
             mine, theirs = context.Pipe()
@@ -125,9 +140,44 @@ def unsharded_run(spec: TrialSpec) -> dict[str, Any]:
     return out
 
 
+def cluster_run(grid: list[int], candidates: int, horizon: int, algorithm: str, shards: int) -> dict[str, Any]:
+    import pandas as pd
+    import yaml
+    from ray.cluster_utils import Cluster
+
+    work = Path(tempfile.mkdtemp(prefix="bs-shards-"))
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="bs-ray-")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    try:
+        for _ in range(shards):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        spec = {"sweep": "big", "horizon": horizon, "seeds": 1, "checkpoint_every": 50,
+                "environments": [{"kind": "adversarial_kernel", "domain": {"grid": grid}, "candidates": candidates,
+                                  "shards": shards}],
+                "algorithms": [{"name": algorithm}]}
+        (work / "big.yaml").write_text(yaml.safe_dump(spec))
+        began = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "banditsweep", "run", "big.yaml", "--address", cluster.address,
+                               "--results", str(work / "results"), "--no-progress", "--sink", "none"],
+                              cwd=work, capture_output=True, text=True)
+        wall = time.perf_counter() - began
+        if done.returncode != 0:
+            raise SystemExit(f"the sweep failed:\n{done.stdout}\n{done.stderr}")
+        row = pd.read_parquet(work / "results" / "big" / "trials").iloc[0]
+        diagnostics = json.loads(row["diagnostics"])
+        return {"points": diagnostics["domain_size"], "shards": shards, "nodes": diagnostics["shard_nodes"],
+                "sweep_seconds": round(wall, 1), "trial_wall_seconds": round(row["wall_seconds"], 1),
+                "seconds_per_round": round(row["seconds_per_round"], 3),
+                "peak_mb_per_shard": [round(diagnostics[f"shard_{i}_peak_rss_mb"]) for i in range(shards)],
+                "final_regret": row["final_regret"], "s_t_mean": diagnostics.get("s_t_mean")}
+    finally:
+        cluster.shutdown()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["memory", "run"])
+    parser.add_argument("mode", choices=["memory", "run", "cluster"])
     parser.add_argument("--grid", type=int, nargs="+", default=[400, 400])
     parser.add_argument("--candidates", type=int, default=1000)
     parser.add_argument("--horizon", type=int, default=10)
@@ -135,6 +185,10 @@ def main() -> None:
     parser.add_argument("--shards", type=int, nargs="+", default=[1, 2, 4])
     args = parser.parse_args()
     spec = _spec(args.grid, args.candidates, args.horizon, args.algorithm)
+    if args.mode == "cluster":
+        for shards in args.shards:
+            print(json.dumps(cluster_run(args.grid, args.candidates, args.horizon, args.algorithm, shards)), flush=True)
+        return
     if args.mode == "memory":
         empty = ProcessShards(None, 1)
         print(json.dumps({"constant_mb (a shard process that built nothing)": round(empty.close()[0])}))

@@ -615,7 +615,10 @@ def _check_environment(source: str, index: int, env: dict, default_horizon: int)
     try:
         config_cls(**settings)
     except ValidationError as error:
-        _raise_from_validation(source, where, error, config_cls, settings, ENVIRONMENT_SWEEP_KEYS)
+        from banditsweep.core.kernel_shards import SHARDABLE_ENVIRONMENTS
+
+        sweep_keys = tuple(k for k in ENVIRONMENT_SWEEP_KEYS if kind in SHARDABLE_ENVIRONMENTS or k not in SHARD_KEYS)
+        _raise_from_validation(source, where, error, config_cls, settings, sweep_keys)
     except (ValueError, TypeError) as error:
         raise SpecError(source, where, str(error)) from None
     return {**env, "horizon": horizon}
