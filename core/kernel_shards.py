@@ -36,8 +36,6 @@ import math
 import pickle
 import time
 from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 from scipy import linalg
 
@@ -46,7 +44,7 @@ from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Problem
 from banditsweep.core.environments.adversarial_kernel import candidate_functions, grid_slice, table_columns
 from banditsweep.core.exp3 import REFRESH
 from banditsweep.core.kernels import Kernel
-from banditsweep.core.nystrom import leverage_scores, nystrom_embedding
+from banditsweep.core.nystrom import leverage_scores
 from banditsweep.core.sharding import (ShardGroup, block_sums, blocks_in, derive_key, fixed_bound, from_fixed,
                                        global_argmax, keyed_uniforms, owner, rowwise_dot, rowwise_matmul)
 from banditsweep.core.trial import TrialRecorder, TrialResult, TrialSpec, resolve_algorithm, resolve_environment
@@ -113,7 +111,6 @@ class KernelShard:
         self.kernel = Kernel.create(config.kernel, dim, config.lengthscale, config.nu)
         functions = candidate_functions(self.kernel, self.n, point_at, config.candidates, config.centers,
                                         config.norm_bound, rng)
-        del whole
         self.scaled_fraction = float(np.mean(functions.norms > config.norm_bound))
         self.table = table_columns(functions, self.kernel, self.points,
                                    grid_slice(config, spec.horizon, self.start, self.stop))

@@ -95,7 +95,7 @@ def _adaptive_ridge(landmark_block: np.ndarray, weights: np.ndarray, size: int) 
     """Musco & Musco's lam for a target of O(s log s) samples."""
     k = math.ceil(size / (4.0 * math.log(size)))
     if k >= len(weights):
-        return 1e-6
+        return 1e-5   # recursiveNystrom.m's fallback (written there as 10e-6)
     weighted = landmark_block * weights[:, None] * weights[None, :]
     eigenvalues = np.linalg.eigvalsh(weighted)
     top = np.abs(eigenvalues[-k:]).sum()

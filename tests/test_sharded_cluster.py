@@ -69,22 +69,38 @@ def test_too_many_shards_for_this_machine_is_a_clear_error(tmp_path, shared_ray,
     assert "asks for 8 shards of 1 CPU" in err and "cpus_per_shard" in err
 
 
-@pytest.fixture
-def three_node_cluster(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def three_node_cluster():
     """A head without CPUs and three one-CPU worker nodes, on loopback, under a private RAY_TMPDIR,
-    ended by its own handle."""
+    ended by its own handle (shared by this module's tests: each leaves three worker nodes up)."""
     import ray
     from ray.cluster_utils import Cluster
 
     ray.shutdown()
     private = tempfile.mkdtemp(prefix="bs-ray-")
-    monkeypatch.setenv("RAY_TMPDIR", private)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    workers = [cluster.add_node(num_cpus=1) for _ in range(3)]
-    cluster.wait_for_nodes()
-    yield cluster, workers
-    cluster.shutdown()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_TMPDIR", private)
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+        workers = [cluster.add_node(num_cpus=1) for _ in range(3)]
+        cluster.wait_for_nodes()
+        yield cluster, workers
+        cluster.shutdown()
     shutil.rmtree(private, ignore_errors=True)
+
+
+def test_three_shards_land_one_per_worker_node(three_node_cluster, tmp_path):
+    cluster, _ = three_node_cluster
+    path = _write(tmp_path, "placed", 15, 3, ["random", "apg_exp3"])
+    root = tmp_path / "results"
+    result = subprocess.run(
+        [sys.executable, "-m", "banditsweep", "run", str(path), "--address", cluster.address, "--results", str(root),
+         "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    trials = _trials(root, "placed")
+    for planned in load_sweep(path).trials:
+        diagnostics = yaml.safe_load(trials.loc[planned.trial_id, "diagnostics"])
+        assert diagnostics["shard_nodes"] == 3 and diagnostics["shards"] == 3
+        assert trials.loc[planned.trial_id, "final_regret"] == pytest.approx(_reference(planned).final_regret, rel=1e-9)
 
 
 def test_shards_spread_over_nodes_and_survive_a_lost_node(three_node_cluster, tmp_path):
@@ -113,18 +129,3 @@ def test_shards_spread_over_nodes_and_survive_a_lost_node(three_node_cluster, tm
     assert row["attempts"] == 2
     expected = _reference(planned)
     assert row["final_regret"] == pytest.approx(expected.final_regret, rel=1e-9)
-
-
-def test_three_shards_land_one_per_worker_node(three_node_cluster, tmp_path):
-    cluster, _ = three_node_cluster
-    path = _write(tmp_path, "placed", 15, 3, ["random", "apg_exp3"])
-    root = tmp_path / "results"
-    result = subprocess.run(
-        [sys.executable, "-m", "banditsweep", "run", str(path), "--address", cluster.address, "--results", str(root),
-         "--no-progress"], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-    trials = _trials(root, "placed")
-    for planned in load_sweep(path).trials:
-        diagnostics = yaml.safe_load(trials.loc[planned.trial_id, "diagnostics"])
-        assert diagnostics["shard_nodes"] == 3 and diagnostics["shards"] == 3
-        assert trials.loc[planned.trial_id, "final_regret"] == pytest.approx(_reference(planned).final_regret, rel=1e-9)

@@ -17,6 +17,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename: a crash mid-write leaves the
+    previous file (or none), never a partial one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 @dataclass
 class CheckpointFiles:
     directory: Path
@@ -32,18 +49,7 @@ class CheckpointFiles:
             return None
 
     def save(self, key: str, state: bytes) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=self.directory)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(state)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self._path(key))
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomically(self._path(key), state)
 
     def discard(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)

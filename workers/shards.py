@@ -13,11 +13,9 @@ folder must be on a filesystem they share.
 
 from __future__ import annotations
 
-import os
 import re
 import resource
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -29,26 +27,12 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from banditsweep.core.kernel_shards import KernelShard, ShardedKernelTrial, domain_shape
 from banditsweep.core.sharding import shard_ranges
 from banditsweep.core.trial import TrialSpec, checkpoint_key
+from banditsweep.workers.checkpoints import write_atomically
 from banditsweep.workers.record import TrialOutcome, TrialRecord
 
 # Seconds to wait for the shards' placement group before saying that no node can hold it.
 PLACEMENT_NOTICE = 30.0
 MAX_ATTEMPTS = 3
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 @ray.remote
@@ -69,7 +53,7 @@ class ShardActor:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
     def save_state(self, path: str) -> None:
-        _write_atomically(Path(path), self.shard.state())
+        write_atomically(Path(path), self.shard.state())
 
     def load_state(self, path: str) -> None:
         self.shard.restore(Path(path).read_bytes())
@@ -137,7 +121,7 @@ class ShardCheckpoints:
         at = trial.next_round - 1
         mine = trial.coordinator_state()
         ray.get([actor.save_state.remote(str(self.shard(i, at))) for i, actor in enumerate(shards.actors)])
-        _write_atomically(self.coordinator(at), mine)
+        write_atomically(self.coordinator(at), mine)
         for path in self.directory.glob("*.state"):
             match = re.search(r"\.r(\d+)\.state$", path.name)
             if match and int(match.group(1)) != at:
