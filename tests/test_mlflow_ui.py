@@ -155,7 +155,7 @@ def test_the_mlflow_ui_shows_the_sweep_runs_by_name_and_compares_them(tmp_path, 
                 text = page.inner_text("body")
                 assert first in text and second in text
                 assert re.search(r"\bnu\s+0\.1\s+1\.0\b", text), text[:2000]   # the grid point that differs
-                page.get_by_text("Run details", exact=True).first.scroll_into_view_if_needed()
+                metric.evaluate("element => element.scrollIntoView({block: 'center'})")
                 page.screenshot(path=str(artifacts / "compare.png"))
             finally:
                 browser.close()
