@@ -244,6 +244,21 @@ def latex_table(table: pd.DataFrame, caption: str, label: str, digits: int = 1, 
     return "\n".join(lines) + "\n"
 
 
+def latex_text_table(table: pd.DataFrame, caption: str, label: str) -> str:
+    """A booktabs table of text cells (the by-setting table: ``9.0 ± 1.0``) with its index as the
+    leading columns, a caption and a ``\label``."""
+    frame = table.reset_index()
+    numeric = [pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns]
+    spec = "".join("r" if n and i >= table.index.nlevels else "l" for i, n in enumerate(numeric))
+    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{latex_escape(caption)}}}", rf"\label{{{label}}}",
+             rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+             " & ".join(latex_escape(c) for c in frame.columns) + r" \\", r"\midrule"]
+    for row in frame.itertuples(index=False):
+        lines.append(" & ".join("--" if pd.isna(v) else latex_escape(v) for v in row) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
 def _write_table(directory: Path, name: str, table: pd.DataFrame, digits: int, caption: str, sweep: str,
                  names: dict[str, str], bold: str | None = "min", latex_digits: int | None = None) -> None:
     (directory / f"{name}.md").write_text(f"{caption}\n\n{markdown_table(table, digits)}\n")
@@ -382,6 +397,10 @@ def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sw
         f"{sweep}: mean ± std final regret and seconds per round, per environment setting\n\n"
         f"{markdown_table(by_setting, 2)}\n")
     by_setting.to_csv(directory / "by_setting.csv")
+    (directory / "by_setting.tex").write_text(latex_text_table(
+        by_setting.set_axis([f"{names.get(a, a)} {b}" for a, b in summary.by_setting.columns], axis=1),
+        f"{sweep}: final regret (mean ± std over {seeds}) and seconds per round, per environment setting",
+        f"tab:{_label_slug(sweep)}:by-setting"))
     best = summary.best.drop(columns=["trial_ids", "display"]).drop(columns=["algorithm"], errors="ignore")
     best = best.rename(columns={"label": "algorithm"})
     best.to_csv(directory / "best_params.csv", index=False)

@@ -258,5 +258,9 @@ def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
     assert r"LinUCB & $2.50\times10^{-5}$ \\" in seconds and r"NeuralRBMLE-GA & $0.0150$ \\" in seconds
     assert r"Random & $\mathbf{1.00\times10^{-6}}$ \\" in seconds
     assert r"\mathbf" not in (report / "final_regret_std.tex").read_text()
+    by_setting = (report / "by_setting.tex").read_text()
+    assert r"\label{tab:paper-sweep:by-setting}" in by_setting and r"\midrule" in by_setting
+    assert r"LinUCB regret & LinUCB s/round & NeuralRBMLE-GA regret" in by_setting
+    assert r"5.0 $\pm$ 1.4 & 2.50e-05 & 2.5 $\pm$ 0.7 & 1.50e-02" in by_setting
     # Markdown and CSV keep the labels of the Parquet results.
     assert list(pd.read_csv(report / "final_regret_mean.csv", index_col=0).index) == labels

@@ -254,7 +254,7 @@ def _upgrade_trials(frame: pd.DataFrame) -> pd.DataFrame:
         dicts = [json.loads(text) if isinstance(text, str) else {} for text in frame[source]]
         for key in sorted({k for d in dicts for k in d}):
             if prefix + key not in frame.columns:
-                extra[prefix + key] = _column_array([_setting(d.get(key)) for d in dicts]).to_pandas()
+                extra[prefix + key] = _column_array([_setting(d.get(key)) for d in dicts]).to_pandas().set_axis(frame.index)
     return pd.concat([frame, pd.DataFrame(extra, index=frame.index)], axis=1) if extra else frame
 
 
