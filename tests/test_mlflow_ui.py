@@ -29,17 +29,21 @@ OVERRIDES = ["--set", "horizon=200", "--set", "seeds=2"]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
-def _chromium() -> str:
-    """The browser executable, or a skip saying what is missing."""
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        pytest.skip("Playwright's Python package is not installed (pip install playwright)")
+def _chromium() -> tuple[str | None, str | None]:
+    """The browser executable, or why the test cannot run (checked before Ray or a sweep starts)."""
+    import importlib.util
+
+    if importlib.util.find_spec("playwright") is None:
+        return None, "Playwright's Python package is not installed (pip install playwright)"
     path = os.environ.get("BANDITSWEEP_CHROMIUM") or next(filter(None, map(shutil.which, BROWSERS)), None)
     if not path:
-        pytest.skip(f"no Chromium executable on PATH ({', '.join(BROWSERS)}; or set BANDITSWEEP_CHROMIUM); "
-                    "on Debian: apt-get install chromium")
-    return path
+        return None, (f"no Chromium executable on PATH ({', '.join(BROWSERS)}; or set BANDITSWEEP_CHROMIUM); "
+                      "on Debian: apt-get install chromium")
+    return path, None
+
+
+CHROMIUM, MISSING = _chromium()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 
 def _artifacts() -> Path:
@@ -103,7 +107,7 @@ class UI:
 
 
 def test_the_mlflow_ui_shows_the_sweep_runs_by_name_and_compares_them(tmp_path, monkeypatch, capsys, shared_ray):
-    executable = _chromium()
+    executable = CHROMIUM
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
