@@ -475,9 +475,14 @@ def _run_locked(args, sweep: Sweep, env_vars: dict[str, str], sinks: list[str], 
         print(f"warning: {note}", file=sys.stderr)
     print(f"results: {store.root}")
     _print_results(store, sweep)
-    options = "" if args.results is None else f" --results {args.results}"
-    print(f"\nnext: `banditsweep report {args.spec}{options}` for tables and figures, "
-          f"`banditsweep ui {args.spec}{options}` to compare runs in MLflow")
+    import shlex
+
+    options = "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in
+                      [("--results", args.results), ("--mlflow-uri", args.mlflow_uri),
+                       *(("--set", item) for item in args.overrides or [])] if value is not None)
+    print(f"\nnext: `banditsweep report {shlex.quote(args.spec)}{options}` for tables and figures, "
+          f"`banditsweep ui {shlex.quote(args.spec)}{options}` to compare runs in MLflow; in Python: "
+          f"`trials, curves = banditsweep.load({str(store.root.parent)!r}, {sweep.name!r})`")
     failures = store.read_trials()
     failures = failures[failures["trial_id"].isin({t.trial_id for t in sweep.trials}) & (failures["status"] == FAILED)]
     for row in failures.head(5).itertuples():
@@ -537,6 +542,9 @@ def cmd_ui(args) -> int:
                                "--host", "127.0.0.1", "--port", str(args.port)], start_new_session=True)
     try:
         return server.wait()
+    except KeyboardInterrupt:   # Ctrl-C or SIGTERM: the way to stop the UI
+        print(f"{sweep.name}: MLflow UI stopped", file=sys.stderr)
+        return 0
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGTERM)   # the UI and the workers it started, nothing else

@@ -2,6 +2,12 @@
 
 The tuning rule of both papers: for each (algorithm, environment) keep the grid point with the
 lowest mean final regret over seeds; report that point's mean and standard deviation.
+
+The files for a paper name algorithms by display name (the spec's ``label``, else the algorithm's
+usual name: ``LinUCB``, ``NeuralRBMLE-GA``), figures as PDF and PNG with the chosen grid point in
+the legend and the band stated (mean ± 1 std over n seeds), LaTeX tables with booktabs rules, a
+``\label`` and the best value of each column in bold. Markdown and CSV tables keep the labels the
+Parquet results hold, so that they join with them.
 """
 
 from __future__ import annotations
@@ -19,9 +25,29 @@ from banditsweep.core.trial import canonical_json
 from banditsweep.workers.store import FINISHED, SweepStore
 
 
+# The usual names of the registered algorithms, for figures and LaTeX tables of a spec that gives
+# no ``label`` (a label the spec gives is used as it is).
+DISPLAY_NAMES = {
+    "random": "Random", "linucb": "LinUCB", "lints": "LinTS", "linrbmle": "LinRBMLE",
+    "neural_rbmle_ga": "NeuralRBMLE-GA", "neural_rbmle_pc": "NeuralRBMLE-PC", "neural_ucb": "NeuralUCB",
+    "neural_ts": "NeuralTS", "deep_fpl": "DeepFPL", "bootstrapped_nn": "BootstrappedNN",
+    "neural_eps_greedy": "Neural ε-greedy", "kernel_exp3": "Kernelized Exp3",
+    "rls_kernel_exp3": "RLS-Kernelized Exp3", "rls_kernel_exp3_amvr": "RLS-Kernelized Exp3 (AMVR)",
+    "apg_exp3": "APG-Exp3",
+}
+
+
+def display_name(label: str, algorithm: str | None = None) -> str:
+    """The name a paper shows: the spec's label, or the algorithm's usual name when the label is
+    just its registry name."""
+    if algorithm is not None and label != algorithm:
+        return label
+    return DISPLAY_NAMES.get(label, label)
+
+
 @dataclass
 class Summary:
-    best: pd.DataFrame        # one row per (label, environment): params, mean, std, seeds, seconds/round
+    best: pd.DataFrame        # one row per (label, environment): params, grid_point, mean, std, seeds, seconds/round
     mean: pd.DataFrame        # algorithms x environments
     std: pd.DataFrame
     seconds: pd.DataFrame     # mean seconds per round, same layout
@@ -46,12 +72,16 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
     if trials.empty:
         empty = pd.DataFrame()
         return Summary(empty, empty, empty, empty, empty, empty)
+    named = {"algorithm": ("algorithm", "first")} if "algorithm" in trials.columns else {}
     grouped = (trials.groupby(["label", "environment", "params"], sort=False)
                .agg(mean=("final_regret", "mean"), std=("final_regret", "std"), seeds=("seed", "nunique"),
-                    seconds_per_round=("seconds_per_round", "mean"), trial_ids=("trial_id", list))
+                    seconds_per_round=("seconds_per_round", "mean"), trial_ids=("trial_id", list), **named)
                .reset_index())
     grouped["std"] = grouped["std"].fillna(0.0)
     best = grouped.loc[grouped.groupby(["label", "environment"], sort=False)["mean"].idxmin()].reset_index(drop=True)
+    best["grid_point"] = [grid_point(grouped, row["label"], row["environment"], row["params"])
+                          for _, row in best.iterrows()]
+    best["display"] = [display_name(row["label"], row.get("algorithm")) for _, row in best.iterrows()]
     labels = [x for x in label_order if x in set(best["label"])]
     envs = [x for x in env_order if x in set(best["environment"])]
 
@@ -74,6 +104,16 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
                           "seconds_per_round": row["seconds_per_round"], **timing})
     return Summary(best, layout("mean"), layout("std"), layout("seconds_per_round"), pd.DataFrame(diag_rows),
                    setting_table(trials, best, labels, envs))
+
+
+def grid_point(grouped: pd.DataFrame, label: str, environment: str, params: str) -> str:
+    """The values of ``params`` that the grid varied for this (label, environment), as the legend
+    shows them (``nu=0.1``); empty when the label had one point there."""
+    cell = grouped[(grouped["label"] == label) & (grouped["environment"] == environment)]
+    points = [json.loads(text) for text in cell["params"]]
+    chosen = json.loads(params)
+    varied = [k for k in chosen if len({json.dumps(p.get(k), sort_keys=True) for p in points}) > 1]
+    return ", ".join(f"{k}={chosen[k]}" for k in varied)
 
 
 MISSING = "—"  # a setting an environment does not have (another kind's key), or left unset (None)
@@ -148,46 +188,169 @@ def markdown_table(table: pd.DataFrame, digits: int = 2, index: bool = True) -> 
     return "\n".join(lines)
 
 
-def _write_table(directory: Path, name: str, table: pd.DataFrame, digits: int, caption: str) -> None:
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$",
+                  "ε": r"$\varepsilon$"}
+
+
+def latex_escape(text) -> str:
+    return "".join(_LATEX_SPECIAL.get(c, c) for c in str(text))
+
+
+def latex_number(value, digits: int = 1) -> str:
+    """A number for a LaTeX table, in math mode: fixed with ``digits`` decimals, scientific
+    (``2.50\times10^{-5}``) below 0.01 (and below ``10**-digits``), where fixed decimals would
+    show one significant digit or none, and from a million up; ``--`` for a missing value."""
+    if value is None or (isinstance(value, (float, np.floating)) and not np.isfinite(value)):
+        return "--"
+    value = float(value)
+    if value != 0 and (abs(value) < max(10.0 ** -digits, 1e-2) or abs(value) >= 1e6):
+        mantissa, exponent = f"{value:.2e}".split("e")
+        return rf"{mantissa}\times10^{{{int(exponent)}}}"
+    return f"{value:.{digits}f}"
+
+
+def latex_table(table: pd.DataFrame, caption: str, label: str, digits: int = 1, bold: str | None = "min",
+                std: pd.DataFrame | None = None, std_digits: int | None = None) -> str:
+    """A booktabs table of numbers (rows: algorithms, columns: environments) with a caption, a
+    ``\label`` and the best value of each column in bold (``bold``: "min", "max" or None). With
+    ``std``, each cell is ``mean \pm std`` and the best mean is bold."""
+    columns = list(table.columns)
+    best = {}
+    if bold is not None:
+        for column in columns:
+            values = pd.to_numeric(table[column], errors="coerce")
+            if values.notna().any():
+                best[column] = values.min() if bold == "min" else values.max()
+    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{latex_escape(caption)}}}",
+             rf"\label{{{label}}}", r"\begin{tabular}{l" + "r" * len(columns) + "}", r"\toprule",
+             " & ".join([latex_escape(table.index.name or ""), *(latex_escape(c) for c in columns)]) + r" \\",
+             r"\midrule"]
+    for name, row in table.iterrows():
+        cells = []
+        for column in columns:
+            value = row[column]
+            if value is None or (isinstance(value, (float, np.floating)) and np.isnan(value)):
+                cells.append("--")
+                continue
+            text = latex_number(value, digits)
+            if std is not None:
+                text += r" \pm " + latex_number(std.loc[name, column], digits if std_digits is None else std_digits)
+            if column in best and value == best[column]:
+                text = rf"\mathbf{{{text}}}"
+            cells.append(f"${text}$")
+        lines.append(" & ".join([latex_escape(name), *cells]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def latex_text_table(table: pd.DataFrame, caption: str, label: str) -> str:
+    """A booktabs table of text cells (the by-setting table: ``9.0 ± 1.0``) with its index as the
+    leading columns, a caption and a ``\label``."""
+    frame = table.reset_index()
+    numeric = [pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns]
+    spec = "".join("r" if n and i >= table.index.nlevels else "l" for i, n in enumerate(numeric))
+    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{latex_escape(caption)}}}", rf"\label{{{label}}}",
+             rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+             " & ".join(latex_escape(c) for c in frame.columns) + r" \\", r"\midrule"]
+    for row in frame.itertuples(index=False):
+        lines.append(" & ".join("--" if pd.isna(v) else latex_escape(v) for v in row) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def _write_table(directory: Path, name: str, table: pd.DataFrame, digits: int, caption: str, sweep: str,
+                 names: dict[str, str], bold: str | None = "min", latex_digits: int | None = None) -> None:
     (directory / f"{name}.md").write_text(f"{caption}\n\n{markdown_table(table, digits)}\n")
     table.to_csv(directory / f"{name}.csv")
-    (directory / f"{name}.tex").write_text(
-        table.to_latex(float_format=lambda v: f"{v:.{digits}f}", na_rep="--", caption=caption, escape=True))
+    (directory / f"{name}.tex").write_text(latex_table(
+        table.rename(index=names), caption, f"tab:{_label_slug(sweep)}:{_label_slug(name)}",
+        digits if latex_digits is None else latex_digits, bold))
 
 
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
-def plot_curves(store: SweepStore, summary: Summary, directory: Path) -> list[Path]:
-    """One PNG per environment: mean cumulative regret vs round, ±1 std band per algorithm."""
+def _label_slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-." else "-" for c in text)
+
+
+# Distinct at a glance and in black and white: a colour, a line style and a marker per algorithm.
+LINE_STYLES = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1))]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
+
+
+def legend_entry(row) -> str:
+    point = row.get("grid_point") or ""
+    return f"{row['display']} ({point})" if point else row["display"]
+
+
+def band_text(seeds: list[int]) -> str:
+    """What the shaded band is."""
+    counts = sorted(set(seeds))
+    over = f"{counts[0]} seeds" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} seeds (per algorithm)"
+    return f"line: mean; band: ±1 std over {over}"
+
+
+def plot_curves(store: SweepStore, summary: Summary, directory: Path, sweep: str = "") -> list[Path]:
+    """One figure per environment, as PDF and PNG: mean cumulative regret vs round of each
+    algorithm's chosen grid point, ±1 std over its seeds as a band (the legend says so); and
+    ``figures.tex``, one LaTeX figure per environment with its caption and label."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    written = []
-    for environment in dict.fromkeys(summary.best["environment"]):
-        rows = summary.best[summary.best["environment"] == environment]
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        for _, row in rows.iterrows():
-            curves = store.read_curves(row["trial_ids"])
-            if curves.empty:
+    labels = list(summary.mean.index)   # the spec's order: colours and styles follow it
+    written, latex = [], []
+    style = {"pdf.fonttype": 42, "ps.fonttype": 42, "font.size": 9, "axes.labelsize": 9, "legend.fontsize": 7.5,
+             "axes.spines.top": False, "axes.spines.right": False}
+    with plt.rc_context(style):
+        for environment in dict.fromkeys(summary.best["environment"]):
+            rows = summary.best[summary.best["environment"] == environment]
+            rows = rows.assign(order=[labels.index(label) for label in rows["label"]]).sort_values("order")
+            fig, ax = plt.subplots(figsize=(4.8, 3.3))
+            seeds = []
+            for _, row in rows.iterrows():
+                curves = store.read_curves(row["trial_ids"])
+                if curves.empty:
+                    continue
+                matrix = curves.pivot(index="t", columns="trial_id", values="cum_regret")
+                mean, std = matrix.mean(axis=1), matrix.std(axis=1).fillna(0.0)
+                i = labels.index(row["label"])
+                color = plt.cm.tab10(i % 10)
+                step = max(1, len(mean) // 8)   # markers staggered between algorithms, so that none hides another
+                ax.plot(mean.index, mean.values, label=legend_entry(row), color=color, lw=1.4,
+                        linestyle=LINE_STYLES[i % len(LINE_STYLES)], marker=MARKERS[i % len(MARKERS)], ms=4,
+                        markevery=(i * step // max(1, len(labels)) % step, step))
+                ax.fill_between(mean.index, (mean - std).values, (mean + std).values, color=color, alpha=0.18, lw=0)
+                seeds.append(matrix.shape[1])
+            if not seeds:
+                plt.close(fig)
                 continue
-            matrix = curves.pivot(index="t", columns="trial_id", values="cum_regret")
-            mean, std = matrix.mean(axis=1), matrix.std(axis=1).fillna(0.0)
-            ax.plot(mean.index, mean.values, label=row["label"])
-            ax.fill_between(mean.index, (mean - std).values, (mean + std).values, alpha=0.2)
-        ax.set_xlabel("round t")
-        ax.set_ylabel("cumulative regret")
-        ax.set_title(environment)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = directory / f"regret_{_slug(environment)}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
+            band = band_text(seeds)
+            ax.set_xlabel("round $t$")
+            ax.set_ylabel("cumulative regret")
+            ax.set_title(environment, fontsize=9)
+            ax.grid(alpha=0.25, lw=0.5)
+            ax.set_xlim(left=0)
+            ax.legend(title=band, title_fontsize=7, frameon=False, loc="upper left")
+            fig.tight_layout()
+            stem = f"regret_{_slug(environment)}"
+            for suffix, options in ((".pdf", {}), (".png", {"dpi": 200})):
+                fig.savefig(directory / f"{stem}{suffix}", **options)
+                written.append(directory / f"{stem}{suffix}")
+            plt.close(fig)
+            names = ", ".join(legend_entry(row) for _, row in rows.iterrows())
+            caption = (f"{sweep}: cumulative regret on {environment} of {names} (each at its grid point of lowest "
+                       f"mean final regret). Lines are the mean, shaded bands ±1 standard deviation over "
+                       f"{band.split('over ', 1)[1]}.")
+            latex += [r"\begin{figure}[t]", r"\centering", rf"\includegraphics[width=\linewidth]{{{stem}.pdf}}",
+                      rf"\caption{{{latex_escape(caption)}}}",
+                      rf"\label{{fig:{_label_slug(sweep)}:{_label_slug(stem)}}}", r"\end{figure}", ""]
+    if latex:
+        (directory / "figures.tex").write_text("\n".join(latex))
     return written
 
 
@@ -208,20 +371,38 @@ def write_report(store: SweepStore, summary: Summary, sweep: str) -> list[Path]:
     return sorted(final.iterdir())
 
 
+def _seeds_text(summary: Summary) -> str:
+    counts = sorted(set(summary.best["seeds"]))
+    return f"{counts[0]} seeds" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} seeds"
+
+
 def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sweep: str) -> None:
+    names = {row["label"]: row["display"] for _, row in summary.best.iterrows()}
+    seeds = _seeds_text(summary)
     _write_table(directory, "final_regret_mean", summary.mean, 1,
-                 f"{sweep}: mean final cumulative regret (best grid point per cell)")
+                 f"{sweep}: mean final cumulative regret over {seeds} (best grid point per cell; "
+                 f"lowest per column in bold)", sweep, names)
     _write_table(directory, "final_regret_std", summary.std, 2,
-                 f"{sweep}: standard deviation of the final cumulative regret over seeds")
+                 f"{sweep}: standard deviation of the final cumulative regret over {seeds}", sweep, names, bold=None)
     _write_table(directory, "seconds_per_round", summary.seconds, 4,
-                 f"{sweep}: mean wall seconds per round")
+                 f"{sweep}: mean wall seconds per round (fastest per column in bold)", sweep, names)
+    caption = (f"{sweep}: final cumulative regret, mean ± standard deviation over {seeds} (best grid point per "
+               f"cell; lowest mean per column in bold)")
+    (directory / "final_regret_mean_std.tex").write_text(latex_table(
+        summary.mean.rename(index=names), caption, f"tab:{_label_slug(sweep)}:final-regret-mean-std", 1, "min",
+        std=summary.std.rename(index=names)))
     by_setting = summary.by_setting.copy()
     by_setting.columns = [f"{a} {b}" for a, b in by_setting.columns]
     (directory / "by_setting.md").write_text(
         f"{sweep}: mean ± std final regret and seconds per round, per environment setting\n\n"
         f"{markdown_table(by_setting, 2)}\n")
     by_setting.to_csv(directory / "by_setting.csv")
-    best = summary.best.drop(columns=["trial_ids"]).rename(columns={"label": "algorithm"})
+    (directory / "by_setting.tex").write_text(latex_text_table(
+        by_setting.set_axis([f"{names.get(a, a)} {b}" for a, b in summary.by_setting.columns], axis=1),
+        f"{sweep}: final regret (mean ± std over {seeds}) and seconds per round, per environment setting",
+        f"tab:{_label_slug(sweep)}:by-setting"))
+    best = summary.best.drop(columns=["trial_ids", "display"]).drop(columns=["algorithm"], errors="ignore")
+    best = best.rename(columns={"label": "algorithm"})
     best.to_csv(directory / "best_params.csv", index=False)
     (directory / "best_params.md").write_text(f"{sweep}: chosen grid point per cell\n\n"
                                               f"{markdown_table(best, 4, index=False)}\n")
@@ -229,7 +410,7 @@ def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sw
         (directory / "timing.md").write_text(f"{sweep}: time per round and time in named steps (seconds)\n\n"
                                              f"{markdown_table(summary.diagnostics, 4, index=False)}\n")
         summary.diagnostics.to_csv(directory / "timing.csv", index=False)
-    plot_curves(store, summary, directory)
+    plot_curves(store, summary, directory, sweep)
 
 
 def log_report_to_mlflow(tracking_uri: str, store: SweepStore, directory: Path) -> str | None:

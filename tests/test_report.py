@@ -3,6 +3,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -173,3 +174,93 @@ def test_run_prints_the_results_of_a_sweep_of_mixed_kinds(tmp_path, monkeypatch,
     assert main(["report", "mixed.yaml"]) == 0
     by_setting = (tmp_path / "results" / "mixed" / "report" / "by_setting.md").read_text()
     assert "| adversarial_kernel |" in by_setting and "| synthetic |" in by_setting
+
+
+def _report_store(tmp_path):
+    """A store with curves: linucb (no label: shown as LinUCB) at two grid points, a labelled
+    NeuralRBMLE-GA and random, two seeds each, on one environment; final regrets known."""
+    import numpy as np
+
+    from banditsweep.workers.record import FINISHED, TrialOutcome, TrialRecord
+    from banditsweep.workers.store import SweepStore, TrialsTable
+
+    store = SweepStore.for_sweep(tmp_path / "results", "paper_sweep")
+    outcomes = []
+    cells = [("linucb", "linucb", {"nu": 0.1, "lam": 1.0}, [4.0, 6.0], 2.5e-5),
+             ("linucb", "linucb", {"nu": 1.0, "lam": 1.0}, [8.0, 9.0], 2.5e-5),
+             ("neural_rbmle_ga", "NeuralRBMLE-GA", {"nu": 1.0}, [2.0, 3.0], 1.5e-2),
+             ("random", "random", {}, [20.0, 22.0], 1e-6)]
+    for algorithm, label, params, finals, seconds in cells:
+        for seed, final in enumerate(finals):
+            record = TrialRecord(trial_id=f"{len(outcomes):040d}", sweep="paper_sweep", algorithm=algorithm, label=label,
+                                 environment="synthetic:h1", seed=seed, horizon=20, params=params,
+                                 environment_config=H1, status=FINISHED, final_regret=final, wall_seconds=1.0,
+                                 seconds_per_round=seconds, started_at=1.7e9, finished_at=1.7e9 + 1)
+            cum = np.linspace(final / 20, final, 20)
+            outcomes.append(TrialOutcome(record, {"arm": np.zeros(20, int), "reward": np.zeros(20),
+                                                  "regret": np.diff(cum, prepend=0), "cum_regret": cum,
+                                                  "seconds": np.full(20, seconds)}))
+    store.write_outcomes(outcomes)
+    TrialsTable(store, store.journal()).flush()
+    store.compact()
+    return store
+
+
+def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    from banditsweep.sweeps.report import write_report
+
+    store = _report_store(tmp_path)
+    trials = store.read_trials()
+    labels = ["linucb", "NeuralRBMLE-GA", "random"]
+    summary = summarise(trials, labels, ["synthetic:h1"])
+    assert summary.best.set_index("label").loc["linucb", "grid_point"] == "nu=0.1"   # lam was fixed
+    assert summary.best.set_index("label").loc["NeuralRBMLE-GA", "grid_point"] == ""
+
+    shown = []   # what each saved figure shows: legend title and entries, line styles and markers
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def savefig(fig, path, **options):
+        legend = fig.axes[0].get_legend()
+        lines = fig.axes[0].get_lines()
+        shown.append((str(path), legend.get_title().get_text(), [t.get_text() for t in legend.get_texts()],
+                      [(line.get_linestyle(), line.get_marker()) for line in lines], options.get("dpi")))
+        return real_savefig(fig, path, **options)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    write_report(store, summary, "paper_sweep")
+    report = store.report_dir
+
+    # Figures: PDF and PNG of each environment; display names, the chosen grid point and what the band is.
+    assert (report / "regret_synthetic_h1.pdf").read_bytes()[:5] == b"%PDF-"
+    assert (report / "regret_synthetic_h1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [Path(p).suffix for p, *_ in shown] == [".pdf", ".png"] and shown[1][4] == 200
+    _, title, entries, styles, _ = shown[0]
+    assert title == "line: mean; band: ±1 std over 2 seeds"
+    assert entries == ["LinUCB (nu=0.1)", "NeuralRBMLE-GA", "Random"]
+    assert len(set(styles)) == 3   # each algorithm its own line style and marker
+    figures = (report / "figures.tex").read_text()
+    assert r"\includegraphics[width=\linewidth]{regret_synthetic_h1.pdf}" in figures
+    assert r"\label{fig:paper-sweep:regret-synthetic-h1}" in figures
+    assert r"shaded bands $\pm$1 standard deviation over 2 seeds" in figures
+
+    # LaTeX tables: booktabs, a label, display names, the best value of each column in bold.
+    mean = (report / "final_regret_mean.tex").read_text()
+    for rule in (r"\toprule", r"\midrule", r"\bottomrule", r"\label{tab:paper-sweep:final-regret-mean}"):
+        assert rule in mean
+    assert r"LinUCB & $5.0$ \\" in mean and r"NeuralRBMLE-GA & $\mathbf{2.5}$ \\" in mean
+    assert r"Random & $21.0$ \\" in mean and "over 2 seeds" in mean
+    both = (report / "final_regret_mean_std.tex").read_text()
+    assert r"\label{tab:paper-sweep:final-regret-mean-std}" in both and r"\toprule" in both
+    assert r"NeuralRBMLE-GA & $\mathbf{2.5 \pm 0.7}$ \\" in both and r"LinUCB & $5.0 \pm 1.4$ \\" in both
+    seconds = (report / "seconds_per_round.tex").read_text()
+    assert r"LinUCB & $2.50\times10^{-5}$ \\" in seconds and r"NeuralRBMLE-GA & $0.0150$ \\" in seconds
+    assert r"Random & $\mathbf{1.00\times10^{-6}}$ \\" in seconds
+    assert r"\mathbf" not in (report / "final_regret_std.tex").read_text()
+    by_setting = (report / "by_setting.tex").read_text()
+    assert r"\label{tab:paper-sweep:by-setting}" in by_setting and r"\midrule" in by_setting
+    assert r"LinUCB regret & LinUCB s/round & NeuralRBMLE-GA regret" in by_setting
+    assert r"5.0 $\pm$ 1.4 & 2.50e-05 & 2.5 $\pm$ 0.7 & 1.50e-02" in by_setting
+    # Markdown and CSV keep the labels of the Parquet results.
+    assert list(pd.read_csv(report / "final_regret_mean.csv", index_col=0).index) == labels

@@ -4,12 +4,20 @@
   as JSON lines). Each write appends one new segment file holding the outcomes of a group of
   trials; a later segment's record of a trial replaces an earlier one (a failed trial run again).
   A trial is *done* once its segment exists.
-- ``curves/``: one row per trial per round (:data:`CURVE_SCHEMA`), written in the same groups, one
-  Parquet part per group, and compacted into one file at the end of a run
-  (``pd.read_parquet(".../curves")`` reads them all: every file has the same schema).
+- ``curves/``: one row per trial per round (:data:`CURVE_SCHEMA`: the round's values and the
+  trial's algorithm, label, environment and seed, dictionary-encoded), written in the same groups,
+  one Parquet part per group, and compacted at the end of a run into one file per run (and into one
+  file when a sweep has gathered more than :data:`MAX_CURVE_FILES`), so ``pd.read_parquet(".../curves")``
+  or ``pyarrow.dataset.dataset(".../curves")`` reads them all: every file has the same schema.
 - ``trials/trials.parquet``: one row per finished or failed trial, a materialised view of the
   journal rebuilt at a bounded rate while trials stream in and at the end of a run
-  (``pd.read_parquet(".../trials")``).
+  (``pd.read_parquet(".../trials")``): every record field, every parameter, every environment
+  setting (``env_<name>``) and every diagnostic (``diag_<name>``) a typed column.
+- ``README.txt``: what the folder holds. It is not Parquet, so reading the sweep folder itself as
+  one dataset fails with its name instead of silently mixing the two tables.
+
+:func:`load` reads both tables into pandas, also from stores written before curves carried their
+trial's names and before environment settings had columns of their own.
 
 Order of writes for a group: curves part, then journal segment. A crash between the two leaves
 curves of trials that are not done; they run again and :meth:`SweepStore.read_curves` keeps the
@@ -43,7 +51,7 @@ import pyarrow.parquet as pq
 
 from banditsweep.workers.record import FAILED, FINISHED, TrialOutcome, TrialRecord
 
-__all__ = ["CURVE_SCHEMA", "FAILED", "FINISHED", "SweepBusyError", "SweepStore", "TrialsTable"]
+__all__ = ["CURVE_SCHEMA", "FAILED", "FINISHED", "SweepBusyError", "SweepStore", "TrialsTable", "load"]
 
 
 class SweepBusyError(RuntimeError):
@@ -54,8 +62,16 @@ class SweepBusyError(RuntimeError):
 # a column of their own (NaN where a trial has none); any other reported value goes into
 # ``other_extras``. Nothing a trial reports per round is dropped.
 CURVE_EXTRA_COLUMNS = ("expected_regret", "adversary_choice")
+# What a curve row says about its trial, so that an analysis needs no join: dictionary-encoded
+# (one copy of each name per file; pandas reads them as categoricals).
+NAME = pa.dictionary(pa.int32(), pa.string())
+CURVE_TRIAL_COLUMNS = ("algorithm", "label", "environment", "seed")
 CURVE_SCHEMA = pa.schema([
     ("trial_id", pa.string()),
+    ("algorithm", NAME),
+    ("label", NAME),
+    ("environment", NAME),
+    ("seed", pa.int64()),
     ("t", pa.int64()),
     ("arm", pa.int64()),
     ("reward", pa.float64()),
@@ -66,9 +82,15 @@ CURVE_SCHEMA = pa.schema([
     ("other_extras", pa.map_(pa.string(), pa.float64())),
 ])
 
+# Curve files are compacted into one when a sweep has more (each `run` leaves one).
+MAX_CURVE_FILES = 8
+
 TIMESTAMP = pa.timestamp("us", tz="UTC")
-# The trials table: one column per TrialRecord field (dicts as JSON text), then one column per
-# parameter name across the sweep.
+# The trials table: one column per TrialRecord field (dicts also as JSON text), then one column per
+# parameter name across the sweep, one per environment setting (``env_<name>``) and one per
+# diagnostic (``diag_<name>``). Files of this layout say so in their schema metadata.
+ENV_PREFIX, DIAG_PREFIX = "env_", "diag_"
+TRIALS_FORMAT = {b"banditsweep.trials": b"2"}
 _JSON_FIELDS = ("params", "environment_config", "diagnostics")
 _FIELD_TYPES = {"seed": pa.int64(), "horizon": pa.int64(), "log_every": pa.int64(), "attempts": pa.int64(),
                 "final_regret": pa.float64(), "wall_seconds": pa.float64(), "seconds_per_round": pa.float64(),
@@ -120,7 +142,12 @@ def curve_table(outcomes: Iterable[TrialOutcome]) -> pa.Table:
     for outcome in outcomes:
         arrays = outcome.arrays
         horizon = len(arrays["cum_regret"])
-        columns["trial_id"].append(pa.array([outcome.record.trial_id] * horizon, pa.string()))
+        record = outcome.record
+        columns["trial_id"].append(pa.array([record.trial_id] * horizon, pa.string()))
+        for name in ("algorithm", "label", "environment"):
+            columns[name].append(pa.DictionaryArray.from_arrays(pa.array(np.zeros(horizon, np.int32)),
+                                                                pa.array([getattr(record, name)], pa.string())))
+        columns["seed"].append(pa.array(np.full(horizon, record.seed, dtype=np.int64)))
         columns["t"].append(pa.array(np.arange(1, horizon + 1, dtype=np.int64)))
         for name in ("arm", "reward", "regret", "cum_regret", "seconds", *CURVE_EXTRA_COLUMNS):
             values = arrays.get(name)
@@ -130,8 +157,41 @@ def curve_table(outcomes: Iterable[TrialOutcome]) -> pa.Table:
         columns["other_extras"].append(pa.array(
             [[(name, float(arrays[name][i])) for name in other] for i in range(horizon)],
             CURVE_SCHEMA.field("other_extras").type))
-    return pa.table({name: pa.concat_arrays(parts) if parts else pa.array([], CURVE_SCHEMA.field(name).type)
-                     for name, parts in columns.items()}, schema=CURVE_SCHEMA)
+    return pa.table({name: _concat(parts, CURVE_SCHEMA.field(name).type) for name, parts in columns.items()},
+                    schema=CURVE_SCHEMA)
+
+
+def _concat(parts: list[pa.Array], kind: pa.DataType) -> pa.Array:
+    if not parts:
+        return pa.array([], kind)
+    if pa.types.is_dictionary(kind):   # one dictionary for the whole column
+        return pa.chunked_array(parts, kind).unify_dictionaries().combine_chunks()
+    return pa.concat_arrays(parts)
+
+
+def with_trial_columns(table: pa.Table, records: dict[str, TrialRecord] | Callable[[], dict[str, TrialRecord]]
+                       ) -> pa.Table:
+    """Curve rows in :data:`CURVE_SCHEMA` with their trial's algorithm, label, environment and seed
+    filled in from ``records`` where a file of an earlier layout left them empty."""
+    if table.num_rows == 0 or all(table[name].null_count == 0 for name in CURVE_TRIAL_COLUMNS):
+        return table
+    records = records() if callable(records) else records
+    ids = pc.unique(table["trial_id"]).to_pylist()
+    known = [records.get(tid) for tid in ids]
+    index = pc.index_in(table["trial_id"], value_set=pa.array(ids, pa.string()))
+    for name in CURVE_TRIAL_COLUMNS:
+        column = table[name]
+        if column.null_count == 0:
+            continue
+        values = pa.array([None if r is None else getattr(r, name) for r in known],
+                          pa.int64() if name == "seed" else pa.string())
+        filled = values.take(index)
+        if name != "seed":
+            filled = pc.coalesce(column.cast(pa.string()), filled).combine_chunks().dictionary_encode()
+        else:
+            filled = pc.coalesce(column, filled)
+        table = table.set_column(table.schema.get_field_index(name), CURVE_SCHEMA.field(name), filled)
+    return table
 
 
 def _column_array(values: list[Any]) -> pa.Array:
@@ -151,6 +211,13 @@ def _nullable_float(value) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
 
+def _setting(value: Any) -> Any:
+    """A setting as a column value: dicts and lists as canonical JSON text (``{"grid":[5,5]}``)."""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return value
+
+
 def _column(name: str, records: list[TrialRecord]) -> pa.Array:
     values = [getattr(r, name) for r in records]
     if name in _JSON_FIELDS:
@@ -168,7 +235,27 @@ def trials_table(records: list[TrialRecord]) -> pa.Table:
     columns = {name: _column(name, records) for name in TRIAL_COLUMNS}
     for key in sorted({k for r in records for k in r.params} - set(columns)):
         columns[key] = _column_array([r.params.get(key) for r in records])
-    return pa.table(columns)
+    for key in sorted({k for r in records for k in r.environment_config}):
+        columns[ENV_PREFIX + key] = _column_array([_setting(r.environment_config.get(key)) for r in records])
+    for key in sorted({k for r in records for k in r.diagnostics}):
+        columns[DIAG_PREFIX + key] = _column_array([r.diagnostics.get(key) for r in records])
+    return pa.table(columns).replace_schema_metadata(TRIALS_FORMAT)
+
+
+def _upgrade_trials(frame: pd.DataFrame) -> pd.DataFrame:
+    """A trials table of an earlier layout (environment settings and diagnostics as JSON text only)
+    with the columns of the current one."""
+    if frame.empty:
+        return frame
+    extra = {}
+    for source, prefix in (("environment_config", ENV_PREFIX), ("diagnostics", DIAG_PREFIX)):
+        if source not in frame.columns:
+            continue
+        dicts = [json.loads(text) if isinstance(text, str) else {} for text in frame[source]]
+        for key in sorted({k for d in dicts for k in d}):
+            if prefix + key not in frame.columns:
+                extra[prefix + key] = _column_array([_setting(d.get(key)) for d in dicts]).to_pandas().set_axis(frame.index)
+    return pd.concat([frame, pd.DataFrame(extra, index=frame.index)], axis=1) if extra else frame
 
 
 @dataclass
@@ -213,6 +300,7 @@ class SweepStore:
             handle.seek(0)
             handle.truncate()
             handle.write(f"pid {os.getpid()} on {socket.gethostname()}")
+            self.describe()
             handle.flush()
             try:
                 yield
@@ -222,6 +310,15 @@ class SweepStore:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     # -- writing (only the driver of a run calls these) ------------------------------------------
+
+    def describe(self) -> None:
+        """Write ``README.txt``: what the folder holds and how to read it. Not being Parquet, it also
+        makes a read of the whole sweep folder as one dataset fail with its name instead of silently
+        reading the curves with the trials' columns (or the other way round)."""
+        text = README.format(sweep=self.root.name, root=self.root, results=self.root.parent)
+        path = self.root / "README.txt"
+        if not path.exists() or path.read_text() != text:
+            _fsync_write(path, lambda tmp: Path(tmp).write_text(text))
 
     def write_outcomes(self, outcomes: list[TrialOutcome]) -> None:
         """Make a group of trial outcomes durable: one curves part, then one journal segment."""
@@ -240,13 +337,20 @@ class SweepStore:
         _fsync_write(self.trials_dir / "trials.parquet", lambda tmp: pq.write_table(table, tmp))
 
     def compact(self) -> None:
-        """Merge the curve parts into one file and the journal segments into one segment."""
+        """Merge the curve parts into one file and the journal segments into one segment. Curve files
+        of an earlier layout (without their trials' names) join the merge, so that every curve file
+        has the current schema; a sweep with more than MAX_CURVE_FILES curve files is merged whole."""
         self.recover()
-        parts = sorted(_visible(self.curves_dir, "part-*.parquet"), key=_write_order)
-        if len(parts) > 1:
+        files = sorted(_visible(self.curves_dir, "*.parquet"), key=_write_order)
+        parts = [p for p in files if p.name.startswith("part-")]
+        kept = [p for p in files if not p.name.startswith("part-")]
+        earlier = [p for p in kept if not _has_trial_columns(p)]
+        merge = files if len(kept) + 1 > MAX_CURVE_FILES else sorted([*earlier, *parts], key=_write_order)
+        if len(merge) > 1 or earlier:
             records = self.journal()
-            table = _latest_rows(pa.concat_tables([pq.read_table(p, schema=CURVE_SCHEMA) for p in parts]), records)
-            self._replace(parts, self.curves_dir / _unique_name("c-", ".parquet"),
+            table = _latest_rows(pa.concat_tables([pq.read_table(p, schema=CURVE_SCHEMA) for p in merge]), records)
+            table = with_trial_columns(table, records)
+            self._replace(merge, self.curves_dir / _unique_name("c-", ".parquet"),
                           lambda tmp: pq.write_table(table, tmp, row_group_size=1 << 20))
         segments = self._segments()
         if len(segments) > 1:
@@ -328,20 +432,69 @@ class SweepStore:
         return f"{path} ({why}) moved to {target}"
 
     def read_trials(self) -> pd.DataFrame:
+        """The trials table (one row per finished or failed trial), in the current layout also when
+        it was written by an earlier version; rebuilt from the journal when it is not written yet."""
         path = self.trials_dir / "trials.parquet"
         if not path.exists():
-            return trials_table([]).to_pandas()
-        return pd.read_parquet(path)
+            return trials_table(list(self.journal().values())).to_pandas()
+        frame = pd.read_parquet(path)
+        if (pq.read_schema(path).metadata or {}).get(b"banditsweep.trials") != TRIALS_FORMAT[b"banditsweep.trials"]:
+            frame = _upgrade_trials(frame)
+        return frame
 
     def read_curves(self, trial_ids: list[str] | None = None) -> pd.DataFrame:
-        """Curve rows (of ``trial_ids``, else of every trial), one copy per trial and round."""
+        """Curve rows (of ``trial_ids``, else of every trial), one copy per trial and round, with
+        their trial's names (taken from the journal for files of an earlier layout)."""
         files = sorted(_visible(self.curves_dir, "*.parquet"), key=_write_order)
         if not files:
             return CURVE_SCHEMA.empty_table().to_pandas()
         dataset = ds.dataset(files, schema=CURVE_SCHEMA, format="parquet")
         wanted = None if trial_ids is None else ds.field("trial_id").isin(list(trial_ids))
-        table = dataset.to_table(filter=wanted)
-        return _latest_rows(table, None).to_pandas()
+        table = _latest_rows(dataset.to_table(filter=wanted), None)
+        return with_trial_columns(table, self.journal).to_pandas()
+
+
+README = """\
+Results of the sweep {sweep}, written by banditsweep: two Parquet tables with different columns.
+
+  trials/   one row per finished or failed trial: status, final_regret, seconds_per_round, times,
+            every parameter, every environment setting (env_*) and diagnostic (diag_*) as a column
+  curves/   one row per trial per round: t, arm, reward, regret (per round), cum_regret, seconds,
+            and the trial's trial_id, algorithm, label, environment and seed
+
+Read each folder on its own (this file is not Parquet, so a read of this whole folder fails):
+
+  import banditsweep
+  trials, curves = banditsweep.load("{results}", "{sweep}")
+
+  import pyarrow.dataset as ds
+  ds.dataset("{root}/curves").to_table(filter=ds.field("t") == 100).to_pandas()
+
+.journal/ is the record of truth that `banditsweep run` resumes from; report/ holds the files of
+`banditsweep report`; quarantine/ the damaged files a check moved aside, if any.
+"""
+
+
+def load(results_root: str | os.PathLike, sweep: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The results of a sweep as pandas DataFrames ``(trials, curves)``.
+
+    ``trials``: one row per finished or failed trial (``status``), with ``final_regret``,
+    ``seconds_per_round``, ``started_at`` / ``finished_at`` (UTC timestamps), every parameter as a
+    column, every environment setting as ``env_<name>`` and every diagnostic as ``diag_<name>``.
+    ``curves``: one row per finished trial per round, with its trial's ``algorithm``, ``label``,
+    ``environment`` (categoricals) and ``seed``. ``results_root`` is the folder that holds the sweep
+    folders (``~`` is expanded); without ``sweep`` it is the sweep folder itself."""
+    root = Path(results_root).expanduser()
+    folder = root / sweep if sweep is not None else root
+    store = SweepStore(folder.resolve())
+    if not any(path.is_dir() for path in (store.trials_dir, store.curves_dir, store.journal_dir)):
+        here = sorted(p.name for p in root.iterdir() if (p / "trials").is_dir()) if root.is_dir() else []
+        raise FileNotFoundError(f"{folder}: no sweep results here" + (
+            f" ({root} holds the sweeps {', '.join(here)})" if sweep is not None and here else ""))
+    trials = store.read_trials()
+    finished = trials.loc[trials["status"] == FINISHED, "trial_id"].tolist() if len(trials) else []
+    curves = store.read_curves(finished)
+    return trials.reset_index(drop=True), curves.reset_index(drop=True)
 
 
 def _read_records(path: Path) -> tuple[list[TrialRecord], int]:
@@ -356,6 +509,13 @@ def _read_records(path: Path) -> tuple[list[TrialRecord], int]:
         except (ValueError, TypeError, KeyError):
             bad += 1
     return good, bad
+
+
+def _has_trial_columns(path: Path) -> bool:
+    try:
+        return "label" in pq.read_schema(path).names
+    except (pa.ArrowException, OSError):
+        return True   # unreadable: verify() moves it aside, compaction leaves it alone
 
 
 def _write_order(path: Path) -> tuple:
