@@ -58,6 +58,16 @@ def test_a_sharded_sweep_runs_on_the_embedded_ray_with_the_local_answer(tmp_path
         curve = pd.read_parquet(root / "sharded" / "curves", filters=[("trial_id", "==", planned.trial_id)])
         np.testing.assert_allclose(curve.sort_values("t")["cum_regret"].to_numpy(), expected.cum_regret, rtol=1e-9)
     assert not any((root / "sharded" / ".checkpoints").iterdir())   # finished trials leave no state
+    # The MLflow mirror has a run per sharded trial, like any trial's, with the shards recorded.
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name("sharded")
+    runs = client.search_runs([experiment.experiment_id], "tags.kind = 'trial'")
+    assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
+    assert {r.data.params["diag.shards"] for r in runs} == {"2.0"}
+    assert all(r.data.metrics["final_regret"] == pytest.approx(trials.loc[r.data.tags["trial_id"], "final_regret"])
+               for r in runs)
     assert main(["run", str(path), "--results", str(root), "--no-progress"]) == 0
     assert "0 to run" in capsys.readouterr().out
 
