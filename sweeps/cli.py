@@ -636,6 +636,10 @@ def cmd_list(args) -> int:
         environment = registry.environment_class(name)
         print(f"  {name} [{environment.interaction}]: {describe(environment.Config)}")
     print(f"result sinks (default: {', '.join(registry.DEFAULT_SINKS)}): {', '.join(registry.sink_names())}")
+    from banditsweep.core.kernel_shards import SHARDABLE_ALGORITHMS, SHARDABLE_ENVIRONMENTS
+
+    print(f"sharded trials (shards: N or shard_points: P on an environment or algorithm entry): "
+          f"{', '.join(SHARDABLE_ALGORITHMS)} on {', '.join(SHARDABLE_ENVIRONMENTS)}")
     return 0
 
 

@@ -159,6 +159,7 @@ def test_list_shows_every_algorithm_with_its_parameters(capsys):
     assert "  linucb [contextual]: nu=1.0 (float), lam=1.0 (float)" in out
     assert "dataset=required (adult|covertype|magictelescope|mushroom|shuttle|mnist)" in out
     assert "kernel_exp3 [adversarial_domain]" in out
+    assert "sharded trials (shards: N or shard_points: P" in out and "rls_kernel_exp3 on adversarial_kernel" in out
 
 
 def test_label_templates_split_rows_by_a_parameter():
