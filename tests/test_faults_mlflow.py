@@ -244,3 +244,74 @@ def test_a_delivery_cut_off_part_way_is_handed_again_without_duplicate_runs_or_l
         assert run.data.params["seed"] == str(record.seed)
         history = client.get_metric_history(run.info.run_id, "cum_regret")
         assert [(m.step, m.value) for m in history] == [(2, 1.0 + record.seed), (4, 3.0 + record.seed)]
+
+
+def test_two_results_folders_running_at_once_on_one_sqlite_store_keep_to_their_own_runs(tmp_path, plugins):
+    """Two `banditsweep run` processes, the same sweep into two results folders, started together
+    on one new SQLite MLflow store: no trial fails for the other's sake, and MLflow ends with one
+    FINISHED child run per trial and store (each tagged with its store), one parent run each."""
+    from banditsweep.workers.mlflow_sink import search_all
+    from banditsweep.workers.sinks import store_id
+
+    spec = {"sweep": "shared", **SPEC, "horizon": 40, "seeds": 12,
+            "algorithms": [{"name": "slow_random", "grid": {"pause": [0.003]}, "label": "slow_a"},
+                           {"name": "slow_random", "grid": {"pause": [0.0031]}, "label": "slow_b"}]}
+    (tmp_path / "shared.yaml").write_text(yaml.safe_dump(spec))
+    uri = f"sqlite:///{tmp_path}/shared.db"
+    began = time.monotonic()
+    runs = {folder: subprocess.Popen(
+        [sys.executable, "-m", "banditsweep", "run", "shared.yaml", "--results", folder, "--mlflow-uri", uri,
+         "--no-progress", "--max-workers", "1"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        for folder in ("a", "b")}
+    outputs = {}
+    try:
+        for folder, process in runs.items():
+            outputs[folder] = process.communicate(timeout=300)[0]
+    finally:
+        for process in runs.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
+    seconds = time.monotonic() - began
+    for folder, process in runs.items():
+        assert process.returncode == 0, outputs[folder]
+        assert "24 finished, 0 failed" in outputs[folder], outputs[folder]
+        trials = pd.read_parquet(tmp_path / folder / "shared" / "trials")
+        assert len(trials) == 24 and (trials["status"] == "finished").all() and trials["trial_id"].is_unique
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("shared").experiment_id
+    ids = {store_id(str(tmp_path / folder), "shared"): folder for folder in runs}
+    trial_ids = sorted(pd.read_parquet(tmp_path / "a" / "shared" / "trials")["trial_id"])
+    children: dict[tuple[str, str], list[str]] = {}
+    for run in search_all(client, experiment, "tags.kind = 'trial'"):
+        children.setdefault((ids[run.data.tags["store"]], run.data.tags["trial_id"]), []).append(run.info.status)
+    assert sorted(children) == sorted((folder, t) for folder in runs for t in trial_ids)
+    assert all(statuses == ["FINISHED"] for statuses in children.values()), children
+    parents = {ids[run.data.tags["store"]]: run.info.status
+               for run in search_all(client, experiment, "tags.kind = 'sweep'")}
+    assert parents == {"a": "FINISHED", "b": "FINISHED"}
+    print(f"\nFIGURES concurrent two runs: {seconds:.1f}s", file=sys.__stdout__)
+
+
+def _open_a_sink(uri: str, folder: str, start: float) -> str:
+    from banditsweep.workers.sinks import SinkContext, open_sinks
+
+    time.sleep(max(0.0, start - time.time()))   # all at once
+    context = SinkContext("race", folder, uri)
+    sinks, _, errors = open_sinks(["mlflow"], context, {}, [])
+    return errors[0] if errors else sinks[0].experiment_id
+
+
+def test_runs_opening_one_new_sqlite_store_at_once_all_get_their_sink(tmp_path):
+    """Four runs (processes) open their MLflow sink on one new SQLite store in the same instant:
+    MLflow creates the store's tables once, the experiment once, and every run keeps its sink."""
+    import multiprocessing
+
+    uri = f"sqlite:///{tmp_path}/race.db"
+    start = time.time() + 3.0
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        answers = pool.starmap(_open_a_sink, [(uri, str(tmp_path / f"r{i}"), start) for i in range(4)])
+    assert len(set(answers)) == 1 and answers[0].isdigit(), answers   # one experiment, no error

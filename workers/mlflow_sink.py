@@ -15,16 +15,19 @@ has exactly one FINISHED (or FAILED) child run.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
 import re
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from mlflow.entities import Metric, Param, RunTag, ViewType
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from banditsweep.workers.record import FINISHED, TrialRecord, thinned_curve
@@ -63,7 +66,31 @@ def get_experiment_id(client: MlflowClient, sweep: str, tracking_uri: str) -> st
         if experiment.lifecycle_stage == "deleted":
             client.restore_experiment(experiment.experiment_id)
         return experiment.experiment_id
-    return client.create_experiment(sweep, artifact_location=local_artifact_root(tracking_uri))
+    try:
+        return client.create_experiment(sweep, artifact_location=local_artifact_root(tracking_uri))
+    except MlflowException:
+        # Another process (a run of the same sweep into another results folder) created it first.
+        experiment = client.get_experiment_by_name(sweep)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
+
+
+@contextmanager
+def store_setup_lock(tracking_uri: str):
+    """Held while a local SQLite store is opened: the first process to open a new store creates its
+    tables (MLflow's migrations), and two doing that at once fail ("Online migration expected to
+    match one row"). An OS lock (flock) on the database file itself, so it ends with the process;
+    SQLite's own locks are of another kind and do not interact with it."""
+    if not tracking_uri.startswith("sqlite:///"):
+        yield
+        return
+    with open(tracking_uri[len("sqlite:///"):], "ab") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def search_all(client: MlflowClient, experiment_id: str, filter_string: str) -> list:
@@ -152,7 +179,8 @@ class MLflowSink:
     def __init__(self, context: SinkContext):
         self.context = context
         self.client = MlflowClient(context.tracking_uri)
-        self.experiment_id = get_experiment_id(self.client, context.sweep, context.tracking_uri)
+        with store_setup_lock(context.tracking_uri):
+            self.experiment_id = get_experiment_id(self.client, context.sweep, context.tracking_uri)
         self._parent_run_id: str | None = None
         self.open_runs: dict[str, str] = {}       # trial id -> run of its current attempt
         self.last_step: dict[str, int] = {}       # trial id -> last regret step logged to that run
