@@ -11,10 +11,13 @@ the same either way).
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -31,19 +34,38 @@ class CheckpointFiles:
         except FileNotFoundError:
             return None
 
-    def save(self, key: str, state: bytes) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=self.directory)
+    def save(self, key: str, state: bytes) -> bool:
+        """Save the state; False when the folder cannot take it (disk full, read-only, permissions):
+        a checkpoint only saves time, so the trial goes on (a retry would resume from the previous
+        one), and whether results can be written is the driver's to find and report."""
+        tmp = None
         try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=self.directory)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(state)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, self._path(key))
+            return True
+        except OSError as error:
+            log.warning("checkpoint %s not saved: %s", self._path(key), error)
+            self._remove(tmp)
+            return False
         except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            self._remove(tmp)
             raise
 
+    @staticmethod
+    def _remove(tmp: str | None) -> None:
+        try:
+            if tmp is not None and os.path.exists(tmp):
+                os.unlink(tmp)
+        except OSError:
+            pass
+
     def discard(self, key: str) -> None:
-        self._path(key).unlink(missing_ok=True)
+        try:
+            self._path(key).unlink(missing_ok=True)
+        except OSError as error:   # the driver reports a folder it cannot write to
+            log.warning("checkpoint %s not removed: %s", self._path(key), error)
