@@ -23,6 +23,7 @@ EXIT_FAILED_TRIALS = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 EXIT_STORE_UNWRITABLE = 3   # the results folder cannot be written (disk full, read-only): nothing marked failed
+EXIT_INCONSISTENT = 4       # `status`: result files damaged or disagreeing with the journal (named)
 UNWRITABLE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 # One absolute default for results, wherever `run` is started from: a Ray job runs in a temporary
@@ -576,7 +577,17 @@ def cmd_status(args) -> int:
     totals = frame[["done", "failed", "pending"]].sum()
     print(f"\n{sweep.name}: {len(frame)} trials: {totals['done']} done, {totals['failed']} failed, "
           f"{totals['pending']} pending")
-    return 0
+    if health is None:
+        return 0
+    from banditsweep.workers.consistency import check
+
+    counts = check(store.root, journal)
+    print(f"verified: {counts.summary()}")
+    for note in counts.notes:
+        print(f"note: {note}")
+    for problem in counts.problems:
+        print(f"inconsistent: {problem}", file=sys.stderr)
+    return EXIT_INCONSISTENT if counts.problems or health.quarantined else 0
 
 
 def cmd_report(args) -> int:
