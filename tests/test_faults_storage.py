@@ -115,6 +115,7 @@ def check_completed_by_a_rerun(tmp_path: Path, sweep: str, recorded: int, capsys
     assert all([r.info.status for r in trial_runs] == ["FINISHED"] for trial_runs in runs.values())
 
 
+@pytest.mark.slow  # three `run` processes: about 30 s
 def test_permissions_taken_away_mid_sweep_stop_it_with_exit_3_and_a_rerun_completes_it(
         tmp_path, monkeypatch, plugins, shared_ray, capsys):
     prefix = as_a_user()
@@ -161,6 +162,7 @@ def SweepStore_records(root: Path) -> int:
     return len(SweepStore(root).journal())
 
 
+@pytest.mark.slow  # a `run` process with a Ray of its own, then a rerun: about 30 s
 def test_a_file_system_remounted_read_only_mid_sweep_stops_it_with_exit_3_and_a_rerun_completes_it(
         tmp_path, monkeypatch, plugins, shared_ray, capsys):
     if not mount_namespaces_work(tmp_path):

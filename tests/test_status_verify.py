@@ -2,6 +2,8 @@
 journal, and every finished trial's curve with one row per round 1 … horizon. A disagreement is
 named and exits 4; what a stopped run may leave (and readers handle) is a note."""
 
+import shutil
+
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,12 +19,23 @@ SPEC = {"sweep": "counts", "horizon": 10, "seeds": 4,
         "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}], "algorithms": [{"name": "random"}]}
 
 
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory, shared_ray_session):
+    """A finished 4-trial sweep (Parquet only), run once for the module."""
+    shared_ray_session.ensure()
+    folder = tmp_path_factory.mktemp("counts")
+    (folder / "counts.yaml").write_text(yaml.safe_dump(SPEC))
+    assert main(["run", str(folder / "counts.yaml"), "--no-progress", "--sink", "none",
+                 "--results", str(folder / "results")]) == 0
+    return folder
+
+
 @pytest.fixture
-def swept(tmp_path, monkeypatch, shared_ray, capsys):
-    """A finished 4-trial sweep (Parquet only) and its store."""
+def swept(finished_sweep, tmp_path, monkeypatch, capsys):
+    """A copy of the finished sweep in this test's folder, and its store."""
+    shutil.copytree(finished_sweep / "results", tmp_path / "results")
+    shutil.copy(finished_sweep / "counts.yaml", tmp_path / "counts.yaml")
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "counts.yaml").write_text(yaml.safe_dump(SPEC))
-    assert main(["run", "counts.yaml", "--no-progress", "--sink", "none"]) == 0
     capsys.readouterr()
     return SweepStore.for_sweep(tmp_path / "results", "counts")
 

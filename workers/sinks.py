@@ -254,7 +254,10 @@ def open_sinks(names: list[str], context: SinkContext, records: dict[str, TrialR
                 if attempt < OPEN_ATTEMPTS:
                     time.sleep(attempt)
                     continue
-                errors.append(f"sink {name!r} could not open, left out of this run: {type(error).__name__}: {error}")
+                first_line = f"{error}".splitlines()[0][:300] if f"{error}" else ""
+                errors.append(f"sink {name!r} could not open, left out of this run ({type(error).__name__}: "
+                              f"{first_line}); results are kept in Parquet, and `banditsweep sync-mlflow SPEC` "
+                              "(or the next run) brings it up to date")
                 log.warning("%s\n%s", errors[-1], traceback.format_exc())
         else:
             continue
