@@ -1,12 +1,15 @@
 """The ``banditsweep`` command: ``run``, ``status`` and ``report`` of a sweep spec.
 
 Exit codes: 0 success; 1 some trials failed (their errors are in the trials table); 2 bad input
-(spec, overrides, arguments, dataset) — reported in one line before anything is started or written.
+(spec, overrides, arguments, dataset) — reported in one line before anything is started or written;
+3 the results folder cannot be written (disk full, read-only, permissions), no trial marked failed
+for it; 4 (`status`) the result files disagree with each other; 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -20,6 +23,8 @@ EXIT_FAILED_TRIALS = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 EXIT_STORE_UNWRITABLE = 3   # the results folder cannot be written (disk full, read-only): nothing marked failed
+EXIT_INCONSISTENT = 4       # `status`: result files damaged or disagreeing with the journal (named)
+UNWRITABLE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 # One absolute default for results, wherever `run` is started from: a Ray job runs in a temporary
 # copy of the submitted folder, so a relative default would write results there and lose them.
@@ -582,7 +587,17 @@ def cmd_status(args) -> int:
     totals = frame[["done", "failed", "pending"]].sum()
     print(f"\n{sweep.name}: {len(frame)} trials: {totals['done']} done, {totals['failed']} failed, "
           f"{totals['pending']} pending")
-    return 0
+    if health is None:
+        return 0
+    from banditsweep.workers.consistency import check
+
+    counts = check(store.root, journal)
+    print(f"verified: {counts.summary()}")
+    for note in counts.notes:
+        print(f"note: {note}")
+    for problem in counts.problems:
+        print(f"inconsistent: {problem}", file=sys.stderr)
+    return EXIT_INCONSISTENT if counts.problems or health.quarantined else 0
 
 
 def cmd_report(args) -> int:
@@ -670,6 +685,27 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(one_line(f"error: {error}"), file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OSError as error:
+        if not _results_unwritable(args, error):
+            raise
+        # Found while checking or tidying the results (quarantine, compaction), not while a sweep ran.
+        if getattr(args, "debug", False):
+            import traceback
+
+            traceback.print_exc()
+        print(one_line(f"error: cannot write to {error.filename or 'the results folder'}: {error.strerror}"),
+              file=sys.stderr)
+        return EXIT_STORE_UNWRITABLE
+
+
+def _results_unwritable(args, error: OSError) -> bool:
+    """Disk full, read-only or no permission, on a file of the results root."""
+    if error.errno not in UNWRITABLE_ERRNOS or not error.filename or not hasattr(args, "results"):
+        return False
+    try:
+        return Path(os.fsdecode(error.filename)).resolve().is_relative_to(results_root(args))
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 def _store_errors() -> tuple[type[BaseException], ...]:

@@ -121,7 +121,7 @@ def test_damaged_result_files_are_named_quarantined_and_their_trials_run_again(t
     segment.write_text(text[: len(text) // 2 + 5])           # a journal cut mid-record
     capsys.readouterr()
 
-    assert main(["status", spec]) == 0
+    assert main(["status", spec]) == 4   # damage found (and moved aside): the store was inconsistent
     captured = capsys.readouterr()
     assert f"damaged result file {curves} (not readable Parquet" in captured.err
     assert f"damaged result file {segment} (1 unreadable record(s))" in captured.err
@@ -134,6 +134,7 @@ def test_damaged_result_files_are_named_quarantined_and_their_trials_run_again(t
     pd.testing.assert_series_equal(after.sort_index(), before.sort_index())   # the same results again
     assert len(pd.read_parquet(root / "curves")) == 2 * 10
     assert main(["report", spec]) == 0
+    assert main(["status", spec]) == 0   # repaired
 
 
 def test_a_trial_whose_worker_dies_resumes_from_its_checkpoint_bit_identical(tmp_path, monkeypatch, plugins, capsys):

@@ -11,10 +11,13 @@ the same either way).
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -29,8 +32,10 @@ def write_atomically(path: Path, data: bytes) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        try:
             os.unlink(tmp)
+        except OSError:
+            pass   # never written, or a folder that takes nothing now: the error below says which
         raise
 
 
@@ -48,8 +53,19 @@ class CheckpointFiles:
         except FileNotFoundError:
             return None
 
-    def save(self, key: str, state: bytes) -> None:
-        write_atomically(self._path(key), state)
+    def save(self, key: str, state: bytes) -> bool:
+        """Save the state; False when the folder cannot take it (disk full, read-only, permissions):
+        a checkpoint only saves time, so the trial goes on (a retry would resume from the previous
+        one), and whether results can be written is the driver's to find and report."""
+        try:
+            write_atomically(self._path(key), state)
+            return True
+        except OSError as error:
+            log.warning("checkpoint %s not saved: %s", self._path(key), error)
+            return False
 
     def discard(self, key: str) -> None:
-        self._path(key).unlink(missing_ok=True)
+        try:
+            self._path(key).unlink(missing_ok=True)
+        except OSError as error:   # the driver reports a folder it cannot write to
+            log.warning("checkpoint %s not removed: %s", self._path(key), error)

@@ -369,7 +369,10 @@ class ResultWriter:
                 f"cannot write results to {error.filename or self.store.root}: {error.strerror or error}; the "
                 f"{len(outcomes)} trial(s) just computed are not recorded (nothing half-written) and run again "
                 "with the next `run`") from None
-        self.table.add(outcome.record for outcome in outcomes)
+        try:
+            self.table.add(outcome.record for outcome in outcomes)
+        except OSError as error:
+            raise self.unwritable(error) from None
         self.mirror.ended.remote([(o.record, thinned_curve(o.arrays, o.record.log_every) if o.arrays else [])
                                   for o in outcomes])
         for outcome in outcomes:
@@ -379,8 +382,17 @@ class ResultWriter:
                 self.progress.failed += 1
 
     def close(self) -> None:
-        self.store.compact()
-        self.table.flush()
+        try:
+            self.store.compact()
+            self.table.flush()
+        except OSError as error:
+            raise self.unwritable(error) from None
+
+    def unwritable(self, error: OSError) -> StoreWriteError:
+        """The results recorded so far are durable (the journal); what failed is derived from it."""
+        return StoreWriteError(
+            f"cannot write results to {error.filename or self.store.root}: {error.strerror or error}; the trials "
+            "recorded so far are kept (the journal), the next `run` finishes the rest")
 
 
 def _check_shards_fit(sharded: list[Job], options: RunOptions) -> None:
@@ -566,13 +578,16 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
         finally:
             pool.shutdown()
             summary = {"trials_finished": progress.done, "trials_failed": progress.failed}
+            unwritable = None
             try:
                 writer.close()   # before the sinks close: they may read the compacted journal
-            except OSError:
-                if status == "FINISHED":
-                    raise   # else the store's trouble is already what the run reports
+            except OSError as error:
+                if status == "FINISHED":   # else the store's trouble is already what the run reports
+                    status, unwritable = "FAILED", error
             closing = mirror.close.remote(status, summary, MIRROR_CLOSE_TIMEOUT)
             reconcile = ray.get(mirror.reconciled.remote())
             mirrored = ray.get(closing)
+            if unwritable is not None:
+                raise unwritable
         return SweepOutcome(progress.done, progress.failed, pool.most_ready, pool.device, reconcile, mirrored,
                             time.perf_counter() - started, ray_line, pool.notes, len(sharded))

@@ -15,16 +15,19 @@ has exactly one FINISHED (or FAILED) child run.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
 import re
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from mlflow.entities import Metric, Param, RunTag, ViewType
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from banditsweep.workers.record import FINISHED, TrialRecord, thinned_curve
@@ -63,7 +66,31 @@ def get_experiment_id(client: MlflowClient, sweep: str, tracking_uri: str) -> st
         if experiment.lifecycle_stage == "deleted":
             client.restore_experiment(experiment.experiment_id)
         return experiment.experiment_id
-    return client.create_experiment(sweep, artifact_location=local_artifact_root(tracking_uri))
+    try:
+        return client.create_experiment(sweep, artifact_location=local_artifact_root(tracking_uri))
+    except MlflowException:
+        # Another process (a run of the same sweep into another results folder) created it first.
+        experiment = client.get_experiment_by_name(sweep)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
+
+
+@contextmanager
+def store_setup_lock(tracking_uri: str):
+    """Held while a local SQLite store is opened: the first process to open a new store creates its
+    tables (MLflow's migrations), and two doing that at once fail ("Online migration expected to
+    match one row"). An OS lock (flock) on the database file itself, so it ends with the process;
+    SQLite's own locks are of another kind and do not interact with it."""
+    if not tracking_uri.startswith("sqlite:///"):
+        yield
+        return
+    with open(tracking_uri[len("sqlite:///"):], "ab") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def search_all(client: MlflowClient, experiment_id: str, filter_string: str) -> list:
@@ -152,10 +179,15 @@ class MLflowSink:
     def __init__(self, context: SinkContext):
         self.context = context
         self.client = MlflowClient(context.tracking_uri)
-        self.experiment_id = get_experiment_id(self.client, context.sweep, context.tracking_uri)
+        with store_setup_lock(context.tracking_uri):
+            self.experiment_id = get_experiment_id(self.client, context.sweep, context.tracking_uri)
         self._parent_run_id: str | None = None
         self.open_runs: dict[str, str] = {}       # trial id -> run of its current attempt
         self.last_step: dict[str, int] = {}       # trial id -> last regret step logged to that run
+        # A call the mirror hands again after it failed part-way (a server that went away) must not
+        # do twice what it did before: runs whose parameters are logged, trials whose run is closed.
+        self.described: set[str] = set()
+        self.ended: set[str] = set()
 
     @property
     def parent_run_id(self) -> str:
@@ -223,28 +255,35 @@ class MLflowSink:
 
     def trials_started(self, records: list[TrialRecord]) -> None:
         for record in records:
-            previous = self.open_runs.pop(record.trial_id, None)
+            previous = self.open_runs.get(record.trial_id)
             if previous is not None:   # a retry: the earlier attempt's run and points go
                 self.client.delete_run(previous)
+                del self.open_runs[record.trial_id]
+            self.ended.discard(record.trial_id)
             run_id = self._create_run(record, "running")
-            self._log_batch(run_id, params=trial_params(record))
             self.open_runs[record.trial_id] = run_id
             self.last_step[record.trial_id] = 0
+            self._log_batch(run_id, params=trial_params(record))
+            self.described.add(run_id)
 
     def progress(self, points: dict[str, Points]) -> None:
         for trial_id, new in points.items():
             run_id = self.open_runs.get(trial_id)
             if run_id is not None:
-                self._log_batch(run_id, metrics=self._regret_metrics(trial_id, new))
+                metrics = self._regret_metrics(trial_id, new)
+                self._log_batch(run_id, metrics=metrics)
+                self._logged(trial_id, metrics)
 
     def trials_ended(self, ended: list[tuple[TrialRecord, Points]]) -> None:
         for record, curve in ended:
-            run_id = self.open_runs.pop(record.trial_id, None)
-            params = {}
+            if record.trial_id in self.ended:   # delivered before this call failed part-way
+                continue
+            run_id = self.open_runs.get(record.trial_id)
             if run_id is None:
                 run_id = self._create_run(record, record.status)
-                params = trial_params(record)
+                self.open_runs[record.trial_id] = run_id
                 self.last_step[record.trial_id] = 0
+            params = {} if run_id in self.described else trial_params(record)
             metrics = self._regret_metrics(record.trial_id, curve)
             tags = {"status": record.status}
             if record.status == FINISHED:
@@ -254,12 +293,17 @@ class MLflowSink:
             else:
                 tags["error"] = (record.error or "")[:5000]
             self._log_batch(run_id, metrics=metrics, params=params, tags=tags)
+            self.described.add(run_id)
+            self._logged(record.trial_id, metrics)
             self.client.set_terminated(run_id, "FINISHED" if record.status == FINISHED else "FAILED")
+            self.open_runs.pop(record.trial_id, None)
             self.last_step.pop(record.trial_id, None)
+            self.ended.add(record.trial_id)
 
     def close(self, status: str, summary: dict[str, float]) -> str | None:
         for trial_id in list(self.open_runs):
-            self.client.set_terminated(self.open_runs.pop(trial_id), "KILLED")
+            self.client.set_terminated(self.open_runs[trial_id], "KILLED")
+            del self.open_runs[trial_id]
         if self._parent_run_id is None:
             return None
         summary = {**summary, **best_final_regret(self.context.store.journal().values())}
@@ -283,10 +327,14 @@ class MLflowSink:
         """The points not yet logged to the trial's run (streamed points are not logged twice)."""
         last = self.last_step.get(trial_id, 0)
         now = int(time.time() * 1000)
-        new = [Metric(REGRET_METRIC, float(value), now, int(t)) for t, value in points if t > last]
-        if new:
-            self.last_step[trial_id] = new[-1].step
-        return new
+        return [Metric(REGRET_METRIC, float(value), now, int(t)) for t, value in points if t > last]
+
+    def _logged(self, trial_id: str, metrics: list[Metric]) -> None:
+        """Note the regret points a store call took (only once it succeeded: a call that failed is
+        handed again, and its points must go with it)."""
+        steps = [m.step for m in metrics if m.key == REGRET_METRIC]
+        if steps:
+            self.last_step[trial_id] = max(self.last_step.get(trial_id, 0), max(steps))
 
     def _log_batch(self, run_id: str, metrics: list[Metric] = (), params: dict[str, Any] | None = None,
                    tags: dict[str, str] | None = None) -> None:

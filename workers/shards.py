@@ -160,7 +160,14 @@ def run_sharded_trial(spec: TrialSpec, record: TrialRecord, shards: int, cpus: f
             while not trial.done:
                 trial.advance(checkpoint_every, on_progress=callback, progress_every=record.log_every)
                 if checkpoints is not None and not trial.done:
-                    checkpoints.save(trial, group)
+                    try:
+                        checkpoints.save(trial, group)
+                    except (OSError, ray.exceptions.RayTaskError) as error:
+                        # A checkpoint only saves time: the trial goes on; the driver finds and
+                        # reports a results folder that takes nothing when it writes the outcome.
+                        if on_message is not None:
+                            on_message(f"warning: {record.run_name}: checkpoint not saved: "
+                                       f"{str(error).splitlines()[-1]}")
             result = trial.results()
             memory = group.peak_memory_mb()
             nodes = {node_id for _, node_id in group.nodes}

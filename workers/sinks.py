@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 Points = list[tuple[int, float]]
 # Longest wait between two tries of a sink that fails (doubling from 1 s).
 MAX_RETRY_DELAY = 30.0
+# Tries to open a sink (1 s, then 2 s apart) before a run goes on without it.
+OPEN_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -243,12 +245,21 @@ def open_sinks(names: list[str], context: SinkContext, records: dict[str, TrialR
     counts: dict[str, int] = {}
     errors: list[str] = []
     for name in names:
-        try:
-            sink = registry.sink_class(name)(context)
-            opened = sink.open(records, pending) or {}
-        except Exception as error:
-            errors.append(f"sink {name!r} could not open, left out of this run: {type(error).__name__}: {error}")
-            log.warning("%s\n%s", errors[-1], traceback.format_exc())
+        for attempt in range(1, OPEN_ATTEMPTS + 1):
+            try:
+                sink = registry.sink_class(name)(context)
+                opened = sink.open(records, pending) or {}
+                break
+            except Exception as error:   # a store busy for a moment (SQLite locked by another run)
+                if attempt < OPEN_ATTEMPTS:
+                    time.sleep(attempt)
+                    continue
+                first_line = f"{error}".splitlines()[0][:300] if f"{error}" else ""
+                errors.append(f"sink {name!r} could not open, left out of this run ({type(error).__name__}: "
+                              f"{first_line}); results are kept in Parquet, and `banditsweep sync-mlflow SPEC` "
+                              "(or the next run) brings it up to date")
+                log.warning("%s\n%s", errors[-1], traceback.format_exc())
+        else:
             continue
         sinks.append(sink)
         for key, value in opened.items():

@@ -4,11 +4,13 @@
 time each trial runs (a marker file under ``BANDITSWEEP_TEST_MARKERS`` remembers), then behaves
 like ``random``; ``raises_in_batch`` runs in lockstep batches and its ``fail: true`` trials raise;
 ``nan_distribution`` exposes a P_t with a NaN from round 3; the environment kind
-``infinite_rewards`` pays an infinite reward from round 4.
+``infinite_rewards`` pays an infinite reward from round 4; ``slow_random`` is ``random`` taking
+``pause`` seconds per round (a sweep long enough to break something in the middle of).
 """
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 from banditsweep.core import registry
@@ -92,3 +94,18 @@ class NanDistribution(RandomPolicy):
 
 registry.register_environment("infinite_rewards", InfiniteRewards)
 registry.register_algorithm("nan_distribution", NanDistribution)
+
+
+class SlowRandomParams(Config):
+    pause: float = 0.01
+
+
+class SlowRandom(RandomPolicy):
+    Params = SlowRandomParams
+
+    def select(self, t, contexts):
+        time.sleep(self.params.pause)
+        return super().select(t, contexts)
+
+
+registry.register_algorithm("slow_random", SlowRandom)

@@ -1,0 +1,324 @@
+"""MLflow faults with a real tracking server: the server stopped in the middle of a sweep (the sweep
+goes on in Parquet and ends on time; `sync-mlflow` later mirrors every trial exactly once)."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from banditsweep.sweeps.cli import main
+
+TRIALS = 16
+# One trial: 100 rounds of 10 ms, about 1 s; 16 trials on the tests' two workers, about 8 s.
+SPEC = {"horizon": 100, "seeds": TRIALS // 2, "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
+        "algorithms": [{"name": "slow_random", "grid": {"pause": [0.01]}, "label": "slow_a"},
+                       {"name": "slow_random", "grid": {"pause": [0.0101]}, "label": "slow_b"}]}
+
+
+def free_port() -> int:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        return free.getsockname()[1]
+
+
+class TrackingServer:
+    """``mlflow server`` on loopback over a SQLite store, in a process group of its own: stopping it
+    ends the server and its workers, nothing else."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.port = folder, free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self, within: float = 120.0) -> float:
+        began = time.monotonic()
+        log = open(self.folder / "server.log", "a")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
+             "--backend-store-uri", f"sqlite:///{self.folder / 'server.db'}",
+             "--artifacts-destination", str(self.folder / "artifacts"), "--workers", "1"],
+            cwd=self.folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        while time.monotonic() - began < within:
+            if self.process.poll() is not None:
+                raise AssertionError(f"mlflow server exited: {(self.folder / 'server.log').read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        return time.monotonic() - began
+            except OSError:
+                time.sleep(0.3)
+        self.stop()
+        raise AssertionError(f"mlflow server did not answer within {within:.0f} s")
+
+    def stop(self) -> None:
+        """Stopped hard, as a crashed or preempted server is: SIGKILL to its own process group."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+        self.process = None
+
+
+@pytest.fixture
+def server(tmp_path):
+    folder = tmp_path / "server"
+    folder.mkdir()
+    tracking = TrackingServer(folder)
+    tracking.start()
+    yield tracking
+    tracking.stop()
+
+
+def journal_count(root: Path) -> int:
+    journal = root / ".journal"
+    if not journal.is_dir():
+        return 0
+    count = 0
+    for path in journal.glob("s*.jsonl"):
+        try:
+            count += sum(1 for line in path.read_text().splitlines() if line.strip())
+        except OSError:   # compacted away while read
+            pass
+    return count
+
+
+def trial_runs(uri: str, sweep: str) -> tuple[dict[str, list[str]], list[str]]:
+    """Child runs' statuses by trial id, and the parent runs' statuses (active runs only)."""
+    from mlflow.tracking import MlflowClient
+
+    from banditsweep.workers.mlflow_sink import search_all
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(sweep)
+    if experiment is None:
+        return {}, []
+    children: dict[str, list[str]] = {}
+    for run in search_all(client, experiment.experiment_id, "tags.kind = 'trial'"):
+        children.setdefault(run.data.tags["trial_id"], []).append(run.info.status)
+    parents = [run.info.status for run in search_all(client, experiment.experiment_id, "tags.kind = 'sweep'")]
+    return children, parents
+
+
+@pytest.mark.slow  # a tracking server started twice and three sweeps: about 50 s
+def test_a_tracking_server_stopped_mid_sweep_costs_no_time_and_sync_mirrors_each_trial_once(
+        tmp_path, monkeypatch, plugins, shared_ray, server, capsys):
+    monkeypatch.chdir(tmp_path)
+    for name in ("steady", "outage"):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({"sweep": name, **SPEC}))
+    uri = ["--mlflow-uri", server.uri]
+
+    # The same sweep with the server up all along: the time to beat.
+    began = time.monotonic()
+    assert main(["run", "steady.yaml", "--no-progress", *uri]) == 0
+    steady_seconds = time.monotonic() - began
+    children, parents = trial_runs(server.uri, "steady")
+    assert len(children) == TRIALS and all(statuses == ["FINISHED"] for statuses in children.values())
+    assert parents == ["FINISHED"]
+
+    # The server is stopped once 4 trials are durable and 2 mirrored, and stays down until the
+    # sweep has ended.
+    root = tmp_path / "results" / "outage"
+    stopped = {}
+
+    def mirrored() -> int:
+        children, _ = trial_runs(server.uri, "outage")
+        return sum(1 for statuses in children.values() if "FINISHED" in statuses)
+
+    def stop_the_server():
+        deadline = time.monotonic() + 120
+        while (journal_count(root) < 4 or mirrored() < 2) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        stopped["done"] = journal_count(root)
+        server.stop()
+        stopped["at"] = time.monotonic()
+
+    capsys.readouterr()
+    watcher = threading.Thread(target=stop_the_server, daemon=True)
+    began = time.monotonic()
+    watcher.start()
+    assert main(["run", "outage.yaml", "--no-progress", *uri]) == 0
+    ended = time.monotonic()
+    watcher.join(timeout=10)
+    outage_seconds = ended - began
+    captured = capsys.readouterr()
+    assert 4 <= stopped["done"] < TRIALS   # stopped in the middle of the sweep
+    trials = pd.read_parquet(root / "trials")
+    assert len(trials) == TRIALS and (trials["status"] == "finished").all()
+    assert trials["trial_id"].is_unique
+    curves = pd.read_parquet(root / "curves")
+    assert len(curves) == TRIALS * 100 and not curves.duplicated(["trial_id", "t"]).any()
+    assert f"{TRIALS} finished, 0 failed" in captured.out
+    # Said (not a traceback), and what to do: the mirror kept what it owes and names sync-mlflow.
+    assert "results are kept in Parquet and it is retried with back-off" in captured.err
+    assert "sync-mlflow" in captured.err
+    assert "Traceback" not in captured.err
+    # The outage costs the sweep no more than a few seconds: nothing waits for MLflow.
+    assert outage_seconds < steady_seconds + 30, (outage_seconds, steady_seconds)
+
+    # The server comes back (same store, same address); sync-mlflow mirrors every trial exactly once.
+    restart_seconds = server.start()
+    before, _ = trial_runs(server.uri, "outage")
+    mirrored_before = sum(1 for statuses in before.values() if "FINISHED" in statuses)
+    assert 2 <= mirrored_before < TRIALS   # those mirrored before the stop, not the rest
+    began = time.monotonic()
+    assert main(["sync-mlflow", "outage.yaml", *uri]) == 0
+    sync_seconds = time.monotonic() - began
+    out = capsys.readouterr().out
+    children, parents = trial_runs(server.uri, "outage")
+    assert sorted(children) == sorted(trials["trial_id"])
+    assert all(statuses == ["FINISHED"] for statuses in children.values()), children
+    assert "RUNNING" not in parents   # the outage run's parent is closed (KILLED), not left running
+    rebuilt = int(out.split(" MLflow runs rebuilt")[0].rsplit(" ", 1)[1])
+    assert rebuilt == TRIALS - mirrored_before   # the trials that ended while the server was down
+    # Idempotent: nothing more to do, and the steady sweep's runs were not touched.
+    assert main(["sync-mlflow", "outage.yaml", *uri]) == 0
+    assert "0 MLflow runs rebuilt, 0 stale runs deleted" in capsys.readouterr().out
+    children, _ = trial_runs(server.uri, "steady")
+    assert len(children) == TRIALS and all(statuses == ["FINISHED"] for statuses in children.values())
+    print(f"\nFIGURES steady={steady_seconds:.1f}s outage={outage_seconds:.1f}s stopped_after={stopped['done']} "
+          f"mirrored_before={mirrored_before} before={sorted(map(tuple, before.values()))} rebuilt={rebuilt} restart={restart_seconds:.1f}s sync={sync_seconds:.1f}s", file=sys.__stdout__)
+
+
+def test_a_delivery_cut_off_part_way_is_handed_again_without_duplicate_runs_or_lost_points(tmp_path, monkeypatch):
+    """The server goes away in the middle of a call (some trials' runs written, not the rest): the
+    mirror hands the whole call again, and the sink does only what is left."""
+    from mlflow.tracking import MlflowClient
+
+    from banditsweep.workers import sinks
+    from banditsweep.workers.mlflow_sink import MLflowSink
+    from banditsweep.workers.record import FINISHED, TrialRecord
+    from banditsweep.workers.sinks import Mirror, SinkContext
+
+    monkeypatch.setattr(sinks, "MAX_RETRY_DELAY", 0.05)
+    uri = f"sqlite:///{tmp_path}/cut.db"
+    sink = MLflowSink(SinkContext("cut", str(tmp_path / "results"), uri))
+    real = sink.client
+
+    class CutOff:
+        """The real client, failing its `fail_at`-th store call (counted from when it is armed)."""
+
+        calls, fail_at = 0, None
+
+        def __getattr__(self, name):
+            method = getattr(real, name)
+
+            def call(*arguments, **keywords):
+                CutOff.calls += 1
+                if CutOff.calls == CutOff.fail_at:
+                    raise ConnectionError("connection refused")
+                return method(*arguments, **keywords)
+            return call
+
+    sink.client = CutOff()
+    records = [TrialRecord(trial_id=f"{i:020d}", sweep="cut", algorithm="random", label="random", environment="env",
+                           seed=i, horizon=4, params={}, environment_config={}, log_every=2, status=FINISHED,
+                           attempts=1, final_regret=3.0 + i) for i in range(6)]
+    mirror = Mirror([sink], interval=0.02)
+    mirror.started(records[:2])                       # two long trials stream their first points
+    time.sleep(0.2)
+    mirror.progress(records[0].trial_id, [(2, 1.0)])
+    time.sleep(0.2)
+    # Ending six trials takes 3 calls each for the four not started, 3 for each started one; the
+    # 9th call (the second not-started trial's log_batch) fails, after two trials' runs are closed.
+    CutOff.calls, CutOff.fail_at = 0, 9
+    mirror.ended([(r, [(2, 1.0 + r.seed), (4, 3.0 + r.seed)]) for r in records])
+    deadline = time.monotonic() + 20
+    while not mirror.status.notes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    status = mirror.close("FINISHED", {}, timeout=20)
+    assert CutOff.calls > 9 and "MLflowSink reachable again: caught up" in status.notes
+    assert sum("MLflowSink failed" in e for e in status.errors) == 1 and status.pending == 0
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("cut").experiment_id
+    runs = client.search_runs([experiment], "tags.kind = 'trial'")
+    by_trial = {}
+    for run in runs:
+        by_trial.setdefault(run.data.tags["trial_id"], []).append(run)
+    assert sorted(by_trial) == [r.trial_id for r in records]
+    for record in records:
+        (run,) = by_trial[record.trial_id]   # one run each, however often the call was handed
+        assert run.info.status == "FINISHED" and run.data.metrics["final_regret"] == 3.0 + record.seed
+        assert run.data.params["seed"] == str(record.seed)
+        history = client.get_metric_history(run.info.run_id, "cum_regret")
+        assert [(m.step, m.value) for m in history] == [(2, 1.0 + record.seed), (4, 3.0 + record.seed)]
+
+
+@pytest.mark.slow  # two `run` processes, each with a Ray of its own: about 25 s
+def test_two_results_folders_running_at_once_on_one_sqlite_store_keep_to_their_own_runs(tmp_path, plugins):
+    """Two `banditsweep run` processes, the same sweep into two results folders, started together
+    on one new SQLite MLflow store: no trial fails for the other's sake, and MLflow ends with one
+    FINISHED child run per trial and store (each tagged with its store), one parent run each."""
+    from banditsweep.workers.mlflow_sink import search_all
+    from banditsweep.workers.sinks import store_id
+
+    spec = {"sweep": "shared", **SPEC, "horizon": 40, "seeds": 12,
+            "algorithms": [{"name": "slow_random", "grid": {"pause": [0.003]}, "label": "slow_a"},
+                           {"name": "slow_random", "grid": {"pause": [0.0031]}, "label": "slow_b"}]}
+    (tmp_path / "shared.yaml").write_text(yaml.safe_dump(spec))
+    uri = f"sqlite:///{tmp_path}/shared.db"
+    began = time.monotonic()
+    runs = {folder: subprocess.Popen(
+        [sys.executable, "-m", "banditsweep", "run", "shared.yaml", "--results", folder, "--mlflow-uri", uri,
+         "--no-progress", "--max-workers", "1"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        for folder in ("a", "b")}
+    outputs = {}
+    try:
+        for folder, process in runs.items():
+            outputs[folder] = process.communicate(timeout=300)[0]
+    finally:
+        for process in runs.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
+    seconds = time.monotonic() - began
+    for folder, process in runs.items():
+        assert process.returncode == 0, outputs[folder]
+        assert "24 finished, 0 failed" in outputs[folder], outputs[folder]
+        trials = pd.read_parquet(tmp_path / folder / "shared" / "trials")
+        assert len(trials) == 24 and (trials["status"] == "finished").all() and trials["trial_id"].is_unique
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("shared").experiment_id
+    ids = {store_id(str(tmp_path / folder), "shared"): folder for folder in runs}
+    trial_ids = sorted(pd.read_parquet(tmp_path / "a" / "shared" / "trials")["trial_id"])
+    children: dict[tuple[str, str], list[str]] = {}
+    for run in search_all(client, experiment, "tags.kind = 'trial'"):
+        children.setdefault((ids[run.data.tags["store"]], run.data.tags["trial_id"]), []).append(run.info.status)
+    assert sorted(children) == sorted((folder, t) for folder in runs for t in trial_ids)
+    assert all(statuses == ["FINISHED"] for statuses in children.values()), children
+    parents = {ids[run.data.tags["store"]]: run.info.status
+               for run in search_all(client, experiment, "tags.kind = 'sweep'")}
+    assert parents == {"a": "FINISHED", "b": "FINISHED"}
+    print(f"\nFIGURES concurrent two runs: {seconds:.1f}s", file=sys.__stdout__)
+
+
+def _open_a_sink(uri: str, folder: str, start: float) -> str:
+    from banditsweep.workers.sinks import SinkContext, open_sinks
+
+    time.sleep(max(0.0, start - time.time()))   # all at once
+    context = SinkContext("race", folder, uri)
+    sinks, _, errors = open_sinks(["mlflow"], context, {}, [])
+    return errors[0] if errors else sinks[0].experiment_id
+
+
+def test_runs_opening_one_new_sqlite_store_at_once_all_get_their_sink(tmp_path):
+    """Three runs (processes) open their MLflow sink on one new SQLite store in the same instant:
+    MLflow creates the store's tables once, the experiment once, and every run keeps its sink."""
+    import multiprocessing
+
+    uri = f"sqlite:///{tmp_path}/race.db"
+    start = time.time() + 3.0
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        answers = pool.starmap(_open_a_sink, [(uri, str(tmp_path / f"r{i}"), start) for i in range(3)])
+    assert len(set(answers)) == 1 and answers[0].isdigit(), answers   # one experiment, no error
