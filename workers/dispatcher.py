@@ -115,6 +115,20 @@ def _keep_local_ray_on_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+def _use_the_token_if_there_is_one() -> None:
+    """Connect with Ray's token when one is at hand (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or
+    ``~/.ray/auth_token``) and ``RAY_AUTH_MODE`` does not say otherwise, as ``ray start`` does: a
+    cluster started with token authentication (Ray's default) refuses a driver without it, also on
+    its own head. Ray offers this only through a private module, hence the guard."""
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available)
+    except ImportError:
+        return
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
 def _check_reachable(address: str, timeout: float = 5.0) -> str | None:
     """A ``host:port`` address must accept a connection within ``timeout`` seconds: Ray itself keeps
     retrying an address that does not answer for minutes. Returns the host (None for addresses
@@ -179,6 +193,7 @@ class RayConnection:
             host = _check_reachable(self.address)
             if host in ("127.0.0.1", "localhost"):
                 _keep_local_ray_on_loopback()   # else Ray rewrites 127.0.0.1 to the machine's address
+            _use_the_token_if_there_is_one()
             ray.init(address=self.address, runtime_env=runtime_env, log_to_driver=False,
                      logging_level=logging.WARNING)
         else:
