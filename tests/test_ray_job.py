@@ -4,7 +4,7 @@ documented results root, and the code that runs is the submitted tree, not the i
 
 The head has a HOME of its own (its ~/.ray/auth_token and ~/banditsweep-results); the submitting
 user has another, without a token file: the token reaches `ray job submit` the way README.md says,
-`RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$(... ray get-auth-token ...)"`.
+`RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=<the head's ~/.ray/auth_token, copied>`.
 """
 
 from __future__ import annotations
@@ -38,11 +38,10 @@ def head():
 
 def user_env(head: LocalHead, home: Path) -> dict[str, str]:
     """The submitting user's shell: a HOME without a Ray token, and the two variables README.md
-    exports, the token read on the head with `ray get-auth-token` (`ray exec cluster.yaml ...`)."""
-    token = head.run(ray_command(), "get-auth-token")
-    assert token.returncode == 0, token.stderr
+    exports, the token in a file copied off the head (`ray rsync-down cluster.yaml '~/.ray/auth_token'`)."""
     home.mkdir(exist_ok=True)
-    return {**head.env, "HOME": str(home), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token.stdout.strip()}
+    shutil.copy(head.home / ".ray" / "auth_token", home / "cluster-token")
+    return {**head.env, "HOME": str(home), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(home / "cluster-token")}
 
 
 def submit(head: LocalHead, cwd: Path, env: dict, *command: str) -> subprocess.CompletedProcess:
@@ -61,8 +60,8 @@ def trial_runs(db: Path, sweep: str) -> int:
 
 
 def test_submit_needs_the_token(head, tmp_path):
-    env = {**user_env(head, tmp_path / "user"), "RAY_AUTH_MODE": "", "RAY_AUTH_TOKEN": ""}
-    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
+    env = user_env(head, tmp_path / "user")
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"):
         env.pop(name)
     refused = submit(head, tmp_path, env, "true")
     assert refused.returncode != 0 and "Missing authentication token" in refused.stdout + refused.stderr
