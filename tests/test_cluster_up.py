@@ -88,6 +88,7 @@ class HeadMachine:
         self.key = self.base / "ssh" / "id_ed25519"
         self.process: subprocess.Popen | None = None
         self.init_pid = 0
+        self.cluster_name = f"banditsweep-test-{os.getpid()}-{self.base.name[-6:]}"
 
     # ---- preparation (this machine's network: wheels are downloaded here) ----------------------
 
@@ -155,11 +156,11 @@ class HeadMachine:
         return ["-i", str(self.key), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                 "-o", "BatchMode=yes", "-o", "LogLevel=ERROR"]
 
-    def inside(self, *args, timeout=900, **kwargs) -> subprocess.CompletedProcess:
+    def inside(self, *args, timeout=900, env_extra=None, **kwargs) -> subprocess.CompletedProcess:
         """A command of the user running `ray up`, in the head's network (it has 127.0.0.1 there)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "BANDITSWEEP_", "MLFLOW_"))}
         env.update({"HOME": str(self.client), "RAY_TMPDIR": str(self.client), "RAY_USAGE_STATS_ENABLED": "0",
-                    "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+                    "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **(env_extra or {})})
         return run("nsenter", f"--target={self.init_pid}", "--net", "--", *args, timeout=timeout,
                    env=env, **kwargs)
 
@@ -194,6 +195,13 @@ class HeadMachine:
     def cleanup(self) -> None:
         self.stop()
         shutil.rmtree(self.base, ignore_errors=True)
+        if self.cluster_name:   # the folder of the SSH connection sockets `ray up` made for this cluster
+            import getpass
+            import hashlib
+
+            user, cluster = (hashlib.sha256(name.encode()).hexdigest()[:10]
+                             for name in (getpass.getuser(), self.cluster_name))
+            shutil.rmtree(f"/tmp/ray_ssh_{user}/{cluster}", ignore_errors=True)
 
 
 @pytest.fixture
@@ -225,7 +233,7 @@ def test_ray_up_submit_and_down_on_this_machine(head_machine, tmp_path):
     machine = head_machine
     # The user's copy of cluster-local.yaml: the fields its header says to change, nothing else.
     config = yaml.safe_load((REPO / "cluster-local.yaml").read_text())
-    config["cluster_name"] = f"banditsweep-test-{os.getpid()}"
+    config["cluster_name"] = machine.cluster_name
     config["provider"].update(head_ip="127.0.0.1", worker_ips=[])
     config["auth"] = {"ssh_user": "root", "ssh_private_key": str(machine.key)}
     copy = tmp_path / "cluster-local.yaml"
@@ -268,6 +276,18 @@ def test_ray_up_submit_and_down_on_this_machine(head_machine, tmp_path):
     # The driver joined the cluster's Ray (--address auto), not an embedded one: its trials ran on
     # the head node the launcher started.
     assert table["node_id"].nunique() == 1
+
+    # README.md's Ray job, from "your machine" (in the head's network, its dashboard is on 127.0.0.1:8265
+    # without `ray dashboard`), with the token file: the uploaded tree runs and writes to the head's
+    # results root. Its own sweep name, else every trial is already finished.
+    job = machine.inside(str(BIN / "ray"), "job", "submit", "--address", "http://127.0.0.1:8265", "--working-dir",
+                         ".", "--", "banditsweep", "run", "sweeps/quickstart.yaml", "--mlflow-uri",
+                         "http://127.0.0.1:5000", "--set", "sweep=quickstart_job", cwd=REPO,
+                         env_extra={"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(tmp_path / "cluster-token")})
+    assert job.returncode == 0, job.stdout[-4000:] + job.stderr[-3000:]
+    assert "42 finished, 0 failed" in job.stdout
+    assert len(pd.read_parquet(machine.home / "banditsweep-results" / "quickstart_job" / "trials")) == 42
+    assert finished_trial_runs(db, "quickstart_job") == 42
 
     down = machine.inside(str(BIN / "ray"), "down", "-y", str(copy), cwd=REPO)
     assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
