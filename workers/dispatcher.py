@@ -189,6 +189,16 @@ class RayConnection:
         if ray.is_initialized():
             return self
         runtime_env = {**({"env_vars": self.env_vars} if self.env_vars else {}), **submitted_code()} or None
+        try:
+            self._init(runtime_env)
+        finally:
+            for package in (runtime_env or {}).get("py_modules", []):   # uploaded by ray.init: the links go
+                shutil.rmtree(os.path.dirname(package), ignore_errors=True)
+        self.started = True
+        stop_cleanly_on_sigterm()  # ray.init installs a SIGTERM handler that aborts the driver
+        return self
+
+    def _init(self, runtime_env: dict | None) -> None:
         if self.address:
             host = _check_reachable(self.address)
             if host in ("127.0.0.1", "localhost"):
@@ -204,11 +214,6 @@ class RayConnection:
             logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False, runtime_env=runtime_env,
                      log_to_driver=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
-        for link in (runtime_env or {}).get("py_modules", []):   # uploaded by ray.init: the link goes
-            shutil.rmtree(os.path.dirname(link), ignore_errors=True)
-        self.started = True
-        stop_cleanly_on_sigterm()  # ray.init installs a SIGTERM handler that aborts the driver
-        return self
 
     def __exit__(self, *exc) -> None:
         if self.started:
