@@ -18,7 +18,6 @@ import time
 import pandas as pd
 import pytest
 import yaml
-
 from local_ray import LocalHead
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]

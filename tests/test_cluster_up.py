@@ -31,7 +31,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from local_ray import end_session
 
 REPO = Path(__file__).resolve().parents[1]

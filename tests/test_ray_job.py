@@ -10,7 +10,6 @@ user has another, without a token file: the token reaches `ray job submit` the w
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
@@ -19,7 +18,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from local_ray import LocalHead, ray_command
 
 REPO = Path(__file__).resolve().parents[1]
