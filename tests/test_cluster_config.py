@@ -64,3 +64,25 @@ def test_broken_copies_are_rejected(config, break_it, error, message):
     break_it(broken)
     with pytest.raises(error, match=message):
         launcher_check(broken)
+
+
+CLUSTER_LOCAL_YAML = CLUSTER_YAML.parent / "cluster-local.yaml"
+
+
+def test_cluster_local_yaml_passes_ray_validation_and_shares_the_commands(config):
+    local = yaml.safe_load(CLUSTER_LOCAL_YAML.read_text())
+    prepared = launcher_check(local)
+    assert prepared["provider"]["type"] == "local" and prepared["file_mounts"] == {"~/banditsweep": "."}
+    for commands in ("setup_commands", "head_start_ray_commands", "worker_start_ray_commands"):
+        assert local[commands] == config[commands], commands
+    # The head's setup is cluster.yaml's but for boto3 (the AWS autoscaler's client).
+    assert local["head_setup_commands"] == [c for c in config["head_setup_commands"] if "boto3" not in c]
+    assert local["cluster_synced_files"] == config["cluster_synced_files"]
+
+
+def test_no_command_ends_every_ray_on_a_machine(config):
+    """`ray stop` ends every Ray process of the machine; the start commands end only their own."""
+    for commands in ("setup_commands", "head_setup_commands", "head_start_ray_commands", "worker_start_ray_commands"):
+        assert not [c for c in config[commands] if "ray stop" in c], commands
+    start = "\n".join(config["head_start_ray_commands"])
+    assert "setsid ray start --head --block" in start and "kill -- -$g" in start

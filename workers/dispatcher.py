@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -121,6 +122,20 @@ def _keep_local_ray_on_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+def _use_the_token_if_there_is_one() -> None:
+    """Connect with Ray's token when one is at hand (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or
+    ``~/.ray/auth_token``) and ``RAY_AUTH_MODE`` does not say otherwise, as ``ray start`` does: a
+    cluster started with token authentication (Ray's default) refuses a driver without it, also on
+    its own head. Ray offers this only through a private module, hence the guard."""
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available)
+    except ImportError:
+        return
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
 def _check_reachable(address: str, timeout: float = 5.0) -> str | None:
     """A ``host:port`` address must accept a connection within ``timeout`` seconds: Ray itself keeps
     retrying an address that does not answer for minutes. Returns the host (None for addresses
@@ -138,6 +153,32 @@ def _check_reachable(address: str, timeout: float = 5.0) -> str | None:
     return host
 
 
+# What of a checkout is the installed package (pyproject.toml's package-dir): what workers import.
+PACKAGE_ENTRIES = ("__init__.py", "__main__.py", "core", "workers", "sweeps")
+
+
+def submitted_code() -> dict[str, Any]:
+    """The runtime env that gives a Ray job's workers the code the job was submitted with: the
+    package of the submitted checkout (``banditsweep.SUBMITTED_TREE``) as ``py_modules``, a folder
+    named ``banditsweep`` that Ray puts before the installed package. {} outside such a job.
+
+    The folder holds links to the package's entries only: Ray names an upload by its content, and
+    the whole checkout is already uploaded as the job's working_dir (unpacked without a folder of
+    its own name, so it could not serve as the module)."""
+    import tempfile
+
+    import banditsweep
+
+    if not banditsweep.SUBMITTED_TREE:
+        return {}
+    package = os.path.join(tempfile.mkdtemp(prefix="banditsweep-submitted-"), "banditsweep")
+    os.mkdir(package)
+    for entry in PACKAGE_ENTRIES:
+        if os.path.exists(os.path.join(banditsweep.SUBMITTED_TREE, entry)):
+            os.symlink(os.path.join(banditsweep.SUBMITTED_TREE, entry), os.path.join(package, entry))
+    return {"py_modules": [package]}
+
+
 class RayConnection:
     """``ray.init`` to ``address`` (or ``RAY_ADDRESS``), or an embedded local Ray on loopback.
 
@@ -152,13 +193,24 @@ class RayConnection:
 
     def __enter__(self) -> "RayConnection":
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        runtime_env = {"env_vars": self.env_vars} if self.env_vars else None
         if ray.is_initialized():
             return self
+        runtime_env = {**({"env_vars": self.env_vars} if self.env_vars else {}), **submitted_code()} or None
+        try:
+            self._init(runtime_env)
+        finally:
+            for package in (runtime_env or {}).get("py_modules", []):   # uploaded by ray.init: the links go
+                shutil.rmtree(os.path.dirname(package), ignore_errors=True)
+        self.started = True
+        stop_cleanly_on_sigterm()  # ray.init installs a SIGTERM handler that aborts the driver
+        return self
+
+    def _init(self, runtime_env: dict | None) -> None:
         if self.address:
             host = _check_reachable(self.address)
             if host in ("127.0.0.1", "localhost"):
                 _keep_local_ray_on_loopback()   # else Ray rewrites 127.0.0.1 to the machine's address
+            _use_the_token_if_there_is_one()
             ray.init(address=self.address, runtime_env=runtime_env, log_to_driver=False,
                      logging_level=logging.WARNING)
         else:
@@ -169,9 +221,6 @@ class RayConnection:
             logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False, runtime_env=runtime_env,
                      log_to_driver=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
-        self.started = True
-        stop_cleanly_on_sigterm()  # ray.init installs a SIGTERM handler that aborts the driver
-        return self
 
     def __exit__(self, *exc) -> None:
         if self.started:
