@@ -72,6 +72,7 @@ def main() -> None:
     parser.add_argument("--join-after", type=float, default=4.0, help="seconds into the sweep the 2nd and 3rd node join")
     args = parser.parse_args()
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="bs-ray-")   # short: Ray's socket paths must fit
+    os.environ["RAY_AUTH_MODE"] = "disabled"   # Cluster's nodes run without tokens: so does the driver
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"            # keep the nodes on 127.0.0.1
     # The nodes' workers import the plugin: they inherit this process's environment.

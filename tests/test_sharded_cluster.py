@@ -90,6 +90,10 @@ def three_node_cluster():
     private = tempfile.mkdtemp(prefix="bs-ray-")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RAY_TMPDIR", private)
+        # ray.cluster_utils.Cluster starts its nodes without token authentication, while a driver that finds
+        # a token at hand (~/.ray/auth_token) turns it on, and the two cannot talk (the driver's actors are
+        # cancelled): these private loopback clusters run without tokens on both sides.
+        patch.setenv("RAY_AUTH_MODE", "disabled")
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
         workers = [cluster.add_node(num_cpus=1) for _ in range(3)]
         cluster.wait_for_nodes()
