@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -170,3 +171,13 @@ class LocalHead:
     def cleanup(self) -> None:
         self.stop()
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def finished_trial_runs(db: Path, sweep: str) -> int:
+    """FINISHED, active trial runs of a sweep's experiment in an MLflow SQLite store (read-only)."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as connection:
+        return connection.execute(
+            "SELECT COUNT(*) FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid "
+            "JOIN experiments ON experiments.experiment_id = runs.experiment_id "
+            "WHERE experiments.name = ? AND tags.key = 'kind' AND tags.value = 'trial' "
+            "AND runs.status = 'FINISHED' AND runs.lifecycle_stage = 'active'", (sweep,)).fetchone()[0]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from local_ray import end_session
+from local_ray import end_session, finished_trial_runs
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -217,15 +216,6 @@ def head_machine():
         yield machine
     finally:
         machine.cleanup()
-
-
-def finished_trial_runs(db: Path, sweep: str) -> int:
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as connection:
-        return connection.execute(
-            "SELECT COUNT(*) FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid "
-            "JOIN experiments ON experiments.experiment_id = runs.experiment_id "
-            "WHERE experiments.name = ? AND tags.key = 'kind' AND tags.value = 'trial' "
-            "AND runs.status = 'FINISHED' AND runs.lifecycle_stage = 'active'", (sweep,)).fetchone()[0]
 
 
 def test_ray_up_submit_and_down_on_this_machine(head_machine, tmp_path):

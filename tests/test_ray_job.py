@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from local_ray import LocalHead, ray_command
+from local_ray import LocalHead, finished_trial_runs, ray_command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,15 +47,6 @@ def submit(head: LocalHead, cwd: Path, env: dict, *command: str) -> subprocess.C
                           start_new_session=True)
 
 
-def trial_runs(db: Path, sweep: str) -> int:
-    with sqlite3.connect(db) as connection:
-        return connection.execute(
-            "SELECT COUNT(*) FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid "
-            "JOIN experiments ON experiments.experiment_id = runs.experiment_id "
-            "WHERE experiments.name = ? AND tags.key = 'kind' AND tags.value = 'trial' "
-            "AND runs.status = 'FINISHED' AND runs.lifecycle_stage = 'active'", (sweep,)).fetchone()[0]
-
-
 def test_submit_needs_the_token(head, tmp_path):
     env = user_env(head, tmp_path / "user")
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"):
@@ -77,7 +67,7 @@ def test_quickstart_as_a_ray_job_writes_to_the_heads_results_root(head, tmp_path
     assert trials["trial_id"].nunique() == 42 and set(trials["node"]) == {"127.0.0.1"}
     curves = pd.read_parquet(root / "quickstart" / "curves")
     assert len(curves) == 42 * 2000
-    assert trial_runs(root / "mlflow.db", "quickstart") == 42
+    assert finished_trial_runs(root / "mlflow.db", "quickstart") == 42
     # Nothing was written into Ray's copy of the submitted folder.
     copies = list((head.temp_dir / "session_latest" / "runtime_resources").glob("working_dir_files/*"))
     assert copies and not [p for copy in copies for p in copy.rglob("*") if p.name in ("results", "mlflow.db")]
