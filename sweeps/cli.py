@@ -559,7 +559,10 @@ def cmd_ui(args) -> int:
 def _experiment_id(tracking_uri: str, sweep: str) -> str | None:
     from mlflow.tracking import MlflowClient
 
-    experiment = MlflowClient(tracking_uri).get_experiment_by_name(sweep)
+    from banditsweep.workers.mlflow_sink import store_setup_lock
+
+    with store_setup_lock(tracking_uri):   # a new SQLite store gets its tables when the client opens it
+        experiment = MlflowClient(tracking_uri).get_experiment_by_name(sweep)
     return experiment.experiment_id if experiment is not None else None
 
 

@@ -418,10 +418,11 @@ def log_report_to_mlflow(tracking_uri: str, store: SweepStore, directory: Path) 
     results folder of the same sweep); returns its id (None if there is none)."""
     from mlflow.tracking import MlflowClient
 
-    from banditsweep.workers.mlflow_sink import latest_parent_run
+    from banditsweep.workers.mlflow_sink import latest_parent_run, store_setup_lock
     from banditsweep.workers.sinks import store_id
 
-    client = MlflowClient(tracking_uri)
+    with store_setup_lock(tracking_uri):   # a new SQLite store gets its tables when the client opens it
+        client = MlflowClient(tracking_uri)
     experiment = client.get_experiment_by_name(store.root.name)
     if experiment is None:
         return None

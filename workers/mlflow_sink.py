@@ -82,10 +82,11 @@ def store_setup_lock(tracking_uri: str):
     tables (MLflow's migrations), and two doing that at once fail ("Online migration expected to
     match one row"). An OS lock (flock) on the database file itself, so it ends with the process;
     SQLite's own locks are of another kind and do not interact with it."""
-    if not tracking_uri.startswith("sqlite:///"):
-        yield
+    path = tracking_uri[len("sqlite:///"):] if tracking_uri.startswith("sqlite:///") else None
+    if path is None or not os.path.isdir(os.path.dirname(path) or "."):
+        yield   # not a local SQLite file, or one MLflow will refuse anyway (with its own error)
         return
-    with open(tracking_uri[len("sqlite:///"):], "ab") as handle:
+    with open(path, "ab") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -178,8 +179,10 @@ def final_params(record: TrialRecord) -> dict[str, Any]:
 class MLflowSink:
     def __init__(self, context: SinkContext):
         self.context = context
-        self.client = MlflowClient(context.tracking_uri)
+        # MlflowClient opens the store when it is built, and that is when a new SQLite store gets its
+        # tables: inside the lock, like the experiment.
         with store_setup_lock(context.tracking_uri):
+            self.client = MlflowClient(context.tracking_uri)
             self.experiment_id = get_experiment_id(self.client, context.sweep, context.tracking_uri)
         self._parent_run_id: str | None = None
         self.open_runs: dict[str, str] = {}       # trial id -> run of its current attempt
