@@ -40,8 +40,8 @@ import numpy as np
 from scipy import linalg
 
 from banditsweep.core import domains, seeding
-from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Problem
-from banditsweep.core.environments.adversarial_kernel import candidate_functions, grid_slice, table_columns
+from banditsweep.core.environments.adversarial_kernel import (RegretTally, candidate_functions, grid_slice,
+                                                              kernel_problem, table_columns)
 from banditsweep.core.exp3 import REFRESH
 from banditsweep.core.kernels import Kernel
 from banditsweep.core.nystrom import leverage_scores
@@ -76,12 +76,7 @@ def domain_shape(spec: TrialSpec) -> tuple[int, int]:
     return domains.size(config.setting, config.domain, spec.horizon)
 
 
-def _problem(spec: TrialSpec, kernel: Kernel, n: int, dim: int, norm_bound: float) -> Problem:
-    return Problem(num_arms=n, dim=dim, horizon=spec.horizon, interaction=ADVERSARIAL_DOMAIN, kernel=kernel,
-                   norm_bound=norm_bound)
-
-
-def _schedule(spec: TrialSpec, problem: Problem):
+def _schedule(spec: TrialSpec, problem):
     from banditsweep.core.algorithms.kernel_exp3 import RLS_BETA_FACTOR, Exp3Schedule
 
     return Exp3Schedule(resolve_algorithm(spec.algorithm, spec.params), problem, beta_factor=RLS_BETA_FACTOR)
@@ -129,6 +124,7 @@ class KernelShard:
         self.scores = np.zeros(0)                         # the sampler's current level: scores
         self.level_index = np.zeros(0, dtype=np.int64)    # ... and its points (local indices)
         self.embedding = np.zeros((size, 0))
+        self.halving_key, self.halving = None, np.zeros(0)   # the round's halving draw (see _level_uniforms)
 
     # ---- environment (SPEC 2.3) ------------------------------------------------------------------
 
@@ -194,7 +190,7 @@ class KernelShard:
     def design_information(self) -> np.ndarray:
         """sum_x pi(x) N(x) N(x)^T on the slice, as exact fixed-point words (|entries| <= max k(x, x))."""
         features, design = self.factors, self.design
-        return block_sums(None, self.blocks,
+        return block_sums(self.blocks,
                           lambda a, b: features[a:b].T @ (design[a:b, None] * features[a:b]),
                           self.diagonal_bound)
 
@@ -265,21 +261,30 @@ class KernelShard:
 
     # ---- RLS-Kernelized Exp3 (SPEC 3.3, 3.4) -----------------------------------------------------
 
+    def _level_uniforms(self, key: int) -> np.ndarray:
+        """The slice's uniform numbers of the round's halving draw, drawn once per round."""
+        if self.halving_key != key:
+            self.halving_key, self.halving = key, keyed_uniforms(key, self.start, self.stop)
+        return self.halving
+
     def level_counts(self, key: int) -> np.ndarray:
-        """How many points of the slice lie in each level l = 0..62 (u_i < 2^-l)."""
-        u = keyed_uniforms(key, self.start, self.stop)
-        return np.array([np.count_nonzero(u < 2.0 ** -level) for level in range(MAX_LEVELS)], dtype=np.int64)
+        """How many points of the slice lie in each level l = 0..62 (u_i < 2^-l), in one pass: with
+        u = m 2^e (m in [1/2, 1), exactly, by frexp), u < 2^-l holds for l = 0..-e."""
+        u = self._level_uniforms(key)
+        _, exponent = np.frexp(u)
+        deepest = np.where(u > 0, np.clip(-exponent, 0, MAX_LEVELS - 1), MAX_LEVELS - 1)
+        return np.cumsum(np.bincount(deepest, minlength=MAX_LEVELS)[::-1])[::-1].astype(np.int64)
 
     def level_members(self, key: int, level: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The slice's points of a level: global indices, coordinates, P_t values."""
-        local = np.flatnonzero(keyed_uniforms(key, self.start, self.stop) < 2.0 ** -level)
+        local = np.flatnonzero(self._level_uniforms(key) < 2.0 ** -level)
         return self.start + local, self.points[local], self.probabilities[local]
 
     def level_scores(self, key: int, level: int, landmark_points: np.ndarray, landmark_roots: np.ndarray,
                      landmark_block: np.ndarray, weights: np.ndarray, lam: float) -> tuple[float, float, int]:
         """Ridge leverage scores l~_i of the level's points on the slice against the weighted landmarks
         (core.nystrom.leverage_scores, on the P_t-weighted kernel); (their sum, the largest, its index)."""
-        self.level_index = np.flatnonzero(keyed_uniforms(key, self.start, self.stop) < 2.0 ** -level)
+        self.level_index = np.flatnonzero(self._level_uniforms(key) < 2.0 ** -level)
         roots = np.sqrt(self.probabilities[self.level_index])
         diagonal = self.probabilities[self.level_index] * self.diagonal[self.level_index]
         if len(landmark_points):
@@ -375,9 +380,7 @@ class ShardedKernelTrial:
         self.next_round = 1
         self.resumed_from: int | None = None
         self.shift = 0.0
-        self.cumulative_reward = 0.0
-        self.cumulative_expected_reward = 0.0
-        self.cumulative_regret = 0.0
+        self.tally = RegretTally()
         self.choices = np.zeros(config.candidates, dtype=np.int64)
         self.landmark_counts: list[int] = []
         self.effective_dimensions: list[float] = []
@@ -443,7 +446,7 @@ class ShardedKernelTrial:
         if algorithm == "random":
             self.dots = np.sum(np.stack(self.group.map("uniform_dots")), axis=0)
             return
-        problem = _problem(self.spec, self.kernel, self.n, self.dim, self.norm_bound)
+        problem = kernel_problem(self.n, self.dim, self.horizon, self.kernel, self.norm_bound)
         if algorithm == "rls_kernel_exp3":
             self.schedule = _schedule(self.spec, problem)
             sequence, _ = self.pivots(self.schedule.design_length, self.params.lam, None)
@@ -602,17 +605,13 @@ class ShardedKernelTrial:
     def record(self, index: int, arm: int, chosen: int, reward: float, expected: float, best: float) -> None:
         """Both regret forms of SPEC 2.1, as AdversarialKernelBandit.step computes them."""
         self.choices[chosen] += 1
-        self.cumulative_reward += reward
-        self.cumulative_expected_reward += expected
-        regret = best - self.cumulative_reward
-        increment = regret - self.cumulative_regret
-        self.cumulative_regret = regret
+        increment, regret, expected_regret = self.tally.add(reward, expected, best)
         recorder = self.recorder
         recorder.arm[0, index] = arm
         recorder.reward[0, index] = reward
         recorder.regret[0, index] = increment
         recorder.cum_regret[0, index] = regret
-        for key, value in (("expected_regret", best - self.cumulative_expected_reward),
+        for key, value in (("expected_regret", expected_regret),
                            ("adversary_choice", float(chosen))):
             recorder.extras[0].setdefault(key, np.zeros(self.horizon))[index] = value
 

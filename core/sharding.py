@@ -111,7 +111,7 @@ def from_fixed(words: np.ndarray, bound: float) -> np.ndarray:
     return out.reshape(words.shape[:-1])
 
 
-def block_sums(values: np.ndarray, blocks: Sequence[tuple[int, int]], reduce, bound: float) -> np.ndarray:
+def block_sums(blocks: Sequence[tuple[int, int]], reduce, bound: float) -> np.ndarray:
     """sum over X of a quantity, exactly: ``reduce(a, b)`` gives the block [a, b)'s partial (float64,
     any shape), converted to fixed point and added as integers."""
     total = None
@@ -138,13 +138,6 @@ def rowwise_matmul(rows: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     out = np.zeros((rows.shape[0], matrix.shape[1]))
     for j in range(rows.shape[1]):
         out += rows[:, j, None] * matrix[j][None, :]
-    return out
-
-
-def rowwise_square_norm(rows: np.ndarray) -> np.ndarray:
-    out = np.zeros(rows.shape[0])
-    for j in range(rows.shape[1]):
-        out += rows[:, j] * rows[:, j]
     return out
 
 

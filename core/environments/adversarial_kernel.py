@@ -167,9 +167,52 @@ def candidate_table(kernel: Kernel, domain: np.ndarray, candidates: int, centers
     return table_columns(functions, kernel, domain, grid), functions.norms
 
 
-class AdversarialKernelBandit(Environment):
-    Config = AdversarialKernelConfig
+def kernel_problem(n: int, dim: int, horizon: int, kernel: Kernel, norm_bound: float) -> Problem:
+    """What a kernel-bandit policy knows before the first round: X's size and dimension, T, k and B."""
+    return Problem(num_arms=n, dim=dim, horizon=horizon, interaction=ADVERSARIAL_DOMAIN, kernel=kernel,
+                   norm_bound=norm_bound)
+
+
+class KernelDomainEnvironment(Environment):
+    """An environment on a finite domain X with a kernel (``self.domain``, ``self.kernel``): the arms
+    are the points of X, the same every round."""
+
     interaction = ADVERSARIAL_DOMAIN
+
+    @property
+    def problem(self) -> Problem:
+        n, d = self.domain.shape
+        return kernel_problem(n, d, self.horizon, self.kernel, self.config.norm_bound)
+
+    def contexts(self, t: int) -> np.ndarray:
+        return self.domain
+
+
+class RegretTally:
+    """Both regret forms of SPEC 2.1, round by round, from f_t(x_t), sum_x P_t(x) f_t(x) and
+    max_x S_t(x) (S_t = sum_{s<=t} f_s):
+
+        realised  R_t   = max_x S_t(x) - sum_{s<=t} f_s(x_s)
+        expected  R^E_t = max_x S_t(x) - sum_{s<=t} sum_x P_s(x) f_s(x)
+    """
+
+    def __init__(self):
+        self.reward = 0.0            # sum_s f_s(x_s)
+        self.expected_reward = 0.0   # sum_s sum_x P_s(x) f_s(x)
+        self.regret = 0.0            # R_t
+
+    def add(self, reward: float, expected_reward: float, best: float) -> tuple[float, float, float]:
+        """Round t's numbers in; (R_t - R_{t-1}, R_t, R^E_t) out (the increment can be negative)."""
+        self.reward += reward
+        self.expected_reward += expected_reward
+        regret = best - self.reward
+        increment = regret - self.regret
+        self.regret = regret
+        return increment, regret, best - self.expected_reward
+
+
+class AdversarialKernelBandit(KernelDomainEnvironment):
+    Config = AdversarialKernelConfig
     label_always = ("setting", "kernel")  # display name e.g. "adversarial_kernel:setting=1,kernel=se"
     round_extras = {
         "expected_regret": "R^E_t, the expected form of the regret (SPEC 2.1)",
@@ -185,19 +228,8 @@ class AdversarialKernelBandit(Environment):
                                                      grid_slice(config, horizon, 0, n))
         self.table_max = self.table.max(axis=1)
         self.cumulative_function = np.zeros(n)   # S_t(x)
-        self.cumulative_reward = 0.0             # sum_s f_s(x_s)
-        self.cumulative_expected_reward = 0.0    # sum_s sum_x P_s(x) f_s(x)
-        self.cumulative_regret = 0.0
+        self.tally = RegretTally()
         self.choices = np.zeros(config.candidates, dtype=np.int64)
-
-    @property
-    def problem(self) -> Problem:
-        n, d = self.domain.shape
-        return Problem(num_arms=n, dim=d, horizon=self.horizon, interaction=ADVERSARIAL_DOMAIN,
-                       kernel=self.kernel, norm_bound=self.config.norm_bound)
-
-    def contexts(self, t: int) -> np.ndarray:
-        return self.domain
 
     def adversary(self, probabilities: np.ndarray) -> int:
         """argmax_i (max_x f^(i)(x) - sum_x P_t(x) f^(i)(x)); np.argmax breaks ties to the smallest i."""
@@ -217,15 +249,10 @@ class AdversarialKernelBandit(Environment):
         function = self.table[chosen]
         reward = float(function[decision.arm])
         self.cumulative_function += function
-        self.cumulative_reward += reward
-        self.cumulative_expected_reward += float(function @ probabilities)
-        best = float(self.cumulative_function.max())
-        regret = best - self.cumulative_reward
-        increment = regret - self.cumulative_regret
-        self.cumulative_regret = regret
+        increment, regret, expected = self.tally.add(reward, float(function @ probabilities),
+                                                     float(self.cumulative_function.max()))
         return Feedback(reward=reward, regret=increment, cumulative_regret=regret,
-                        extras={"expected_regret": best - self.cumulative_expected_reward,
-                                "adversary_choice": float(chosen)})
+                        extras={"expected_regret": expected, "adversary_choice": float(chosen)})
 
     def diagnostics(self) -> dict[str, float]:
         return {

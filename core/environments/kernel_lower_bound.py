@@ -46,8 +46,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Decision, Environment, Feedback, Problem
-from banditsweep.core.environments.adversarial_kernel import KernelDomainConfig, domain_and_kernel
+from banditsweep.core.contracts import Decision, Feedback
+from banditsweep.core.environments.adversarial_kernel import (KernelDomainConfig, KernelDomainEnvironment,
+                                                              RegretTally, domain_and_kernel)
 from banditsweep.core.kernels import Kernel
 
 
@@ -84,9 +85,8 @@ def lower_bound_rate(kernel: Kernel, horizon: int, dim: int, norm_bound: float) 
     return variance ** (nu / (2 * nu + dim)) * t ** ((nu + dim) / (2 * nu + dim))
 
 
-class KernelLowerBound(Environment):
+class KernelLowerBound(KernelDomainEnvironment):
     Config = KernelLowerBoundConfig
-    interaction = ADVERSARIAL_DOMAIN
     label_always = ("setting", "kernel")  # e.g. "kernel_lower_bound:setting=1,kernel=se"
     round_extras = {
         "expected_regret": "R^E_t, the expected form of the regret (SPEC 2.1); NaN if the policy gives no P_t",
@@ -115,20 +115,9 @@ class KernelLowerBound(Environment):
         self.threshold = noise_threshold(horizon)
         self.coefficient = noise_coefficients(self.eta, config.norm_bound, horizon, config.noise == "clipped")
         self.cumulative_function = np.zeros(n)   # sum_s f_s(x)
-        self.cumulative_reward = 0.0
-        self.cumulative_expected_reward = 0.0
+        self.tally = RegretTally()
         self.cumulative_pseudo = 0.0
-        self.cumulative_regret = 0.0
         self.clipped_rounds = 0
-
-    @property
-    def problem(self) -> Problem:
-        n, d = self.domain.shape
-        return Problem(num_arms=n, dim=d, horizon=self.horizon, interaction=ADVERSARIAL_DOMAIN,
-                       kernel=self.kernel, norm_bound=self.config.norm_bound)
-
-    def contexts(self, t: int) -> np.ndarray:
-        return self.domain
 
     def reward_function(self, t: int) -> np.ndarray:
         """f_t on X (round t, 1-based)."""
@@ -140,21 +129,17 @@ class KernelLowerBound(Environment):
         self.clipped_rounds += clipped
         reward = float(function[decision.arm])
         self.cumulative_function += function
-        self.cumulative_reward += reward
         self.cumulative_pseudo += self.function_max - float(self.function[decision.arm])
-        best = float(self.cumulative_function.max())
-        regret = best - self.cumulative_reward
-        increment = regret - self.cumulative_regret
-        self.cumulative_regret = regret
-        if decision.probabilities is None:
-            expected = float("nan")
-        else:
+        expected_reward = 0.0
+        if decision.probabilities is not None:
             probabilities = np.asarray(decision.probabilities, dtype=np.float64)
             if probabilities.shape != (len(self.domain),):
                 raise ValueError(f"P_t must have one entry per domain point ({len(self.domain)}), "
                                  f"got shape {probabilities.shape}")
-            self.cumulative_expected_reward += float(function @ probabilities)
-            expected = best - self.cumulative_expected_reward
+            expected_reward = float(function @ probabilities)
+        increment, regret, expected = self.tally.add(reward, expected_reward, float(self.cumulative_function.max()))
+        if decision.probabilities is None:
+            expected = float("nan")
         return Feedback(reward=reward, regret=increment, cumulative_regret=regret,
                         extras={"expected_regret": expected, "pseudo_regret": self.cumulative_pseudo,
                                 "noise_coefficient": float(self.coefficient[t - 1]),
