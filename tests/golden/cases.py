@@ -60,6 +60,42 @@ CASES: dict[str, list[tuple[str, dict, dict, int, int]]] = {
 
 ARRAYS = ("arm", "reward", "regret", "cum_regret")
 
+# How each recorded quantity is compared. A value computed in floating point is compared relative to
+# its own scale (rtol 1e-9: another CPU's or thread count's last-bit rounding in BLAS, nothing more).
+# Counts and choices are exact. A residual that is zero up to rounding cannot be compared relatively:
+# it is compared absolutely, at a tolerance set by the magnitude of what it is the residual of.
+EXACT = {"arm", "extra.adversary_choice", "diag.D_T", "diag.design_support", "diag.design_iterations",
+         "diag.mvr_length", "diag.mvr_landmarks", "diag.mvr_distinct_points", "diag.s_t_min", "diag.s_t_max",
+         "diag.distinct_adversary_choices", "diag.dataset_rows", "diag.feature_dim", "diag.domain_size"}
+RESIDUALS = {
+    # P-greedy's largest remaining power sqrt(k(x, x) - sum_j v_j(x)^2) once the Newton basis spans the
+    # grid: sqrt of a rounding residual of k(x, x) = 1, so ~sqrt(eps) = 1.5e-8 and different on every
+    # CPU (2.11e-8 recorded, 2.33e-8 seen on an AMD EPYC). Any real change of the basis moves it by far
+    # more than 1e-6 (P-greedy stops at the tolerance log(n) / T, 0.13 here).
+    "diag.pgreedy_max_power": 1e-6,
+}
+RTOL = 1e-9
+
+
+def quantity(key: str) -> str:
+    """``case/index/name`` -> ``name``."""
+    return key.split("/", 2)[2]
+
+
+def assert_recorded(key: str, now: np.ndarray, before: np.ndarray) -> None:
+    """``now`` equals the recorded ``before`` at the tolerance that fits the quantity ``key`` names."""
+    name = quantity(key)
+    now, before = np.asarray(now), np.asarray(before)
+    if name in EXACT:
+        np.testing.assert_array_equal(now, before, err_msg=key)
+    elif name in RESIDUALS:
+        np.testing.assert_allclose(now, before, rtol=0, atol=RESIDUALS[name], err_msg=key)
+    else:
+        # Relative to the array's own magnitude, so that a zero entry of an array of O(1) values
+        # (a regret of 0 against one of 1e-17) is not compared relatively either.
+        scale = float(np.max(np.abs(before))) if before.size else 0.0
+        np.testing.assert_allclose(now, before, rtol=RTOL, atol=RTOL * max(scale, 1e-3), err_msg=key)
+
 
 def specs(case: str) -> list[TrialSpec]:
     return [TrialSpec.create(*trial) for trial in CASES[case]]
