@@ -33,7 +33,6 @@ with two choices that make the result independent of the number of shards (core.
 from __future__ import annotations
 
 import math
-import pickle
 import time
 from dataclasses import dataclass
 import numpy as np
@@ -45,6 +44,7 @@ from banditsweep.core.environments.adversarial_kernel import (RegretTally, candi
 from banditsweep.core.exp3 import REFRESH
 from banditsweep.core.kernels import Kernel
 from banditsweep.core.nystrom import leverage_scores
+from banditsweep.core.state_codec import StateFormatError, decode_state, encode_state
 from banditsweep.core.sharding import (ShardGroup, block_sums, blocks_in, derive_key, fixed_bound, from_fixed,
                                        global_argmax, keyed_uniforms, owner, rowwise_dot, rowwise_matmul)
 from banditsweep.core.trial import TrialRecorder, TrialResult, TrialSpec, resolve_algorithm, resolve_environment
@@ -335,12 +335,24 @@ class KernelShard:
     STATE = ("cumulative", "log_weights", "exploration", "factors")
 
     def state(self) -> bytes:
-        """What changes during the rounds (the table and the points are rebuilt from the seed)."""
-        return pickle.dumps({name: getattr(self, name) for name in self.STATE}, protocol=pickle.HIGHEST_PROTOCOL)
+        """What changes during the rounds (the table and the points are rebuilt from the seed), as
+        data (core.state_codec)."""
+        return encode_state({"trial_id": self.spec.trial_id, "range": [self.start, self.stop],
+                             **{name: getattr(self, name) for name in self.STATE}})
+
+    def check_state(self, state: bytes) -> dict:
+        """The stored state if it is this shard's; :class:`StateFormatError` otherwise."""
+        values = decode_state(state)
+        if not isinstance(values, dict) or set(values) != {"trial_id", "range", *self.STATE}:
+            raise StateFormatError("not the state of a shard")
+        if values["trial_id"] != self.spec.trial_id or values["range"] != [self.start, self.stop]:
+            raise StateFormatError(f"the state is of another trial or shard ({values['trial_id']}, {values['range']})")
+        return values
 
     def restore(self, state: bytes) -> None:
-        for name, value in pickle.loads(state).items():
-            setattr(self, name, value)
+        values = self.check_state(state)
+        for name in self.STATE:
+            setattr(self, name, values[name])
 
 
 @dataclass
@@ -407,7 +419,7 @@ class ShardedKernelTrial:
         """The coordinator's own state between two rounds (the shards keep theirs: KernelShard.state)."""
         group, self.group = self.group, None
         try:
-            return pickle.dumps(self.__dict__, protocol=pickle.HIGHEST_PROTOCOL)
+            return encode_state(self.__dict__)
         finally:
             self.group = group
 
@@ -416,10 +428,22 @@ class ShardedKernelTrial:
         return self.coordinator_state(), self.group.map("state")
 
     @classmethod
-    def restore(cls, state: bytes, group: ShardGroup) -> "ShardedKernelTrial":
+    def check_state(cls, state: bytes, spec: TrialSpec) -> dict:
+        """The coordinator's stored attributes if they are ``spec``'s; :class:`StateFormatError` otherwise."""
+        values = decode_state(state)
+        if not isinstance(values, dict) or not isinstance(values.get("spec"), TrialSpec):
+            raise StateFormatError("not the state of a sharded trial")
+        if values["spec"].trial_id != spec.trial_id:
+            raise StateFormatError(f"the state is of trial {values['spec'].trial_id}, not {spec.trial_id}")
+        if type(values.get("next_round")) is not int or not 1 <= values["next_round"] <= spec.horizon + 1:
+            raise StateFormatError(f"the state's next round {values.get('next_round')!r} is outside 1..{spec.horizon + 1}")
+        return values
+
+    @classmethod
+    def restore(cls, state: bytes, group: ShardGroup, spec: TrialSpec) -> "ShardedKernelTrial":
         """A coordinator from its state, attached to ``group``, whose shards were restored already."""
         trial = cls.__new__(cls)
-        trial.__dict__.update(pickle.loads(state))
+        trial.__dict__.update(cls.check_state(state, spec))
         trial.attach(group)
         trial.resumed_from = trial.next_round
         return trial

@@ -102,6 +102,19 @@ def environment_names() -> list[str]:
     return sorted(_ENVIRONMENTS)
 
 
+def trusted_module(module: str) -> bool:
+    """Whether ``module`` holds code this installation runs anyway: banditsweep's own modules, the
+    plugins named in ``BANDITSWEEP_PLUGINS`` and the modules of registered algorithms and environments.
+    A stored state may name classes of these modules only (core.state_codec)."""
+    if module == "banditsweep" or module.startswith("banditsweep."):
+        return True
+    _load_plugins()
+    if module in _plugins_loaded:
+        return True
+    for target in (*_ALGORITHMS.values(), *_ENVIRONMENTS.values()):
+        if (target.partition(":")[0] if isinstance(target, str) else target.__module__) == module:
+            return True
+    return False
 
 
 def sink_class(name: str) -> type:

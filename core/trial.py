@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Protocol, Sequence
@@ -24,6 +23,7 @@ import numpy as np
 
 from banditsweep.core import registry, seeding
 from banditsweep.core.contracts import BatchedPolicy, Config, Environment, Feedback, Policy
+from banditsweep.core.state_codec import StateFormatError, decode_state, encode_state
 
 
 def canonical_json(value: Any) -> str:
@@ -220,6 +220,7 @@ class TrialRun:
         self.recorder = TrialRecorder(len(self.specs), self.horizon)
         self.next_round = 1
         self.resumed_from: int | None = None   # the round a restored run went on from
+        self.checkpoint_rejected = False        # a saved state could not be used: started anew
 
     @property
     def done(self) -> bool:
@@ -262,20 +263,34 @@ class TrialRun:
             raise RuntimeError(f"the trials have played {self.next_round - 1} of {self.horizon} rounds")
         policy_diagnostics = self.policy.diagnostics_batch()
         resumed = {"resumed_from_round": float(self.resumed_from)} if self.resumed_from else {}
+        if self.checkpoint_rejected:
+            resumed["checkpoint_rejected"] = 1.0
         return self.recorder.results([{**env.diagnostics(), **policy_diagnostics[i], **resumed}
                                       for i, env in enumerate(self.environments)])
 
     # ---- capture and restore between rounds --------------------------------------------------------
 
     def snapshot(self) -> bytes:
-        """The whole state between two rounds (random streams included): restoring it and playing
-        on gives the same results as never stopping."""
-        return pickle.dumps(self.__dict__, protocol=pickle.HIGHEST_PROTOCOL)
+        """The whole state between two rounds (random streams included), as data (core.state_codec):
+        restoring it and playing on gives the same results as never stopping."""
+        return encode_state(self.__dict__)
 
     @classmethod
-    def restore(cls, state: bytes) -> "TrialRun":
+    def restore(cls, state: bytes, specs: Sequence[TrialSpec] | None = None) -> "TrialRun":
+        """The run ``snapshot`` captured. With ``specs``, the state must be of exactly those trials
+        (in order) between two of their rounds; :class:`StateFormatError` says what is wrong."""
+        attributes = decode_state(state)
+        if not isinstance(attributes, dict) or not isinstance(attributes.get("specs"), list):
+            raise StateFormatError("not the state of a trial run")
+        if specs is not None:
+            stored = [spec.trial_id if isinstance(spec, TrialSpec) else None for spec in attributes["specs"]]
+            if stored != [spec.trial_id for spec in specs]:
+                raise StateFormatError("the state is of other trials")
+            next_round = attributes.get("next_round")
+            if type(next_round) is not int or not 1 <= next_round <= specs[0].horizon + 1:
+                raise StateFormatError(f"the state's next round {next_round!r} is outside 1..{specs[0].horizon + 1}")
         run = cls.__new__(cls)
-        run.__dict__.update(pickle.loads(state))
+        run.__dict__.update(attributes)
         run.resumed_from = run.next_round   # recorded in the diagnostics (the results do not change)
         return run
 
@@ -325,6 +340,10 @@ class Checkpoints(Protocol):
 
     def discard(self, key: str) -> None: ...
 
+    def reject(self, key: str, reason: str) -> None:
+        """The state under ``key`` cannot be used (damaged, another format, other trials): set it
+        aside with a note; its batch starts from round 1."""
+
 
 def checkpoint_key(specs: Sequence[TrialSpec]) -> str:
     """The name of a batch's checkpoint: its trials, in order."""
@@ -348,8 +367,10 @@ def run_trials(specs: Sequence[TrialSpec], device: str = "cpu", on_progress: Pro
     for start in range(0, len(specs), size):
         chunk = specs[start:start + size]
         key = checkpoint_key(chunk)
-        saved = checkpoints.load(key) if checkpoints is not None else None
-        run = TrialRun.restore(saved) if saved is not None else TrialRun(chunk, device)
+        run, rejected = _resumed(chunk, key, checkpoints)
+        if run is None:
+            run = TrialRun(chunk, device)
+            run.checkpoint_rejected = rejected
         callback = None if on_progress is None else (
             lambda trial, t, regret, offset=start: on_progress(offset + trial, t, regret))
         step = checkpoints.every if checkpoints is not None else None
@@ -361,6 +382,19 @@ def run_trials(specs: Sequence[TrialSpec], device: str = "cpu", on_progress: Pro
         if checkpoints is not None:
             checkpoints.discard(key)
     return results
+
+
+def _resumed(specs: list[TrialSpec], key: str, checkpoints: Checkpoints | None) -> tuple[TrialRun | None, bool]:
+    """(the batch's saved run, False), or (None, whether a saved state was rejected): a state that
+    cannot be used is set aside with a note (``Checkpoints.reject``) and the batch starts anew."""
+    saved = checkpoints.load(key) if checkpoints is not None else None
+    if saved is None:
+        return None, False
+    try:
+        return TrialRun.restore(saved, specs), False
+    except StateFormatError as error:
+        checkpoints.reject(key, str(error))
+        return None, True
 
 
 def run_trial(spec: TrialSpec, device: str = "cpu", on_progress: Callable[[int, float], None] | None = None,

@@ -76,7 +76,7 @@ def test_a_trial_restored_between_rounds_ends_bit_identical():
     fresh = _local(spec, 2)            # new shards, rebuilt from the seed
     for shard, state in zip(fresh.shards, states):
         shard.restore(state)
-    resumed = ShardedKernelTrial.restore(mine, fresh)
+    resumed = ShardedKernelTrial.restore(mine, fresh, spec)
     resumed.advance()
     result = resumed.results()
     np.testing.assert_array_equal(_curves(result), _curves(straight))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,3 +70,31 @@ class CheckpointFiles:
             self._path(key).unlink(missing_ok=True)
         except OSError as error:   # the driver reports a folder it cannot write to
             log.warning("checkpoint %s not removed: %s", self._path(key), error)
+
+    def reject(self, key: str, reason: str) -> None:
+        """A state that cannot be used (damaged, planted, another format, other trials) is moved to
+        ``<sweep>/quarantine/`` with a note; never read again. Its batch starts from round 1 and
+        records ``checkpoint_rejected``."""
+        set_aside(self._path(key), self.directory.parent / QUARANTINE, reason)
+
+
+QUARANTINE = "quarantine"
+
+
+def set_aside(path: Path, quarantine: Path, reason: str) -> None:
+    """Move an unusable checkpoint file or folder into ``quarantine`` (a note beside it says why)."""
+    target = quarantine / f"checkpoint-{path.name}"
+    log.warning("checkpoint %s cannot be used (%s): moved to %s; its trials start from round 1", path, reason, target)
+    try:
+        quarantine.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+        (quarantine / f"{target.name}.reason.txt").write_text(f"{path}: {reason}\n")
+    except OSError as error:
+        log.warning("checkpoint %s not moved aside: %s", path, error)
+        try:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            pass   # a folder that takes nothing: the driver reports it

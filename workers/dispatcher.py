@@ -136,6 +136,38 @@ def _use_the_token_if_there_is_one() -> None:
     maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
+DEFAULT_TOKEN = os.path.join("~", ".ray", "auth_token")
+
+
+def _tighten_token_files() -> None:
+    """Ray's token files hold the key to every Ray on the machine: readable by their owner only.
+    Ray writes ``~/.ray/auth_token`` with the umask's mode (0644 under the usual 022); a token file
+    readable by others is made 0600 (and said so)."""
+    for path in {os.path.expanduser(DEFAULT_TOKEN), os.environ.get("RAY_AUTH_TOKEN_PATH") or ""} - {""}:
+        try:
+            mode = os.stat(path).st_mode & 0o777
+            if mode & 0o077:
+                os.chmod(path, 0o600)
+                logging.getLogger(__name__).warning("Ray token %s was readable by other users (mode %o): now 0600",
+                                                    path, mode)
+        except OSError:
+            pass   # absent, or not ours to change: Ray reads it as it is
+
+
+def _token_changed() -> None:
+    """Ray caches the token it found; a token set or removed by this process must be looked up again."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+    except ImportError:
+        return
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+def _token_at_hand() -> bool:
+    return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+                or os.path.exists(os.path.expanduser(DEFAULT_TOKEN)))
+
+
 def _check_reachable(address: str, timeout: float = 5.0) -> str | None:
     """A ``host:port`` address must accept a connection within ``timeout`` seconds: Ray itself keeps
     retrying an address that does not answer for minutes. Returns the host (None for addresses
@@ -190,6 +222,7 @@ class RayConnection:
         self.env_vars = {k: v for k, v in env_vars.items() if v is not None}
         self.num_cpus = num_cpus
         self.started = False
+        self.own_token = False   # the embedded Ray's token lives in this process's environment only
 
     def __enter__(self) -> "RayConnection":
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -198,6 +231,9 @@ class RayConnection:
         runtime_env = {**({"env_vars": self.env_vars} if self.env_vars else {}), **submitted_code()} or None
         try:
             self._init(runtime_env)
+        except BaseException:
+            self._drop_own_token()
+            raise
         finally:
             for package in (runtime_env or {}).get("py_modules", []):   # uploaded by ray.init: the links go
                 shutil.rmtree(os.path.dirname(package), ignore_errors=True)
@@ -210,6 +246,7 @@ class RayConnection:
             host = _check_reachable(self.address)
             if host in ("127.0.0.1", "localhost"):
                 _keep_local_ray_on_loopback()   # else Ray rewrites 127.0.0.1 to the machine's address
+            _tighten_token_files()
             _use_the_token_if_there_is_one()
             ray.init(address=self.address, runtime_env=runtime_env, log_to_driver=False,
                      logging_level=logging.WARNING)
@@ -219,12 +256,29 @@ class RayConnection:
             # The embedded Ray keeps Ray's token authentication on; its notice that it does would
             # only break into the progress bar.
             logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+            _tighten_token_files()
+            if os.environ.get("RAY_AUTH_MODE", "token").lower() == "token" and not _token_at_hand():
+                # Without a token at hand Ray would write one to ~/.ray/auth_token with the umask's
+                # mode; an embedded Ray gets one of its own instead, handed to its processes in
+                # their environment (readable by this user only) and gone when it stops.
+                import secrets
+
+                os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+                self.own_token = True
+                _token_changed()
             ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False, runtime_env=runtime_env,
                      log_to_driver=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
 
     def __exit__(self, *exc) -> None:
         if self.started:
             ray.shutdown()
+        self._drop_own_token()
+
+    def _drop_own_token(self) -> None:
+        if self.own_token:
+            os.environ.pop("RAY_AUTH_TOKEN", None)
+            self.own_token = False
+            _token_changed()
 
     def describe(self) -> str:
         """One line: which Ray, and what it holds now."""

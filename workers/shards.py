@@ -27,7 +27,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from banditsweep.core.kernel_shards import KernelShard, ShardedKernelTrial, domain_shape
 from banditsweep.core.sharding import shard_ranges
 from banditsweep.core.trial import TrialSpec, checkpoint_key
-from banditsweep.workers.checkpoints import write_atomically
+from banditsweep.core.state_codec import StateFormatError
+from banditsweep.workers.checkpoints import QUARANTINE, set_aside, write_atomically
 from banditsweep.workers.record import TrialOutcome, TrialRecord
 
 # Seconds to wait for the shards' placement group before saying that no node can hold it.
@@ -54,6 +55,14 @@ class ShardActor:
 
     def save_state(self, path: str) -> None:
         write_atomically(Path(path), self.shard.state())
+
+    def check_state(self, path: str) -> str | None:
+        """Why the state file at ``path`` cannot be this shard's (None: it can)."""
+        try:
+            self.shard.check_state(Path(path).read_bytes())
+            return None
+        except (OSError, StateFormatError) as error:
+            return f"{Path(path).name}: {error}"
 
     def load_state(self, path: str) -> None:
         self.shard.restore(Path(path).read_bytes())
@@ -127,12 +136,29 @@ class ShardCheckpoints:
             if match and int(match.group(1)) != at:
                 path.unlink(missing_ok=True)
 
-    def load(self, shards: RayShards) -> ShardedKernelTrial | None:
+    def load(self, shards: RayShards, spec: TrialSpec,
+             on_message: Callable[[str], None] | None = None) -> ShardedKernelTrial | None:
+        """The trial from its latest checkpoint, or None. Every file is checked before any shard
+        takes its state, so that a damaged, planted or foreign one is set aside (with a note) and
+        the trial starts from round 1 on untouched shards."""
         at = self.latest()
         if at is None:
             return None
+        problems = [p for p in ray.get([actor.check_state.remote(str(self.shard(i, at)))
+                                        for i, actor in enumerate(shards.actors)]) if p]
+        try:
+            coordinator = self.coordinator(at).read_bytes()
+            ShardedKernelTrial.check_state(coordinator, spec)
+        except (OSError, StateFormatError) as error:
+            problems.append(f"{self.coordinator(at).name}: {error}")
+        if problems:
+            if on_message is not None:
+                on_message(f"warning: checkpoint {self.directory} cannot be used ({problems[0]}): moved to "
+                           f"quarantine/, the trial starts from round 1")
+            set_aside(self.directory, self.directory.parent.parent / QUARANTINE, "; ".join(problems))
+            return None
         ray.get([actor.load_state.remote(str(self.shard(i, at))) for i, actor in enumerate(shards.actors)])
-        return ShardedKernelTrial.restore(self.coordinator(at).read_bytes(), shards)
+        return ShardedKernelTrial.restore(coordinator, shards, spec)
 
     def discard(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -153,7 +179,7 @@ def run_sharded_trial(spec: TrialSpec, record: TrialRecord, shards: int, cpus: f
         group = None
         try:
             group = RayShards(spec, shards, cpus, gpus, on_wait=on_message)
-            trial = checkpoints.load(group) if checkpoints is not None else None
+            trial = checkpoints.load(group, spec, on_message) if checkpoints is not None else None
             if trial is None:
                 trial = ShardedKernelTrial(spec, group)
             callback = None if on_progress is None else (lambda _i, t, value: on_progress(t, value))

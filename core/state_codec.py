@@ -1,0 +1,320 @@
+"""A trial's state as data: arrays and tensors in ``.npz`` (read with ``allow_pickle=False``), the rest
+as JSON. This is the checkpoint format; unlike pickle, reading it cannot run code.
+
+A state is an object graph of plain values (None, bools, numbers, strings, bytes), containers (list,
+tuple, dict, set), NumPy arrays, scalars and generators, PyTorch tensors (storage sharing kept: a
+network's parameters stay views of its flat buffer), devices and dtypes, and instances of the
+project's own classes (``banditsweep.*`` and its registered plugins: ``core.registry.trusted_module``).
+Nothing else is written, and nothing else is read: a class is looked up by name only among those and
+rebuilt with ``__new__`` plus its stored attributes
+(no ``__reduce__``, ``__setstate__`` or constructor runs), a NumPy bit generator only from NumPy's own
+list. Object identity is kept, as pickle keeps it: the policy and the round loop share their
+environments after a restore as before it.
+
+Any damage (not a zip, a missing entry, a wrong type, an unknown class) raises :class:`StateFormatError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import importlib
+import io
+import json
+import zipfile
+from typing import Any
+
+import numpy as np
+
+from banditsweep.core import registry
+
+FORMAT = "banditsweep-state/1"
+_STATE_ENTRY = "state_json"
+_BIT_GENERATORS = {"PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937"}
+
+
+class StateFormatError(ValueError):
+    """The bytes are not a state this project wrote (damaged, truncated, another format such as pickle)."""
+
+
+def _torch():
+    import torch   # only states that hold tensors need it
+
+    return torch
+
+
+def _is_pydantic(value: Any) -> bool:
+    return hasattr(type(value), "model_fields") and hasattr(value, "model_fields_set")
+
+
+class _Encoder:
+    def __init__(self):
+        self.arrays: dict[str, np.ndarray] = {}
+        self.memo: dict[int, int] = {}
+        self.keep: list[Any] = []        # keeps memoised objects alive, so their ids stay unique
+        self.storages: dict[tuple, int] = {}
+
+    def array(self, value: np.ndarray) -> str:
+        if value.dtype.hasobject:
+            raise StateFormatError(f"an array of Python objects ({value.dtype}) cannot be stored as data")
+        name = f"a{len(self.arrays)}"
+        self.arrays[name] = np.ascontiguousarray(value)
+        return name
+
+    def encode(self, value: Any) -> Any:
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if type(value) is int:
+            return value
+        if type(value) is float:
+            return {"t": "float", "v": repr(value)}   # repr round-trips exactly, NaN and inf included
+        known = self.memo.get(id(value))
+        if known is not None:
+            return {"t": "ref", "id": known}
+        node_id = len(self.memo)
+        self.memo[id(value)] = node_id
+        self.keep.append(value)
+        node = self._encode_new(value)
+        node["id"] = node_id
+        return node
+
+    def _encode_new(self, value: Any) -> dict:
+        torch = _torch() if type(value).__module__.startswith("torch") else None
+        if isinstance(value, np.ndarray):
+            return {"t": "ndarray", "a": self.array(value)}
+        if isinstance(value, np.generic):
+            return {"t": "npscalar", "a": self.array(np.asarray(value))}
+        if isinstance(value, np.random.Generator):
+            bit_generator = value.bit_generator
+            return {"t": "np_generator", "kind": type(bit_generator).__name__,
+                    "state": self.encode(bit_generator.state)}
+        if isinstance(value, (list, tuple, set, frozenset)):
+            return {"t": type(value).__name__, "v": [self.encode(item) for item in value]}
+        if type(value) is dict:
+            return {"t": "dict", "v": [[self.encode(k), self.encode(v)] for k, v in value.items()]}
+        if isinstance(value, bytes):
+            return {"t": "bytes", "v": base64.b64encode(value).decode("ascii")}
+        if torch is not None:
+            return self._encode_torch(torch, value)
+        cls = type(value)
+        if not registry.trusted_module(cls.__module__):
+            raise StateFormatError(f"a state cannot hold a {cls.__module__}.{cls.__qualname__}")
+        path = [cls.__module__, cls.__qualname__]
+        if isinstance(value, enum.Enum):
+            return {"t": "enum", "cls": path, "v": self.encode(value.value)}
+        if _is_pydantic(value):
+            fields = {name: getattr(value, name) for name in cls.model_fields}
+            return {"t": "model", "cls": path, "fields": self.encode(fields),
+                    "set": sorted(value.model_fields_set)}
+        attributes = dict(getattr(value, "__dict__", {}))
+        for klass in cls.__mro__:
+            for slot in getattr(klass, "__slots__", ()):
+                if slot not in ("__dict__", "__weakref__") and hasattr(value, slot):
+                    attributes[slot] = getattr(value, slot)
+        return {"t": "object", "cls": path, "attrs": self.encode(attributes)}
+
+    def _encode_torch(self, torch, value: Any) -> dict:
+        if isinstance(value, torch.device):
+            return {"t": "torch_device", "v": str(value)}
+        if isinstance(value, torch.dtype):
+            return {"t": "torch_dtype", "v": str(value).removeprefix("torch.")}
+        if isinstance(value, torch.Generator):
+            return {"t": "torch_generator", "device": str(value.device),
+                    "state": self.array(value.get_state().numpy())}
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            raise StateFormatError(f"a state cannot hold a {type(value).__module__}.{type(value).__qualname__}")
+        if value.requires_grad and not value.is_leaf:
+            raise StateFormatError("a state cannot hold a tensor in the middle of a computation graph")
+        storage = value.untyped_storage()
+        key = (str(value.device), storage.data_ptr(), storage.nbytes())
+        if key not in self.storages:
+            raw = torch.empty(0, dtype=torch.uint8, device=value.device).set_(storage).cpu().numpy()
+            self.storages[key] = len(self.storages)
+            self.arrays[f"s{self.storages[key]}"] = raw.copy()
+        return {"t": "tensor", "storage": self.storages[key], "dtype": str(value.dtype).removeprefix("torch."),
+                "device": str(value.device), "offset": value.storage_offset(), "size": list(value.shape),
+                "stride": list(value.stride()), "grad": value.requires_grad,
+                "parameter": isinstance(value, torch.nn.Parameter)}
+
+
+def encode_state(value: Any) -> bytes:
+    """``value`` as ``.npz`` bytes: one JSON entry for the structure, one array per array or storage."""
+    encoder = _Encoder()
+    structure = {"format": FORMAT, "root": encoder.encode(value)}
+    text = json.dumps(structure, separators=(",", ":"))
+    buffer = io.BytesIO()
+    np.savez(buffer, **{_STATE_ENTRY: np.frombuffer(text.encode(), dtype=np.uint8)}, **encoder.arrays)
+    return buffer.getvalue()
+
+
+def _project_class(path: Any) -> type:
+    if not (isinstance(path, list) and len(path) == 2 and all(isinstance(p, str) for p in path)):
+        raise StateFormatError(f"a class is named by [module, name], not {path!r}")
+    module_name, qualname = path
+    if not registry.trusted_module(module_name):
+        raise StateFormatError(f"class {module_name}.{qualname} is not one of banditsweep's or its plugins'")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as error:
+        raise StateFormatError(f"no module {module_name}") from error
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+    if not isinstance(target, type) or target.__module__ != module_name:
+        raise StateFormatError(f"no class {qualname} in {module_name}")
+    return target
+
+
+class _Decoder:
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        self.arrays = arrays
+        self.memo: dict[int, Any] = {}
+        self.storages: dict[tuple[int, str], Any] = {}
+
+    def array(self, name: Any) -> np.ndarray:
+        if not isinstance(name, str) or name not in self.arrays:
+            raise StateFormatError(f"missing array {name!r}")
+        return self.arrays[name]
+
+    def decode(self, node: Any) -> Any:
+        if node is None or isinstance(node, (bool, str, int)) and not isinstance(node, float):
+            return node
+        if not isinstance(node, dict) or "t" not in node:
+            raise StateFormatError(f"unexpected entry {str(node)[:80]!r}")
+        kind = node["t"]
+        if kind == "float":
+            return float(node["v"])
+        if kind == "ref":
+            if node["id"] not in self.memo:
+                raise StateFormatError(f"reference to an unknown entry {node['id']!r}")
+            return self.memo[node["id"]]
+        method = getattr(self, f"_decode_{kind}", None)
+        if method is None:
+            raise StateFormatError(f"unknown entry type {kind!r}")
+        return method(node)
+
+    def _register(self, node: dict, value: Any) -> Any:
+        self.memo[node["id"]] = value
+        return value
+
+    def _decode_ndarray(self, node):
+        return self._register(node, self.array(node["a"]).copy())
+
+    def _decode_npscalar(self, node):
+        return self._register(node, self.array(node["a"])[()])
+
+    def _decode_np_generator(self, node):
+        if node["kind"] not in _BIT_GENERATORS:
+            raise StateFormatError(f"unknown bit generator {node['kind']!r}")
+        bit_generator = getattr(np.random, node["kind"])()
+        generator = self._register(node, np.random.Generator(bit_generator))
+        bit_generator.state = self.decode(node["state"])
+        return generator
+
+    def _decode_list(self, node):
+        items = self._register(node, [])
+        items.extend(self.decode(item) for item in node["v"])
+        return items
+
+    def _decode_tuple(self, node):
+        return self._register(node, tuple(self.decode(item) for item in node["v"]))
+
+    def _decode_set(self, node):
+        return self._register(node, {self.decode(item) for item in node["v"]})
+
+    def _decode_frozenset(self, node):
+        return self._register(node, frozenset(self.decode(item) for item in node["v"]))
+
+    def _decode_dict(self, node):
+        mapping = self._register(node, {})
+        for key, value in node["v"]:
+            mapping[self.decode(key)] = self.decode(value)
+        return mapping
+
+    def _decode_bytes(self, node):
+        return self._register(node, base64.b64decode(node["v"], validate=True))
+
+    def _decode_enum(self, node):
+        cls = _project_class(node["cls"])
+        if not issubclass(cls, enum.Enum):
+            raise StateFormatError(f"{cls.__qualname__} is not an enumeration")
+        return self._register(node, cls(self.decode(node["v"])))
+
+    def _decode_model(self, node):
+        cls = _project_class(node["cls"])
+        if not hasattr(cls, "model_construct"):
+            raise StateFormatError(f"{cls.__qualname__} is not a settings model")
+        fields = self.decode(node["fields"])
+        if not isinstance(fields, dict) or set(fields) != set(cls.model_fields):
+            raise StateFormatError(f"the stored fields of {cls.__qualname__} are not its fields")
+        return self._register(node, cls.model_construct(_fields_set=set(node["set"]), **fields))
+
+    def _decode_object(self, node):
+        cls = _project_class(node["cls"])
+        value = self._register(node, cls.__new__(cls))
+        attributes = self.decode(node["attrs"])
+        if not isinstance(attributes, dict) or not all(isinstance(k, str) for k in attributes):
+            raise StateFormatError(f"the stored attributes of {cls.__qualname__} are not a name table")
+        has_dict = hasattr(value, "__dict__")
+        for name, attribute in attributes.items():
+            if has_dict and not any(name in getattr(k, "__slots__", ()) for k in cls.__mro__):
+                value.__dict__[name] = attribute     # frozen dataclasses too: no __setattr__ runs
+            else:
+                object.__setattr__(value, name, attribute)
+        return value
+
+    def _decode_torch_device(self, node):
+        return self._register(node, _torch().device(node["v"]))
+
+    def _decode_torch_dtype(self, node):
+        dtype = getattr(_torch(), str(node["v"]), None)
+        if not isinstance(dtype, _torch().dtype):
+            raise StateFormatError(f"unknown tensor type {node['v']!r}")
+        return self._register(node, dtype)
+
+    def _decode_torch_generator(self, node):
+        torch = _torch()
+        generator = torch.Generator(device=node["device"])
+        generator.set_state(torch.from_numpy(self.array(node["state"]).copy()))
+        return self._register(node, generator)
+
+    def _decode_tensor(self, node):
+        torch = _torch()
+        dtype = self._decode_torch_dtype({"v": node["dtype"], "id": -1})
+        key = (int(node["storage"]), str(node["device"]))
+        if key not in self.storages:
+            raw = self.array(f"s{key[0]}")
+            if raw.dtype != np.uint8 or raw.ndim != 1:
+                raise StateFormatError(f"storage s{key[0]} is not a byte array")
+            self.storages[key] = torch.from_numpy(raw.copy()).to(key[1]).untyped_storage()
+        storage = self.storages[key]
+        size, stride, offset = list(map(int, node["size"])), list(map(int, node["stride"])), int(node["offset"])
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        extent = offset + sum((s - 1) * st for s, st in zip(size, stride)) + 1 if all(size) else 0
+        if offset < 0 or any(st < 0 for st in stride) or extent * itemsize > storage.nbytes():
+            raise StateFormatError("a tensor reaches outside its stored storage")
+        tensor = torch.empty(0, dtype=dtype, device=key[1]).set_(storage, offset, size, stride)
+        if node["parameter"]:
+            tensor = torch.nn.Parameter(tensor, requires_grad=bool(node["grad"]))
+        elif node["grad"]:
+            tensor.requires_grad_(True)
+        return self._register(node, tensor)
+
+
+def decode_state(data: bytes) -> Any:
+    """The object ``encode_state`` was given; :class:`StateFormatError` for anything else."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as stored:
+            arrays = {name: stored[name] for name in stored.files}
+        structure = json.loads(arrays.pop(_STATE_ENTRY).tobytes().decode())
+    except StateFormatError:
+        raise
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError) as error:
+        raise StateFormatError(f"not a stored state ({type(error).__name__}: {error})") from None
+    if not isinstance(structure, dict) or structure.get("format") != FORMAT:
+        raise StateFormatError(f"not a {FORMAT} state")
+    try:
+        return _Decoder(arrays).decode(structure["root"])
+    except StateFormatError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as error:
+        raise StateFormatError(f"damaged state ({type(error).__name__}: {error})") from None
