@@ -410,11 +410,11 @@ def _ensure_data(args, sweep: Sweep) -> dict[str, str]:
 
 
 def cmd_run(args) -> int:
-    from banditsweep.workers.mlflow_sink import resolve_tracking_uri
-
-    sweep = _load(args)
+    sweep = _load(args)   # first: a bad spec is refused without waiting for MLflow's import
     env_vars = _ensure_data(args, sweep)
     sinks = _sink_names(args, sweep)
+    from banditsweep.workers.mlflow_sink import resolve_tracking_uri
+
     tracking_uri = resolve_tracking_uri(args.mlflow_uri, results_root(args))
     if "mlflow" in sinks:
         _check_tracking_server(tracking_uri)
