@@ -131,6 +131,13 @@ class Environment(ABC):
         """Derived values worth recording with the trial (e.g. the realised norm bound)."""
         return {}
 
+    @classmethod
+    def footprint(cls, config: Config, horizon: int) -> tuple[int, int, int]:
+        """(arms, dim, bytes), estimated before the environment is built: the problem's size as a
+        policy will see it, and the bytes of the environment's own arrays (core.memory). 0 where
+        unknown or negligible."""
+        return 0, 0, 0
+
 
 class BatchedPolicy(ABC):
     """The policy of B trials stepped in lockstep (B >= 1). Trial i sees only ``contexts[i]`` and its
@@ -173,6 +180,12 @@ class Policy(ABC):
     def diagnostics(self) -> dict[str, float]:
         """Derived values recorded per trial (step sizes, design sizes, time spent inverting Z...)."""
         return {}
+
+    @classmethod
+    def footprint(cls, params: Config, arms: int, dim: int, horizon: int) -> int:
+        """Bytes of one trial's policy state on a problem of ``arms`` x ``dim`` over ``horizon`` rounds,
+        estimated before anything runs (core.memory). 0: negligible."""
+        return 0
 
     # ---- lockstep trial batching --------------------------------------------------------------
 

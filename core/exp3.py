@@ -198,6 +198,10 @@ class Exp3Policy(Policy):
 
     supports = frozenset({ADVERSARIAL_DOMAIN})
 
+    @classmethod
+    def footprint(cls, params, arms: int, dim: int, horizon: int) -> int:
+        return 8 * 6 * arms   # weights, P_t, pi, the estimate u_t and temporaries over the n points
+
     def __init__(self, params, problem, rng, device="cpu"):
         super().__init__(params, problem, rng, device)
         if problem.kernel is None or problem.norm_bound is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import signal
 import sys
 import time
@@ -91,6 +92,12 @@ def _check_sweep_folder(args, sweep: Sweep) -> None:
     folder = results_root(args) / sweep.name
     if args.command in WRITING_COMMANDS and os.path.lexists(folder):
         _check_directory(_results_source(args), folder, True, "a sweep's results folder")
+    uri = args.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
+    if uri.startswith("sqlite:///"):
+        database = Path(uri[len("sqlite:///"):]).expanduser().resolve()
+        if database == folder or folder in database.parents:
+            raise SpecError(args.spec, "sweep", f"the sweep's folder {folder} would hold the MLflow store {database}; "
+                                                f"choose another sweep name or another --mlflow-uri")
 
 
 # Tracking URI schemes MLflow knows (plugins add their own through the `mlflow.tracking_store`
@@ -115,15 +122,28 @@ def _check_tracking_uri(args) -> None:
     if not uri:
         return
     source = f"--mlflow-uri {show(uri)}" if args.mlflow_uri else f"$MLFLOW_TRACKING_URI={show(uri)}"
-    scheme = urlsplit(uri).scheme.lower()
-    base = scheme.split("+", 1)[0]
     schemes = _tracking_schemes()
-    if scheme and base not in schemes and scheme not in schemes:
-        raise InputError(f"{source}: unknown scheme {show(scheme)}; allowed: http(s)://HOST:PORT, sqlite:///PATH, "
-                         f"postgresql://, mysql://, mssql://, file:///PATH, databricks"
-                         + "".join(f", {name}" for name in schemes[len(TRACKING_SCHEMES):]))
-    if base in ("http", "https") and not urlsplit(uri).hostname:
+    allowed = ("allowed: http(s)://HOST:PORT, sqlite:///PATH, postgresql://, mysql://, mssql://, file:///PATH, "
+               "databricks" + "".join(f", {name}" for name in schemes[len(TRACKING_SCHEMES):]))
+    try:
+        parts = urlsplit(uri)
+        parts.port   # a port that is not a number from 0 to 65535 raises here
+    except ValueError as error:
+        raise InputError(f"{source}: not a valid URI ({error}); {allowed}") from None
+    scheme = parts.scheme.lower()
+    base = scheme.split("+", 1)[0]
+    if not scheme:
+        # A bare word or path would be a file store MLflow refuses: the sweep ran with MLflow left out.
+        raise InputError(f"{source}: no scheme (a URI starts with one, e.g. sqlite:///{uri}); {allowed}")
+    if base not in schemes and scheme not in schemes:
+        raise InputError(f"{source}: unknown scheme {show(scheme)}; {allowed}")
+    if base in ("http", "https") and not parts.hostname:
         raise InputError(f"{source}: no host; give e.g. http://127.0.0.1:5000")
+    if base in ("http", "https") and parts.port == 0:
+        raise InputError(f"{source}: port 0; a port is 1-65535")
+    if base == "file" and not _file_store_allowed():
+        raise InputError(f"{source}: this MLflow refuses file stores (file:///PATH) unless MLFLOW_ALLOW_FILE_STORE=true; "
+                         f"give sqlite:///PATH/mlflow.db, or set MLFLOW_ALLOW_FILE_STORE=true")
     if base == "sqlite":
         if not uri.startswith("sqlite:///") or uri[len("sqlite:///"):] in ("", ":memory:"):
             raise InputError(f"{source}: no database file; give sqlite:///PATH/mlflow.db (an absolute PATH "
@@ -148,6 +168,70 @@ def _check_tracking_uri(args) -> None:
         raise InputError(f"{source}: {directory} is not writable ({_why_not_writable(directory)})")
 
 
+def _file_store_allowed() -> bool:
+    """Whether the installed MLflow opens a file store (since 3.x only with MLFLOW_ALLOW_FILE_STORE)."""
+    try:
+        from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
+    except ImportError:
+        return True   # an MLflow from before the variable: file stores open
+    return bool(MLFLOW_ALLOW_FILE_STORE.get())
+
+
+RAY_ADDRESS_FORMS = ("allowed: HOST:PORT (a Ray head's address, e.g. 127.0.0.1:6379), ray://HOST:PORT (Ray Client), "
+                     "auto (the Ray running on this machine) or local (a new Ray here)")
+_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*\.?$")
+
+
+def _ray_address(args) -> str | None:
+    """The Ray address a `run` joins: --address, else $RAY_ADDRESS; None: an embedded Ray."""
+    return args.address if args.address is not None else (os.environ.get("RAY_ADDRESS") or None)
+
+
+def _check_address(args) -> None:
+    """--address (or $RAY_ADDRESS) is a form Ray accepts and, for a host and port, a head answers
+    there: checked before anything is written (Ray itself would retry for minutes, or fail with a
+    traceback, after the results folder was locked)."""
+    if args.address == "":
+        raise InputError(f"--address: empty address; {RAY_ADDRESS_FORMS}")
+    address = _ray_address(args)
+    if not address or address == "local":
+        return
+    source = f"--address {show(address)}" if args.address else f"$RAY_ADDRESS={show(address)}"
+    if address == "auto":
+        try:
+            from ray._private.services import get_ray_address_from_environment
+
+            found = get_ray_address_from_environment("auto", None)
+        except (ImportError, AttributeError):
+            return   # Ray's lookup is private: without it, ray.init reports what it finds
+        except ConnectionError:
+            found = None
+        if not found:
+            raise InputError(f"{source}: no Ray is running on this machine (start one with `ray start --head`), "
+                             f"or leave --address out to run on an embedded Ray")
+        address = found
+    rest = address[len("ray://"):] if address.startswith("ray://") else address
+    host, sep, port = rest.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    valid_host = bool(host) and (_HOST.match(host) is not None or _is_ip(host))
+    if "://" in rest or not sep or not valid_host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise InputError(f"{source}: not a Ray address; {RAY_ADDRESS_FORMS}")
+    from banditsweep.workers.dispatcher import _check_reachable
+
+    _check_reachable(f"{'[' + host + ']' if ':' in host else host}:{port}")
+
+
+def _is_ip(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _check_data_dir(source: str, value: str) -> Path:
     directory = Path(value).expanduser().resolve()
     if os.path.lexists(directory) and not directory.is_dir():
@@ -159,12 +243,14 @@ def _check_data_dir(source: str, value: str) -> Path:
 def _check_arguments(args) -> None:
     """Arguments found wrong before the spec is read or anything is written (exit 2)."""
     _check_results_root(args)
-    uses_mlflow = args.command in ("report", "sync-mlflow") or (
+    uses_mlflow = args.command in ("report", "sync-mlflow", "ui") or (
         args.command == "run" and [name.lower() for name in (args.sinks or [])] != ["none"])
     if uses_mlflow:
         _check_tracking_uri(args)
     if args.command == "run" and args.data_dir == "":
         raise InputError("--data-dir: empty path; give the dataset directory")
+    if args.command == "run":
+        _check_address(args)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -193,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(run)
     run.add_argument("--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS, else an "
                                                      "embedded local Ray on 127.0.0.1)")
-    run.add_argument("--max-workers", type=_positive_int, default=None,
+    run.add_argument("--max-workers", type=_worker_count, default=None,
                      help="at most this many trial actors (default: as many as the cluster can hold)")
     run.add_argument("--retry-failed", action="store_true", help="also rerun trials recorded as failed")
     run.add_argument("--data-dir", default=None, help="dataset directory (default: $BANDITSWEEP_DATA, else "
@@ -211,19 +297,33 @@ def build_parser() -> argparse.ArgumentParser:
     _common(sync)
     ui = commands.add_parser("ui", help="the MLflow UI of the sweep's store, on 127.0.0.1 (Ctrl-C stops it)")
     _common(ui)
-    ui.add_argument("--port", type=_positive_int, default=5000, help="port on 127.0.0.1 (default: 5000)")
+    ui.add_argument("--port", type=_port, default=5000, help="port on 127.0.0.1, 1-65535 (default: 5000)")
     commands.add_parser("list", help="the registered algorithms and environment kinds")
     return parser
 
 
-def _positive_int(text: str) -> int:
+def _whole_number(text: str, low: int, high: int) -> int:
+    allowed = f"give a whole number from {low} to {high}"
+    if len(text.strip()) > 20:
+        raise argparse.ArgumentTypeError(f"{show(text)} is not allowed: {allowed}")
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{show(text)} is not a whole number; give at least 1") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not allowed: give at least 1")
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a whole number; {allowed}") from None
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{value} is not allowed: {allowed}")
     return value
+
+
+MAX_WORKERS = 100_000   # trial actors of one run, at most
+
+
+def _worker_count(text: str) -> int:
+    return _whole_number(text, 1, MAX_WORKERS)
+
+
+def _port(text: str) -> int:
+    return _whole_number(text, 1, 65535)
 
 
 def _check_tracking_server(uri: str) -> None:
@@ -310,16 +410,64 @@ def _ensure_data(args, sweep: Sweep) -> dict[str, str]:
 
 
 def cmd_run(args) -> int:
-    from banditsweep.workers.mlflow_sink import resolve_tracking_uri
-
-    sweep = _load(args)
+    sweep = _load(args)   # first: a bad spec is refused without waiting for MLflow's import
     env_vars = _ensure_data(args, sweep)
     sinks = _sink_names(args, sweep)
+    from banditsweep.workers.mlflow_sink import resolve_tracking_uri
+
     tracking_uri = resolve_tracking_uri(args.mlflow_uri, results_root(args))
     if "mlflow" in sinks:
         _check_tracking_server(tracking_uri)
+    _check_fits(args, sweep)
     with _store(args, sweep).exclusive():
         return _run_locked(args, sweep, env_vars, sinks, tracking_uri)
+
+
+def _check_fits(args, sweep: Sweep) -> None:
+    """Every trial fits the node it would run on, found before Ray starts or anything is written:
+    its memory (core.memory's estimate) within the largest node's (this machine's, for an embedded
+    Ray and for a cluster, whose nodes are not known before joining it), and on an embedded Ray the
+    CPUs and GPUs a trial (or a sharded trial's shards together) asks for within this machine's."""
+    from banditsweep.core.memory import gib, trial_footprint
+    from banditsweep.workers.dispatcher import local_node
+
+    node = local_node()
+    address = _ray_address(args)
+    where = "this machine" if not address or address == "local" else "this machine (the cluster's nodes are not known before joining it)"
+    estimates: dict = {}
+    for trial in sweep.trials:
+        spec = trial.spec
+        key = (spec.algorithm, repr(spec.params), repr(spec.environment), spec.horizon, trial.shards)
+        if key in estimates:
+            continue
+        parts = estimates[key] = trial_footprint(spec, trial.shards)
+        total = sum(parts.values())
+        if total > node["memory"]:
+            detail = ", ".join(f"{name} {gib(size)}" for name, size in parts.items())
+            raise InputError(f"{args.spec}: trial {trial.run_name!r} (horizon {spec.horizon}) needs an estimated "
+                             f"{gib(total)} of memory ({detail}), but the largest node, {where}, has "
+                             f"{gib(node['memory'])}; lower the horizon or the sizes (arms, dim, width, domain), or "
+                             f"split the domain over shards")
+    if address and address != "local":
+        return
+    resources = sweep.spec.resources
+    asked = {"CPU": resources.cpus_per_trial, "GPU": resources.gpus_per_trial or 0.0}
+    for name, value in asked.items():
+        if value > node[name]:
+            key = "cpus_per_trial" if name == "CPU" else "gpus_per_trial"
+            raise InputError(f"{args.spec}: resources.{key}: each trial asks for {value:g} {name}, but the embedded "
+                             f"Ray on this machine has {node[name]:g} {name}; allowed: at most {node[name]:g} (or run "
+                             f"on a cluster with --address)")
+    for trial in sweep.trials:
+        if not trial.shards:
+            continue
+        cpus, gpus = trial.shards * resources.cpus_per_shard, trial.shards * resources.gpus_per_shard
+        if cpus > node["CPU"] or gpus > node["GPU"]:
+            raise InputError(f"{args.spec}: resources.cpus_per_shard: a sharded trial ({trial.run_name}) asks for "
+                             f"{trial.shards} shards of {resources.cpus_per_shard:g} CPU and "
+                             f"{resources.gpus_per_shard:g} GPU, but the embedded Ray on this machine has "
+                             f"{node['CPU']:g} CPU and {node['GPU']:g} GPU; lower resources.cpus_per_shard (shards may "
+                             f"share a CPU, e.g. 0.5), or run on a cluster with --address")
 
 
 def _sink_names(args, sweep: Sweep) -> list[str]:

@@ -229,7 +229,7 @@ CASES = [
          "--set: resources.cpus_per_trial: must be a finite number (got .inf)"),
     Case("set-bad-yaml", "--set seeds=[unclosed", [*RUN, "--set", "seeds=[0, 1"], "--set: seeds: not valid YAML"),
     # --- arguments
-    Case("max-workers-0", "--max-workers 0", [*RUN, "--max-workers", "0"], "--max-workers: 0 is not allowed: give at least 1"),
+    Case("max-workers-0", "--max-workers 0", [*RUN, "--max-workers", "0"], "--max-workers: 0 is not allowed: give a whole number from 1 to 100000"),
     Case("max-workers-neg", "--max-workers -3", [*RUN, "--max-workers", "-3"], "--max-workers: -3 is not allowed"),
     Case("max-workers-word", "--max-workers two", [*RUN, "--max-workers", "two"], "'two' is not a whole number"),
     Case("unknown-option", "unknown option", [*RUN, "--colour", "blue"], "unrecognized arguments: --colour blue"),
@@ -328,7 +328,7 @@ GOOD_ARGS = [
     [*RUN],
     [*RUN, "--results", "{tmp}/new/deeper/res", "--mlflow-uri", "sqlite:///{tmp}/new/deeper/res/mlflow.db"],
     [*RUN, "--mlflow-uri", "sqlite:///mlflow.db", "--set", "horizon=50", "--set", "seeds=[0, 3]"],
-    [*RUN, "--mlflow-uri", "file:///{tmp}/mlruns", "--max-workers", "2"],
+    [*RUN, "--mlflow-uri", "sqlite:///{tmp}/other.db", "--max-workers", "2"],
     [*RUN, "--sink", "none", "--mlflow-uri", "nope://x"],   # no MLflow, so its URI is not used
     [*RUN, "--data-dir", "{tmp}/cache-to-be"],
 ]

@@ -168,6 +168,20 @@ def _token_at_hand() -> bool:
                 or os.path.exists(os.path.expanduser(DEFAULT_TOKEN)))
 
 
+def local_node() -> dict[str, float]:
+    """What a Ray node started on this machine holds, as Ray itself detects it (cgroup limits and
+    visible GPUs included): CPU and GPU counts, memory in bytes. Known before any Ray starts."""
+    from ray._private import accelerators, utils
+
+    try:
+        manager = accelerators.get_accelerator_manager_for_resource("GPU")
+        visible = manager.get_current_process_visible_accelerator_ids()
+        gpus = len(visible) if visible is not None else manager.get_current_node_num_accelerators()
+    except Exception:   # a private interface: without it, no GPUs are assumed
+        gpus = 0
+    return {"CPU": float(utils.get_num_cpus()), "GPU": float(gpus), "memory": float(utils.get_system_memory())}
+
+
 def _check_reachable(address: str, timeout: float = 5.0) -> str | None:
     """A ``host:port`` address must accept a connection within ``timeout`` seconds: Ray itself keeps
     retrying an address that does not answer for minutes. Returns the host (None for addresses

@@ -30,6 +30,7 @@ from mlflow.entities import Metric, Param, RunTag, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from banditsweep.workers.layout import MLFLOW_ARTIFACTS, MLFLOW_DB
 from banditsweep.workers.record import FINISHED, TrialRecord, thinned_curve
 from banditsweep.workers.sinks import Points, SinkContext
 
@@ -46,7 +47,7 @@ def resolve_tracking_uri(uri: str | None, results_root: str | Path) -> str:
     """``--mlflow-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///<results root>/mlflow.db``;
     relative SQLite paths become absolute so that every process (and the report later) sees the
     same store."""
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(results_root).resolve() / 'mlflow.db'}"
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(results_root).resolve() / MLFLOW_DB}"
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         uri = "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
     return uri
@@ -56,7 +57,7 @@ def local_artifact_root(uri: str) -> str | None:
     """Artifacts of a local SQLite store go next to the database (``mlartifacts/``); a tracking
     server chooses its own artifact store (None)."""
     if uri.startswith("sqlite:///"):
-        return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
+        return (Path(uri[len("sqlite:///"):]).parent / MLFLOW_ARTIFACTS).as_uri()
     return None
 
 

@@ -98,5 +98,10 @@ class APGExp3(Exp3Policy):
             theta = np.linalg.lstsq(information, features[arm] * reward, rcond=None)[0]
         return features @ theta
 
+    @classmethod
+    def footprint(cls, params, arms: int, dim: int, horizon: int) -> int:
+        # P-greedy reserves an n x n basis (newton_basis) before it knows how many rows it keeps.
+        return super().footprint(params, arms, dim, horizon) + 8 * arms * arms
+
     def diagnostics(self) -> dict[str, float]:
         return dict(self.values)

@@ -274,6 +274,13 @@ class KernelExp3(Exp3Policy):
                 size -= 1
         return size
 
+    @classmethod
+    def footprint(cls, params, arms: int, dim: int, horizon: int) -> int:
+        # The exact algorithm's n x n work arrays (work_bytes); the G-optimal design adds the kernel
+        # matrix's features, n x n again.
+        design = 8 * arms * arms if params.exploration == "g_optimal" else 0
+        return super().footprint(params, arms, dim, horizon) + work_bytes(arms) + design
+
     def diagnostics(self) -> dict[str, float]:
         if self.params.exploration == "mvr":
             return {**self.schedule.as_dict(), "mvr_distinct_points": float(self.mvr_distinct)}

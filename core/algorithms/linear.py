@@ -73,6 +73,10 @@ class LinearParams(Config):
 class _LinearPolicy(Policy):
     Params = LinearParams
 
+    @classmethod
+    def footprint(cls, params, arms: int, dim: int, horizon: int) -> int:
+        return 8 * (3 * dim * dim + 2 * arms * dim)   # A, its inverse, a product; the round's contexts
+
     def __init__(self, params, problem, rng, device="cpu"):
         super().__init__(params, problem, rng, device)
         self.stats = RidgeStatistics(problem, params.lam)

@@ -323,6 +323,19 @@ class NeuralPolicy(Policy, BatchedPolicy):
     def update(self, t: int, contexts: np.ndarray, arm: int, reward: float) -> None:
         self.update_batch(t, contexts[None], np.array([arm]), np.array([reward], dtype=np.float64))
 
+    @classmethod
+    def footprint(cls, params, arms: int, dim: int, horizon: int) -> int:
+        """p = d m + (L - 2) m^2 + m network parameters (and biases) per network: the parameters, their
+        gradient, theta_0 and the diagonal Z; the round's per-arm gradients (K x p); the history
+        (T x d contexts) and the training's activations (T x m per layer); the full Z (p x p, and the
+        Sherman-Morrison outer product as large) where ``z: full``."""
+        width, depth = params.width, params.depth
+        p = dim * width + (depth - 2) * width * width + width + (depth - 1) * width + 1
+        networks = getattr(params, "q", 1)
+        full = 2 * p * p if getattr(params, "z", "diag") == "full" else 0
+        itemsize = 8 if params.precision == "float64" else 4
+        return itemsize * (4 * networks * p + 2 * arms * p + horizon * dim + 3 * horizon * width * depth + full)
+
     def diagnostics(self) -> dict[str, float]:
         return self.diagnostics_batch()[0]
 

@@ -13,6 +13,10 @@ class RandomParams(Config):
 
 class RandomPolicy(Policy):
     Params = RandomParams
+
+    @classmethod
+    def footprint(cls, params, arms: int, dim: int, horizon: int) -> int:
+        return 16 * arms   # the uniform distribution over the arms and a draw
     supports = frozenset({CONTEXTUAL, ADVERSARIAL_DOMAIN})
 
     def select(self, t: int, contexts: np.ndarray) -> Decision:

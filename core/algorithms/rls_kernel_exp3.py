@@ -128,6 +128,13 @@ class RLSKernelExp3(Exp3Policy):
                                              self.schedule.mu, arm)
         return reward * cross + self.schedule.beta * np.sqrt(variance)
 
+    @classmethod
+    def footprint(cls, params, arms: int, dim: int, horizon: int) -> int:
+        # K D^{1/2} S, the embedding and a temporary, n x s each: s = n with every point a landmark,
+        # else a few levels of the sampler (its size is only known once it has run).
+        landmarks = arms if params.landmarks == "all" else min(arms, 4 * params.base_size)
+        return super().footprint(params, arms, dim, horizon) + 3 * 8 * arms * landmarks
+
     def diagnostics(self) -> dict[str, float]:
         counts = np.asarray(self.landmark_counts or [0], dtype=np.float64)
         effective = np.asarray(self.effective_dimensions or [np.nan])

@@ -179,6 +179,12 @@ class KernelDomainEnvironment(Environment):
 
     interaction = ADVERSARIAL_DOMAIN
 
+    @classmethod
+    def footprint(cls, config: KernelDomainConfig, horizon: int) -> tuple[int, int, int]:
+        # X (n, d) and a few per-point vectors (the cumulative function, the round's values).
+        n, d = domains.size(config.setting, config.domain, horizon)
+        return n, d, 8 * (n * d + 4 * n)
+
     @property
     def problem(self) -> Problem:
         n, d = self.domain.shape
@@ -218,6 +224,12 @@ class AdversarialKernelBandit(KernelDomainEnvironment):
         "expected_regret": "R^E_t, the expected form of the regret (SPEC 2.1)",
         "adversary_choice": "index i of the candidate function f_t = f^(i) the adversary played",
     }
+
+    @classmethod
+    def footprint(cls, config: AdversarialKernelConfig, horizon: int) -> tuple[int, int, int]:
+        # Besides X: the candidate table F (candidates, n) and the candidates' centres.
+        n, d, own = super().footprint(config, horizon)
+        return n, d, own + 8 * config.candidates * (n + config.centers * (d + 2))
 
     def __init__(self, config: AdversarialKernelConfig, horizon: int, rng: np.random.Generator):
         super().__init__(config, horizon, rng)

@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 
 from banditsweep.core.contracts import Config, Decision, Environment, Feedback, Problem
-from banditsweep.core.datasets import Encoding, dataset_path, load_dataset
+from banditsweep.core.datasets import DATASETS, Encoding, dataset_path, load_dataset
 
 
 class ClassificationConfig(Config):
@@ -50,6 +50,13 @@ class ClassificationBandit(Environment):
         self._arms = len(data.class_names)
         self._order = rng.permutation(rows)[:horizon]
         self._cumulative = 0.0
+
+    @classmethod
+    def footprint(cls, config: ClassificationConfig, horizon: int) -> tuple[int, int, int]:
+        # The whole dataset as float32 features, read and encoded (two copies at the peak); one-hot
+        # encoding widens it further (by the categories, unknown before reading).
+        info = DATASETS[config.dataset]
+        return info.classes, info.features * info.classes, 4 * 2 * info.rows * info.features + 8 * horizon
 
     @property
     def problem(self) -> Problem:

@@ -42,6 +42,12 @@ class SyntheticBandit(Environment):
         self._noise = rng.standard_normal((horizon, config.arms)) * config.noise
         self._cumulative = 0.0
 
+    @classmethod
+    def footprint(cls, config: SyntheticConfig, horizon: int) -> tuple[int, int, int]:
+        # The drawn and the normalised contexts (T, K, d) at once, the means and the noise (T, K), A.
+        k, d = config.arms, config.dim
+        return k, d, 8 * (2 * horizon * k * d + 2 * horizon * k + d * d)
+
     def _h(self, x: np.ndarray) -> np.ndarray:
         if self.config.function == "h1":
             return 10.0 * (x @ self._a) ** 2
