@@ -685,8 +685,13 @@ def _spearman(ours: list[float], paper: list[float]) -> tuple[float, str]:
     for values, whose in ((ours, "ours"), (paper, "the paper's")):
         if len(set(values)) == 1:
             return float("nan"), f"all {whose} values tie: no ranking to compare"
-    ties = len(ours) - len(set(ours))
-    return float(spearmanr(ours, paper).statistic), (f"{ties} tie(s) in ours: average ranks" if ties else "")
+    notes = []
+    for values, whose in ((ours, "ours"), (paper, "the paper's")):
+        tied = sum(values.count(v) for v in set(values) if values.count(v) > 1)
+        if tied:
+            notes.append(f"{tied} of {whose} share a rank")
+    note = "; ".join(notes) + (": average ranks" if notes else "")
+    return float(spearmanr(ours, paper).statistic), note
 
 
 def _judge_claim(claim: dict, paper: PaperData, cells: dict, matched_envs: dict, ours, published) -> dict:

@@ -121,7 +121,7 @@ def test_ties_one_seed_and_a_missing_comparator():
     assert comparison.spearman.iloc[0]["algorithms"] == 3
     rho = comparison.spearman.iloc[0]
     # Ranks (1.5, 1.5, 3) against the paper's (1, 2, 3): Pearson's r of the ranks, 1.5 / sqrt(1.5 * 2).
-    assert rho["spearman"] == pytest.approx(1.5 / np.sqrt(3.0)) and "1 tie(s)" in rho["note"]
+    assert rho["spearman"] == pytest.approx(1.5 / np.sqrt(3.0)) and rho["note"] == "2 of ours share a rank: average ranks"
     claims = comparison.claims.set_index("claim")
     assert claims.loc["ga_std_below_neural_baselines", "ours"] == "cannot be judged"
     assert "2 seeds or more" in claims.loc["ga_std_below_neural_baselines", "ours_details"]
@@ -140,6 +140,23 @@ def test_ties_one_seed_and_a_missing_comparator():
     assert comparison.spearman.iloc[0]["note"] == "all ours values tie: no ranking to compare"
     # GA was not run: no claim about it can be judged.
     assert set(comparison.claims["ours"]) == {"cannot be judged"}
+
+
+def test_several_labels_of_one_algorithm():
+    """Two labels running neural_ucb: the one labelled as the paper's row is compared; with neither
+    so labelled, the row is left out and a note says how to choose."""
+    best, trials = _best_from({("neural_ucb", "adult"): (4.0, 0.0), ("neural_rbmle_ga", "adult"): (3.0, 0.0)}, seeds=1)
+    other = best.iloc[0].copy()
+    other["label"], other["mean"] = "NeuralUCB (paper's recipe)", 9.0
+    best = pd.concat([best, other.to_frame().T], ignore_index=True)
+    (comparison,) = compare_with_papers(best, trials, papers=[_papers()["neural_rbmle"]])
+    assert comparison.cells.set_index("algorithm").loc["NeuralUCB", "ours_mean"] == 4.0 and not comparison.notes
+
+    best.loc[best["label"] == "NeuralUCB", "label"] = "NeuralUCB (reference)"
+    (comparison,) = compare_with_papers(best, trials, papers=[_papers()["neural_rbmle"]])
+    assert list(comparison.cells["algorithm"]) == ["NeuralRBMLE-GA"]
+    assert comparison.notes == ["classification:adult: labels NeuralUCB (reference), NeuralUCB (paper's recipe) all run "
+                                "neural_ucb; label one 'NeuralUCB' to compare it with the paper's NeuralUCB"]
 
 
 def test_claims_of_a_paper_without_published_numbers(tmp_path):
