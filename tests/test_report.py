@@ -174,6 +174,8 @@ def test_run_prints_the_results_of_a_sweep_of_mixed_kinds(tmp_path, monkeypatch,
     assert main(["report", "mixed.yaml"]) == 0
     by_setting = (tmp_path / "results" / "mixed" / "report" / "by_setting.md").read_text()
     assert "| adversarial_kernel |" in by_setting and "| synthetic |" in by_setting
+    # No environment here is one of a paper's (the kernel paper's are settings 1-4): no vs-paper section.
+    assert not (tmp_path / "results" / "mixed" / "report" / "vs_paper.md").exists()
 
 
 def _report_store(tmp_path):
