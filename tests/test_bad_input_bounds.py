@@ -9,8 +9,6 @@ The node is fixed (2 CPUs, no GPU, 8 GiB) so that the cases do not depend on the
 from __future__ import annotations
 
 import os
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ import pytest
 import banditsweep.workers.dispatcher as dispatcher
 from banditsweep.sweeps.spec import load_sweep
 
-from test_bad_input import GOOD, KERNEL, MAX_LINE, RUN, Case, _tree, add, edit, run_case
+from test_bad_input import KERNEL, MAX_LINE, RUN, Case, _tree, add, edit, run_case
 
 REPO = Path(__file__).resolve().parents[1]
 NODE = {"CPU": 2.0, "GPU": 0.0, "memory": 8.0 * 2**30}
@@ -212,9 +210,11 @@ def test_bad_input_exits_2_naming_the_value_and_writes_nothing(case, tmp_path, m
             case.setup(tmp_path, monkeypatch)
         before = _tree(tmp_path)
 
-    started = time.monotonic()
+    def no_ray(self):
+        raise AssertionError("bad input reached Ray")
+
+    monkeypatch.setattr(dispatcher.RayConnection, "__enter__", no_ray)   # also when a Ray is up already
     code = run_case(Case(**{**case.__dict__, "setup": snapshot}), tmp_path, monkeypatch)
-    seconds = time.monotonic() - started
     out, err = capsys.readouterr()
     lines = err.splitlines()
     assert code == 2, err
@@ -224,16 +224,18 @@ def test_bad_input_exits_2_naming_the_value_and_writes_nothing(case, tmp_path, m
     # Nothing written: no sweep folder, .run.lock, README.txt or MLflow store; the results root untouched.
     assert _tree(tmp_path) == before
     assert not (tmp_path / "results").exists() or case.setup is _sweep_folder
-    ray = sys.modules.get("ray")
-    assert ray is None or not ray.is_initialized()
-    assert seconds < 30, f"{case.id} took {seconds:.1f} s: validation only"
 
 
 def test_a_sweep_of_1_2_million_trials_is_refused_in_seconds(tmp_path, monkeypatch, capsys, fixed_node):
+    """Counted from the grid sizes, never listed: not one trial is built."""
+    from banditsweep.sweeps import spec as spec_module
+
+    def no_trial(*args, **kwargs):
+        raise AssertionError("a trial was built: the sweep was expanded before it was counted")
+
+    monkeypatch.setattr(spec_module.TrialSpec, "create", no_trial)
     case = next(c for c in CASES if c.id == "trials-1.2M")
-    started = time.monotonic()
     assert run_case(case, tmp_path, monkeypatch) == 2
-    assert time.monotonic() - started < 5, "counted, not expanded"
 
 
 def test_the_memory_estimate_names_its_parts_and_the_node(tmp_path, monkeypatch, capsys, fixed_node):

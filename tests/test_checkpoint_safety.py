@@ -16,7 +16,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cases import CASES, DATA, specs  # noqa: E402
+from cases import DATA, specs  # noqa: E402
 
 from banditsweep.core.state_codec import StateFormatError, decode_state, encode_state  # noqa: E402
 from banditsweep.core.trial import TrialRun, TrialSpec, checkpoint_key, run_trial  # noqa: E402
