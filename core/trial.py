@@ -66,6 +66,19 @@ def environment_label(config: dict[str, Any]) -> str:
     return ":".join(parts[:2]) + "".join(f",{p}" for p in parts[2:])
 
 
+# A parameter added to an algorithm after trials of it were recorded is marked with this key in its
+# Field's json_schema_extra: at its default (the behaviour the recorded trials had) it is left out of
+# the trial's id, so those trials keep their ids and results; it is still recorded with every trial.
+ADDED_LATER = "added_later"
+
+
+def _identifying(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters that name the trial: all of them, less later additions at their defaults."""
+    fields = registry.algorithm_class(algorithm).Params.model_fields
+    later = {name for name, f in fields.items() if (f.json_schema_extra or {}).get(ADDED_LATER)}
+    return {k: v for k, v in params.items() if k not in later or v != fields[k].default}
+
+
 @dataclass(frozen=True)
 class TrialSpec:
     """The canonical content of one trial. ``params`` and ``environment`` are fully resolved
@@ -91,7 +104,7 @@ class TrialSpec:
     def content(self) -> dict[str, Any]:
         content = {
             "algorithm": self.algorithm,
-            "params": self.params,
+            "params": _identifying(self.algorithm, self.params),
             "environment": self.environment,
             "seed": self.seed,
             "horizon": self.horizon,

@@ -10,6 +10,9 @@ Two representations (``mode``):
 - ``full``: the exact p x p inverse, kept up to date by Sherman-Morrison,
   Z^{-1} <- Z^{-1} - (Z^{-1} u)(Z^{-1} u)^T / (1 + u^T Z^{-1} u), u = sqrt(c) g: O(p^2) per round, never
   a fresh O(p^3) inversion. p = m + m d + m^2 (L - 1) (37 900 on Covertype), so this is a device option.
+  With ``inverse="invert"`` Z itself is kept and inverted afresh after every update (a Cholesky
+  factorisation and its inverse, O(p^3)): what the paper's Table 3 times as "the time to invert Z"
+  (its NeuralUCB / NeuralTS rows), for comparison with the update; the two agree to rounding.
 
 Gradients come as :class:`ArmParameters` (only the arm's first-layer block is nonzero, SPEC 1.3); the
 flat order of theta is [vec W1 (blocks, d_b, m), vec hidden layers, w, biases]. A network with biases
@@ -30,9 +33,12 @@ from banditsweep.core.networks import ArmParameters, StackedNetwork
 
 
 class ZMatrix:
-    def __init__(self, network: StackedNetwork, lam: np.ndarray, scale: float, mode: str):
+    def __init__(self, network: StackedNetwork, lam: np.ndarray, scale: float, mode: str, inverse: str = "update"):
         if mode not in ("diag", "full"):
             raise ValueError(f"unknown z mode {mode!r}")
+        if inverse not in ("update", "invert"):
+            raise ValueError(f"unknown z inverse {inverse!r}")
+        self.invert = mode == "full" and inverse == "invert"
         G, B, d_b, _, m = network.W1.shape
         self.mode, self.scale = mode, scale
         self.blocks, self.block_dim, self.width = B, d_b, m
@@ -50,6 +56,8 @@ class ZMatrix:
         else:
             p = self.size
             self.inverse = torch.eye(p, device=self.device, dtype=self.dtype).repeat(G, 1, 1) / lam_t.view(G, 1, 1)
+            if self.invert:
+                self.matrix = torch.eye(p, device=self.device, dtype=self.dtype).repeat(G, 1, 1) * lam_t.view(G, 1, 1)
 
     @property
     def size(self) -> int:
@@ -126,6 +134,12 @@ class ZMatrix:
                 U += self.scale * gb[:, 0] ** 2
         else:
             u = self._flat_one(g, blocks) * self.scale ** 0.5
+            if self.invert:
+                self.matrix += u.unsqueeze(-1) * u.unsqueeze(-2)
+                self.inverse = torch.cholesky_inverse(torch.linalg.cholesky(self.matrix))
+                self._sync()
+                self.seconds += time.perf_counter() - start
+                return
             solved = torch.einsum("gpq,gq->gp", self.inverse, u)
             denominator = 1.0 + (u * solved).sum(-1)
             self.inverse -= solved.unsqueeze(-1) * solved.unsqueeze(-2) / denominator.view(G, 1, 1)

@@ -356,7 +356,7 @@ class GradientExplorationPolicy(NeuralPolicy):
 
     def setup(self) -> None:
         scale = 1.0 if self.z_scale_reference else 1.0 / self.width
-        self.z = ZMatrix(self.network, self.per_trial("lam"), scale, self.params.z)
+        self.z = ZMatrix(self.network, self.per_trial("lam"), scale, self.params.z, self.params.z_inverse)
 
     def gradients(self, x: torch.Tensor):
         """f(x_{t,a}; theta_hat) and g(x_{t,a}; theta_hat) for every arm (per-sample gradients; with the

@@ -18,18 +18,25 @@ from typing import Literal
 
 import numpy as np
 import torch
+from banditsweep.core.algorithms.neural_base import (
+    SHARED_STRUCTURE,
+    BiasedParams,
+    GradientExplorationPolicy,
+)
+from banditsweep.core.trial import ADDED_LATER
 from pydantic import Field
-
-from banditsweep.core.algorithms.neural_base import SHARED_STRUCTURE, BiasedParams, GradientExplorationPolicy
 
 
 class NeuralRBMLEPCParams(BiasedParams):
     z: Literal["diag", "full"] = Field("diag", description="Z^{-1}: inverse of the diagonal (paper) or exact")
+    z_inverse: Literal["update", "invert"] = Field(
+        "update", json_schema_extra={ADDED_LATER: True},
+        description="with z: full, keep Z^{-1} by Sherman-Morrison updates or invert Z afresh every round (Table 3)")
 
 
 class NeuralRBMLEPC(GradientExplorationPolicy):
     Params = NeuralRBMLEPCParams
-    structural = SHARED_STRUCTURE + ("z",)
+    structural = SHARED_STRUCTURE + ("z", "z_inverse")
 
     def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
         x = self.active(contexts)

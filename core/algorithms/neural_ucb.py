@@ -23,9 +23,13 @@ from typing import Literal
 
 import numpy as np
 import torch
+from banditsweep.core.algorithms.neural_base import (
+    BASELINE_STRUCTURE,
+    BaselineParams,
+    GradientExplorationPolicy,
+)
+from banditsweep.core.trial import ADDED_LATER
 from pydantic import Field
-
-from banditsweep.core.algorithms.neural_base import BASELINE_STRUCTURE, BaselineParams, GradientExplorationPolicy
 
 
 class NeuralUCBParams(BaselineParams):
@@ -33,11 +37,14 @@ class NeuralUCBParams(BaselineParams):
     form: Literal["paper", "reference"] = Field(
         "reference", description="bonus and Z as in the reference code or the paper (default under training=paper)")
     z: Literal["diag", "full"] = Field("diag", description="Z^{-1}: inverse of the diagonal (paper) or exact")
+    z_inverse: Literal["update", "invert"] = Field(
+        "update", json_schema_extra={ADDED_LATER: True},
+        description="with z: full, keep Z^{-1} by Sherman-Morrison updates or invert Z afresh every round (Table 3)")
 
 
 class NeuralUCB(GradientExplorationPolicy):
     Params = NeuralUCBParams
-    structural = BASELINE_STRUCTURE + ("form", "z")
+    structural = BASELINE_STRUCTURE + ("form", "z", "z_inverse")
 
     @property
     def z_scale_reference(self) -> bool:  # type: ignore[override]
