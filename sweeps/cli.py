@@ -517,10 +517,10 @@ def _source_commit() -> str:
         return ""
 
 
-def _verified(store):
+def _verified(store, sweep: Sweep):
     """Check the result files, say what was wrong (damaged files are quarantined, trials without
     their results run again) and return the health report."""
-    health = store.verify()
+    health = store.verify(planned=[trial.trial_id for trial in sweep.trials])
     for line in health.quarantined:
         print(f"warning: damaged result file {line}", file=sys.stderr)
     if health.missing_results:
@@ -536,7 +536,7 @@ def _run_locked(args, sweep: Sweep, env_vars: dict[str, str], sinks: list[str], 
     from banditsweep.workers.store import TrialsTable
 
     store = _store(args, sweep)
-    health = _verified(store)
+    health = _verified(store, sweep)
     journal = store.journal()
     state = {trial_id: record.status for trial_id, record in journal.items()
              if trial_id not in health.missing_results}
@@ -721,7 +721,7 @@ def cmd_status(args) -> int:
 
     sweep = _load(args)
     store = _store(args, sweep)
-    health = _verified(store) if store.root.is_dir() else None
+    health = _verified(store, sweep) if store.root.is_dir() else None
     journal = store.journal()
     rows = []
     for trial in sweep.trials:
@@ -758,7 +758,7 @@ def cmd_report(args) -> int:
     sweep = _load(args)
     store = _store(args, sweep)
     if store.root.is_dir():
-        _verified(store)
+        _verified(store, sweep)
     trials = finished_trials(store, sweep.trials)
     if trials.empty:
         print(f"{sweep.name}: no finished trials under {store.root}; run `banditsweep run {args.spec}` first",
@@ -828,6 +828,9 @@ def main(argv: list[str] | None = None) -> int:
     except _store_errors() as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_STORE_UNWRITABLE
+    except _damaged_errors() as error:   # a file damaged after it was checked
+        print(one_line(f"error: {error}"), file=sys.stderr)
+        return EXIT_INCONSISTENT
     except _input_errors() as error:
         # Bad input: one line naming the file or argument, the key, the value and what is allowed.
         if getattr(args, "debug", False):
@@ -863,6 +866,12 @@ def _store_errors() -> tuple[type[BaseException], ...]:
     from banditsweep.workers.errors import StoreWriteError
 
     return (StoreWriteError,)
+
+
+def _damaged_errors() -> tuple[type[BaseException], ...]:
+    from banditsweep.workers.errors import DamagedResultError
+
+    return (DamagedResultError,)
 
 
 def _input_errors() -> tuple[type[BaseException], ...]:

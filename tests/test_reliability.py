@@ -124,7 +124,7 @@ def test_damaged_result_files_are_named_quarantined_and_their_trials_run_again(t
     assert main(["status", spec]) == 4   # damage found (and moved aside): the store was inconsistent
     captured = capsys.readouterr()
     assert f"damaged result file {curves} (not readable Parquet" in captured.err
-    assert f"damaged result file {segment} (1 unreadable record(s))" in captured.err
+    assert f"damaged result file {segment} (1 unreadable record(s): line " in captured.err
     assert "2 trials: 0 done, 0 failed, 2 pending" in captured.out
     assert sorted(p.name for p in (root / "quarantine").iterdir()) == [f"curves-{curves.name}",
                                                                        f"journal-{segment.name}"]

@@ -133,9 +133,11 @@ def test_stores_of_the_earlier_layout_are_read_and_upgraded(tmp_path):
     """Curves without their trials' names and a trials table with settings as JSON text only, as
     earlier versions wrote them: `load` fills both in, and the next compaction rewrites the curves."""
     store = _store(tmp_path)
-    for path in store.curves_dir.glob("*.parquet"):
+    for path in store.curves_dir.glob("*.parquet"):   # named without a checksum, as they were then
         table = pq.read_table(path)
-        pq.write_table(table.drop_columns(["algorithm", "label", "environment", "seed"]), path)
+        pq.write_table(table.drop_columns(["algorithm", "label", "environment", "seed"]),
+                       path.with_name(path.name.rsplit("-", 1)[0] + ".parquet"))
+        path.unlink()
     path = store.trials_dir / "trials.parquet"
     table = pq.read_table(path)
     old = [n for n in table.column_names if n.startswith(("env_", "diag_"))]

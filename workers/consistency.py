@@ -19,7 +19,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from banditsweep.workers.record import FINISHED, TrialRecord
-from banditsweep.workers.store import CURVE_SCHEMA
+from banditsweep.workers.store import CURVE_SCHEMA, TRIAL_COLUMNS, one_line, trials_table
 
 # Trial ids named in one line at most (a count says how many more).
 SHOWN = 3
@@ -87,9 +87,10 @@ def _check_table(root: Path, records: dict[str, TrialRecord], result: Consistenc
                                    "`run` rebuilds it")
         return
     try:
-        table = pq.read_table(path, columns=["trial_id", "status"])
+        # Every page against its CRC (files written before have none: nothing to check there).
+        table = pq.read_table(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError, KeyError) as error:
-        result.problems.append(f"{path} is not readable ({type(error).__name__}: {str(error)[:200]}); "
+        result.problems.append(f"{path} is not readable ({type(error).__name__}: {one_line(error)}); "
                                "`run` rebuilds it from the journal")
         return
     result.table_rows = table.num_rows
@@ -99,6 +100,7 @@ def _check_table(root: Path, records: dict[str, TrialRecord], result: Consistenc
     missing = set(records) - set(statuses)
     extra = set(statuses) - set(records)
     differ = {tid for tid in set(records) & set(statuses) if statuses[tid] != records[tid].status}
+    changed = {tid: names for tid, names in _other_values(table, records).items() if tid not in differ}
     lines = []
     if repeated:
         lines.append(f"{repeated} trial(s) twice")
@@ -108,6 +110,9 @@ def _check_table(root: Path, records: dict[str, TrialRecord], result: Consistenc
         lines.append(f"{len(extra)} trial(s) the journal does not hold ({_named(extra)})")
     if differ:
         lines.append(f"{len(differ)} trial(s) with another status than the journal's ({_named(differ)})")
+    if changed:
+        lines.append(f"{len(changed)} trial(s) with other values than the journal's ({_named(changed)}; "
+                     f"{min(changed)}: {', '.join(sorted(changed[min(changed)]))})")
     if not lines:
         return
     text = (f"{path}: {len(ids)} rows, the journal {len(records)} trials: " + "; ".join(lines))
@@ -115,6 +120,34 @@ def _check_table(root: Path, records: dict[str, TrialRecord], result: Consistenc
         result.notes.append(text + " (a run is in progress: the table is rebuilt as it goes and at its end)")
     else:
         result.problems.append(text + "; `run` rebuilds it from the journal")
+
+
+def _other_values(table: pa.Table, records: dict[str, TrialRecord]) -> dict[str, set[str]]:
+    """Trials of both the table and the journal whose record fields differ, with the columns: the
+    table is a view of the journal, so each value should be the journal's, bit for bit. Columns of
+    another type than the current layout's (an earlier layout) are compared where they cast."""
+    ids = table["trial_id"].to_pylist()
+    if len(set(ids)) != len(ids):
+        return {}   # a trial twice: named as such
+    common = [tid for tid in ids if tid in records]
+    if not common:
+        return {}
+    expected = trials_table([records[tid] for tid in common])
+    order = {tid: i for i, tid in enumerate(expected["trial_id"].to_pylist())}
+    expected = expected.take(pa.array([order[tid] for tid in common]))
+    present = table.filter(pa.array([tid in records for tid in ids]))
+    changed: dict[str, set[str]] = {}
+    for name in TRIAL_COLUMNS:
+        if name not in present.column_names:
+            continue
+        try:
+            actual = present[name].cast(expected.schema.field(name).type).to_pylist()
+        except (pa.ArrowException, ValueError):
+            continue
+        for tid, have, want in zip(common, actual, expected[name].to_pylist()):
+            if have != want:
+                changed.setdefault(tid, set()).add(name)
+    return changed
 
 
 def _check_curves(root: Path, finished: dict[str, TrialRecord], result: Consistency) -> None:

@@ -13,3 +13,8 @@ class ResourceRequestError(ValueError):
 class StoreWriteError(OSError):
     """The results folder cannot be written (disk full, read-only, permissions): the run stops, and
     no trial is recorded as failed for it."""
+
+
+class DamagedResultError(RuntimeError):
+    """A result file read back is damaged (a checksum that does not match, unreadable Parquet):
+    ``status`` or ``run`` moves it aside and runs its trials again."""

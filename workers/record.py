@@ -9,6 +9,8 @@ Times are epoch seconds in Python and UTC timestamps in Parquet.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -75,10 +77,105 @@ class TrialRecord:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_json(cls, values: dict[str, Any]) -> "TrialRecord":
-        """Read a journal entry; fields a record of an older version lacks take their defaults."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
+    def from_json(cls, values: Any) -> "TrialRecord":
+        """Read a journal entry, checking every field's type and range (:class:`RecordError` names
+        the first that is wrong); fields a record of an older version lacks take their defaults."""
+        if not isinstance(values, dict):
+            raise RecordError(f"a record is a JSON object (got {_shown(values)})")
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise RecordError(f"{unknown[0]}: unknown key (got {_shown(values[unknown[0]])}); "
+                              "a record holds the fields of TrialRecord only")
+        for name, spec in known.items():
+            if name not in values:
+                if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+                    raise RecordError(f"{name}: missing key")
+                continue
+            problem = _FIELD_CHECKS[name](values[name])
+            if problem:
+                raise RecordError(f"{name}: {problem} (got {_shown(values[name])})")
+        if values.get("status") == FINISHED and values.get("final_regret") is None:
+            raise RecordError("final_regret: a finished trial has a final regret (got null)")
+        return cls(**values)
+
+    def content_ids(self) -> tuple[str, str]:
+        """The ids a trial of this content has (core.trial.TrialSpec.trial_id), unsharded and
+        sharded: a record whose ``trial_id`` is neither does not describe the trial it names."""
+        content = {"algorithm": self.algorithm, "params": self.params, "environment": self.environment_config,
+                   "seed": self.seed, "horizon": self.horizon}
+        return (_content_id(content), _content_id({**content, "sharded": True}))
+
+
+class RecordError(ValueError):
+    """A journal entry that is not a valid :class:`TrialRecord` (the message names the field)."""
+
+
+def _content_id(content: dict[str, Any]) -> str:
+    # As core.trial.TrialSpec.trial_id (the canonical JSON of the content, hashed).
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:28] + "…" + text[-28:]
+
+
+def _text(optional: bool = False):
+    def check(value):
+        if value is None and optional:
+            return None
+        return None if isinstance(value, str) else "must be a string" + (" or null" if optional else "")
+    return check
+
+
+def _integer(least: int):
+    def check(value):
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "must be an integer"
+        return None if least <= value <= 2**63 - 1 else f"must be an integer >= {least} and <= 2**63-1"
+    return check
+
+
+def _number(least: float | None = None):
+    """None or a finite number (>= ``least``); JSON has no NaN, so neither has the journal."""
+    def check(value):
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return "must be a finite number or null"
+        return None if least is None or value >= least else f"must be >= {least} or null"
+    return check
+
+
+def _mapping(numbers: bool = False):
+    def check(value):
+        if not isinstance(value, dict):
+            return "must be a JSON object"
+        if numbers:
+            for key, item in value.items():
+                if item is not None and (not isinstance(item, (int, float)) or isinstance(item, float)
+                                         and not math.isfinite(item)):
+                    return f"value of {key!r} must be a finite number, a boolean or null"
+        return None
+    return check
+
+
+_FIELD_CHECKS = {
+    "trial_id": lambda v: None if isinstance(v, str) and v else "must be a non-empty string",
+    "sweep": _text(), "algorithm": _text(), "label": _text(), "environment": _text(),
+    "seed": _integer(0), "horizon": _integer(1), "params": _mapping(), "environment_config": _mapping(),
+    "log_every": _integer(1), "run_name": _text(), "group": _text(),
+    "status": lambda v: None if v in (PENDING, FINISHED, FAILED) else f"must be one of {PENDING}, {FINISHED}, {FAILED}",
+    "attempts": _integer(0), "final_regret": _number(), "wall_seconds": _number(0.0),
+    "seconds_per_round": _number(0.0), "diagnostics": _mapping(numbers=True), "error": _text(True),
+    "traceback": _text(True), "started_at": _number(), "finished_at": _number(), "node": _text(True),
+    "node_id": _text(True), "device": _text(True),
+}
+# A field added to TrialRecord needs its check here, or no journal could be read.
+if set(_FIELD_CHECKS) != {f.name for f in dataclasses.fields(TrialRecord)}:
+    raise ImportError("record.py: _FIELD_CHECKS and the fields of TrialRecord differ")
 
 
 @dataclass

@@ -19,6 +19,13 @@
 :func:`load` reads both tables into pandas, also from stores written before curves carried their
 trial's names and before environment settings had columns of their own.
 
+Integrity: every Parquet page has a CRC (verified on read); every curves file and journal segment
+has the SHA-256 of its bytes in its name, and every journal line the SHA-256 of its record, which
+must also be a valid :class:`TrialRecord`. :meth:`SweepStore.verify` (``status``, ``run``,
+``report``) checks them all and moves what fails to ``quarantine/``; the trials of a curves file
+moved aside, and of a record moved aside, run again. Files and records written before checksums
+are read and checked for everything else, and compaction rewrites them with checksums.
+
 Order of writes for a group: curves part, then journal segment. A crash between the two leaves
 curves of trials that are not done; they run again and :meth:`SweepStore.read_curves` keeps the
 rows of the journal's record only. Every file appears by atomic rename of a fully written, fsynced
@@ -31,9 +38,11 @@ between is finished by the next :meth:`SweepStore.recover`.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import math
 import os
+import re
 import socket
 import tempfile
 import time
@@ -49,6 +58,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from banditsweep.workers.errors import DamagedResultError
 from banditsweep.workers.record import FAILED, FINISHED, TrialOutcome, TrialRecord
 
 __all__ = ["CURVE_SCHEMA", "FAILED", "FINISHED", "SweepBusyError", "SweepStore", "TrialsTable", "load"]
@@ -123,6 +133,83 @@ def _fsync_write(path: Path, write: Callable[[str], None]) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+# Every Parquet file is written with a CRC per page and read with them verified; every curves part
+# and journal segment also carries the SHA-256 of its bytes in its name (``part-<ns>-<pid>-<sha>``),
+# which ``verify`` checks: a flipped byte anywhere, also in a page header or the footer, is found.
+# Files written before had neither; they are read as they are (nothing to verify against).
+WRITE_OPTIONS = {"write_page_checksum": True}
+_DIGEST = re.compile(r"-([0-9a-f]{64})$")
+# Each journal line holds its record's fields and this key: the SHA-256 of the record's canonical
+# JSON, so one damaged record is found (and named) while the others of its segment are kept.
+RECORD_DIGEST = "sha256"
+
+
+def _write_parquet(table: pa.Table, path: str, **options) -> None:
+    pq.write_table(table, path, **WRITE_OPTIONS, **options)
+
+
+def _read_parquet(path: Path | str, **options) -> pa.Table:
+    return pq.read_table(path, page_checksum_verification=True, **options)
+
+
+def named_digest(path: Path) -> str | None:
+    """The SHA-256 a file's name gives for its bytes (None for files written before)."""
+    match = _DIGEST.search(path.stem)
+    return match.group(1) if match else None
+
+
+def file_digest(path: Path | str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_digested(directory: Path, prefix: str, suffix: str, write: Callable[[str], None],
+                    hidden: bool = False) -> Path:
+    """As :func:`_fsync_write`, into a new file named by its write time and the SHA-256 of its
+    bytes; returns its (visible) path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp.{prefix}", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.chmod(tmp, FILE_MODE)
+        name = f"{_unique_name(prefix, '')}-{file_digest(tmp)}{suffix}"
+        os.replace(tmp, directory / (("." if hidden else "") + name))
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return directory / name
+
+
+def journal_text(records: Iterable[TrialRecord]) -> str:
+    """Journal lines: each record's fields with the SHA-256 of their canonical JSON."""
+    lines = []
+    for record in records:
+        values = record.to_json()
+        lines.append(json.dumps({**values, RECORD_DIGEST: _record_digest(values)}, sort_keys=True,
+                                allow_nan=False) + "\n")
+    return "".join(lines)
+
+
+def _record_digest(values: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(values, sort_keys=True, separators=(",", ":"),
+                                     allow_nan=False).encode()).hexdigest()
+
+
+def one_line(error: BaseException | str, limit: int = 200) -> str:
+    """An error's text on one line of printable characters, at most ``limit`` long (Parquet's
+    messages may span lines and quote the damaged bytes)."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in line).strip()
+                    for line in str(error).splitlines()).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _visible(directory: Path, pattern: str) -> list[Path]:
@@ -327,42 +414,72 @@ class SweepStore:
         finished = [o for o in outcomes if o.arrays is not None]
         if finished:
             table = curve_table(finished)
-            _fsync_write(self.curves_dir / _unique_name("part-", ".parquet"),
-                         lambda tmp: pq.write_table(table, tmp))
-        text = "".join(json.dumps(o.record.to_json(), sort_keys=True, allow_nan=False) + "\n" for o in outcomes)
-        _fsync_write(self.journal_dir / _unique_name("s", ".jsonl"), lambda tmp: Path(tmp).write_text(text))
+            _write_digested(self.curves_dir, "part-", ".parquet", lambda tmp: _write_parquet(table, tmp))
+        text = journal_text(o.record for o in outcomes)
+        _write_digested(self.journal_dir, "s", ".jsonl", lambda tmp: Path(tmp).write_text(text))
 
     def write_trials_table(self, records: list[TrialRecord]) -> None:
+        # A view of the journal under a fixed name (readers read trials/), so no digest in its name:
+        # its pages have CRCs and `status` compares its rows with the journal.
         table = trials_table(records)
-        _fsync_write(self.trials_dir / "trials.parquet", lambda tmp: pq.write_table(table, tmp))
+        _fsync_write(self.trials_dir / "trials.parquet", lambda tmp: _write_parquet(table, tmp))
 
     def compact(self) -> None:
-        """Merge the curve parts into one file and the journal segments into one segment. Curve files
-        of an earlier layout (without their trials' names) join the merge, so that every curve file
-        has the current schema; a sweep with more than MAX_CURVE_FILES curve files is merged whole."""
+        """Merge the curve parts into one file and the journal segments into one segment. A curve
+        file joins the merge also when it shares a trial with another file (the trial ran again
+        after its journal record was lost), holds rows of trials the journal does not hold as
+        finished, lacks its trials' names (an earlier layout) or a checksum (written before files
+        had them): after a compaction every finished trial's rows are in the folder once, so a
+        plain ``pyarrow.dataset`` read of ``curves/`` gives one copy. A sweep with more than
+        MAX_CURVE_FILES curve files is merged whole. Damaged files are left where they are, and
+        what they would join is not merged: ``verify`` moves them aside first."""
         self.recover()
-        files = sorted(_visible(self.curves_dir, "*.parquet"), key=_write_order)
-        parts = [p for p in files if p.name.startswith("part-")]
-        kept = [p for p in files if not p.name.startswith("part-")]
-        earlier = [p for p in kept if not _has_trial_columns(p)]
-        merge = files if len(kept) + 1 > MAX_CURVE_FILES else sorted([*earlier, *parts], key=_write_order)
-        if len(merge) > 1 or earlier:
-            records = self.journal()
-            table = _latest_rows(pa.concat_tables([pq.read_table(p, schema=CURVE_SCHEMA) for p in merge]), records)
-            table = with_trial_columns(table, records)
-            self._replace(merge, self.curves_dir / _unique_name("c-", ".parquet"),
-                          lambda tmp: pq.write_table(table, tmp, row_group_size=1 << 20))
-        segments = self._segments()
-        if len(segments) > 1:
-            lines = [json.dumps(record.to_json(), sort_keys=True, allow_nan=False) + "\n"
-                     for record in self.journal().values()]
-            self._replace(segments, self.journal_dir / _unique_name("s", ".jsonl"),
-                          lambda tmp: Path(tmp).write_text("".join(lines)))
+        segments = [*sorted(_visible(self.journal_dir, "*.json")), *self._segments()]
+        read = [_read_records(path) for path in segments]
+        if any(journal_file.damage for journal_file in read):
+            return   # its records are not all known: nothing may be dropped or merged for want of them
+        records = {record.trial_id: record for journal_file in read for record in journal_file.records}
+        self._compact_curves(records)
+        if len(segments) > 1 or any(named_digest(path) is None for path in segments):
+            self._replace(segments, self.journal_dir, "s", ".jsonl",
+                          lambda tmp: Path(tmp).write_text(journal_text(records.values())))
 
-    def _replace(self, parts: list[Path], target: Path, write: Callable[[str], None]) -> None:
-        """Write ``target`` hidden, note which parts it replaces, remove them, then show ``target``."""
-        hidden = target.with_name("." + target.name)
-        _fsync_write(hidden, write)
+    def _compact_curves(self, records: dict[str, TrialRecord]) -> None:
+        files = sorted(_visible(self.curves_dir, "*.parquet"), key=_write_order)
+        if not files:
+            return
+        done = {tid for tid, r in records.items() if r.status == FINISHED}
+        ids: dict[Path, set[str]] = {}
+        for path in files:
+            try:
+                ids[path] = set(pc.unique(_read_parquet(path, columns=["trial_id"])["trial_id"]).to_pylist())
+            except (pa.ArrowException, OSError):
+                return   # unreadable: verify() moves it aside before anything is merged
+        seen: dict[str, int] = {}
+        for trial_ids in ids.values():
+            for trial_id in trial_ids:
+                seen[trial_id] = seen.get(trial_id, 0) + 1
+        kept = [p for p in files if not p.name.startswith("part-")]
+        if len(kept) + 1 > MAX_CURVE_FILES:
+            merge = files
+        else:
+            merge = [p for p in files if p.name.startswith("part-") or named_digest(p) is None
+                     or not _has_trial_columns(p) or ids[p] - done or any(seen[t] > 1 for t in ids[p])]
+        rewrite = [p for p in merge if named_digest(p) is None or not _has_trial_columns(p) or ids[p] - done
+                   or any(seen[t] > 1 for t in ids[p])]
+        if len(merge) < 2 and not rewrite:
+            return
+        if any(_damage(p) for p in merge):
+            return   # a damaged file merged would come out with a valid checksum: verify() first
+        table = _latest_rows(pa.concat_tables([_read_parquet(p, schema=CURVE_SCHEMA) for p in merge]), records)
+        table = with_trial_columns(table, records)
+        self._replace(merge, self.curves_dir, "c-", ".parquet",
+                      lambda tmp: _write_parquet(table, tmp, row_group_size=1 << 20))
+
+    def _replace(self, parts: list[Path], directory: Path, prefix: str, suffix: str,
+                 write: Callable[[str], None]) -> None:
+        """Write the merged file hidden, note which parts it replaces, remove them, then show it."""
+        target = _write_digested(directory, prefix, suffix, write, hidden=True)
         manifest = target.with_name("." + target.name + ".replaces")
         _fsync_write(manifest, lambda tmp: Path(tmp).write_text("\n".join(p.name for p in parts)))
         self._finish_replace(manifest)
@@ -389,37 +506,36 @@ class SweepStore:
         return sorted(_visible(self.journal_dir, "s*.jsonl"))
 
     def journal(self) -> dict[str, TrialRecord]:
-        """Every trial's latest record: per-trial files of earlier versions first, then the segments
-        in write order."""
+        """Every trial's latest valid record: per-trial files of earlier versions first, then the
+        segments in write order. Records that are not valid are left out (``verify`` names them)."""
         records: dict[str, TrialRecord] = {}
         for path in [*sorted(_visible(self.journal_dir, "*.json")), *self._segments()]:
-            for record in _read_records(path)[0]:
+            for record in _read_records(path).records:
                 records[record.trial_id] = record
         return records
 
-    def verify(self) -> "StoreHealth":
-        """Check every result file: journal files parse, curve files are readable Parquet, and every
-        trial the journal holds as finished has all its rounds in the curves. A file that fails is
-        moved to ``quarantine/`` (named in the answer, never deleted); the good records of a
-        damaged journal file are kept in a new segment. Trials left without their results are
-        named, so that ``run`` runs them again."""
+    def verify(self, planned: Iterable[str] = ()) -> "StoreHealth":
+        """Check every result file: each journal record is a valid TrialRecord with its checksum,
+        each segment's bytes match the checksum in its name, and a record of a ``planned`` trial id
+        describes that trial (its id is its content's); each curves file's bytes match the checksum
+        in its name and every page its CRC; every trial the journal holds as finished has all its
+        rounds in the curves. A file that fails is moved to ``quarantine/`` (named in the answer,
+        never deleted); the good records of a damaged journal file are kept in a new segment.
+        Trials left without their results are named, so that ``run`` runs them again."""
         health = StoreHealth()
+        planned = set(planned)
         for path in [*_visible(self.journal_dir, "*.json"), *self._segments()]:
-            good, bad = _read_records(path)
-            if bad:
-                if good:
-                    text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in good)
-                    _fsync_write(self.journal_dir / _unique_name("s", ".jsonl"), lambda tmp: Path(tmp).write_text(text))
-                health.quarantined.append(self._quarantine(path, f"{bad} unreadable record(s)"))
+            read = _read_records(path, planned)
+            if read.damage:
+                if read.records:
+                    text = journal_text(read.records)
+                    _write_digested(self.journal_dir, "s", ".jsonl", lambda tmp: Path(tmp).write_text(text))
+                health.quarantined.append(self._quarantine(path, read.damage))
         rows: dict[str, int] = {}
         for path in _visible(self.curves_dir, "*.parquet"):
-            try:
-                table = pq.read_table(path, columns=["trial_id", "t"])
-            except (pa.ArrowException, OSError) as error:
-                health.quarantined.append(self._quarantine(path, f"not readable Parquet: {error}"))
-                continue
-            for trial_id, count in zip(*pc.value_counts(table["trial_id"]).flatten()):
-                rows[trial_id.as_py()] = rows.get(trial_id.as_py(), 0) + count.as_py()
+            damage = _damage(path, rows)
+            if damage:
+                health.quarantined.append(self._quarantine(path, damage))
         for trial_id, record in self.journal().items():
             if record.status == FINISHED and rows.get(trial_id, 0) < record.horizon:
                 health.missing_results.add(trial_id)
@@ -433,25 +549,36 @@ class SweepStore:
 
     def read_trials(self) -> pd.DataFrame:
         """The trials table (one row per finished or failed trial), in the current layout also when
-        it was written by an earlier version; rebuilt from the journal when it is not written yet."""
+        it was written by an earlier version; rebuilt from the journal when it is not written yet
+        or cannot be read (a page that fails its CRC: ``status`` names it, ``run`` rewrites it)."""
         path = self.trials_dir / "trials.parquet"
-        if not path.exists():
+        try:
+            table = _read_parquet(path)
+        except (pa.ArrowException, OSError):
             return trials_table(list(self.journal().values())).to_pandas()
-        frame = pd.read_parquet(path)
-        if (pq.read_schema(path).metadata or {}).get(b"banditsweep.trials") != TRIALS_FORMAT[b"banditsweep.trials"]:
+        frame = table.to_pandas()
+        if (table.schema.metadata or {}).get(b"banditsweep.trials") != TRIALS_FORMAT[b"banditsweep.trials"]:
             frame = _upgrade_trials(frame)
         return frame
 
     def read_curves(self, trial_ids: list[str] | None = None) -> pd.DataFrame:
         """Curve rows (of ``trial_ids``, else of every trial), one copy per trial and round, with
-        their trial's names (taken from the journal for files of an earlier layout)."""
+        their trial's names (taken from the journal for files of an earlier layout). A page that
+        fails its CRC raises :class:`DamagedResultError` naming the file."""
         files = sorted(_visible(self.curves_dir, "*.parquet"), key=_write_order)
         if not files:
             return CURVE_SCHEMA.empty_table().to_pandas()
-        dataset = ds.dataset(files, schema=CURVE_SCHEMA, format="parquet")
+        dataset = ds.dataset(files, schema=CURVE_SCHEMA, format=ds.ParquetFileFormat(
+            default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)))
         wanted = None if trial_ids is None else ds.field("trial_id").isin(list(trial_ids))
-        table = _latest_rows(dataset.to_table(filter=wanted), None)
-        return with_trial_columns(table, self.journal).to_pandas()
+        try:
+            table = dataset.to_table(filter=wanted)
+        except (pa.ArrowException, OSError) as error:
+            damaged = next((p for p in files if _damage(p)), None)
+            raise DamagedResultError(
+                f"{damaged or self.curves_dir}: damaged curves ({type(error).__name__}: {one_line(error)}); "
+                "`banditsweep status` moves it aside and `banditsweep run` runs its trials again") from None
+        return with_trial_columns(_latest_rows(table, None), self.journal).to_pandas()
 
 
 README = """\
@@ -471,7 +598,10 @@ Read each folder on its own (this file is not Parquet, so a read of this whole f
   ds.dataset("{root}/curves").to_table(filter=ds.field("t") == 100).to_pandas()
 
 .journal/ is the record of truth that `banditsweep run` resumes from; report/ holds the files of
-`banditsweep report`; quarantine/ the damaged files a check moved aside, if any.
+`banditsweep report`; quarantine/ the damaged files a check moved aside, if any. The name of each
+file in curves/ and .journal/ ends with the SHA-256 of its bytes (`sha256sum` shows it); every
+Parquet page has a CRC (pyarrow checks them with page_checksum_verification=True); `banditsweep
+status` checks both.
 """
 
 
@@ -497,18 +627,80 @@ def load(results_root: str | os.PathLike, sweep: str | None = None) -> tuple[pd.
     return trials.reset_index(drop=True), curves.reset_index(drop=True)
 
 
-def _read_records(path: Path) -> tuple[list[TrialRecord], int]:
-    """The records of one journal file, and how many of its lines could not be read (a damaged
-    file: ``verify`` quarantines it; readers skip what they cannot read)."""
-    good, bad = [], 0
-    for line in path.read_text(errors="replace").splitlines():
+@dataclass
+class JournalFile:
+    records: list[TrialRecord]   # its valid records
+    damage: str = ""             # what is wrong with it ("" when nothing)
+
+
+_TRIAL_ID = re.compile(r'"trial_id":\s*"([^"\\]{1,64})"')
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _read_records(path: Path, planned: set[str] = frozenset()) -> JournalFile:
+    """The valid records of one journal file and what is wrong with the rest: a line that is not a
+    JSON object, a record that is not a valid TrialRecord, one whose checksum does not match, one
+    whose trial id (a ``planned`` one) is not its content's; and a segment whose bytes do not match
+    the checksum in its name (a record lost or repeated). Records without a checksum (written
+    before records had one) are checked for everything else."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        return JournalFile([], f"not readable: {error.strerror or one_line(error)}")
+    good, bad = [], []
+    for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
         if not line.strip():
             continue
+        named = _TRIAL_ID.search(line)   # to name the trial also when the line is not JSON
+        trial = f" (trial {named.group(1)})" if named else ""
         try:
-            good.append(TrialRecord.from_json(json.loads(line)))
-        except (ValueError, TypeError, KeyError):
-            bad += 1
-    return good, bad
+            values = json.loads(line, parse_constant=_no_constant)
+            if isinstance(values, dict):
+                digest = values.pop(RECORD_DIGEST, None)
+                if digest is not None and digest != _record_digest(values):
+                    raise ValueError("its content does not match its checksum")
+            record = TrialRecord.from_json(values)
+            if record.trial_id in planned and record.trial_id not in record.content_ids():
+                raise ValueError(f"trial_id: {record.trial_id} is not the id of its content (algorithm, params, "
+                                 f"environment_config, seed, horizon give {record.content_ids()[0]})")
+            good.append(record)
+        except ValueError as error:   # json's errors, RecordError and the checks above
+            text = str(error) if not isinstance(error, json.JSONDecodeError) else f"not JSON ({error})"
+            bad.append(f"line {number}{trial}: {one_line(text)}")
+    if bad:
+        more = f"; and {len(bad) - 1} more" if len(bad) > 1 else ""
+        return JournalFile(good, f"{len(bad)} unreadable record(s): {bad[0]}{more}")
+    expected = named_digest(path)
+    if expected and hashlib.sha256(data).hexdigest() != expected:
+        return JournalFile(good, f"its bytes do not match the SHA-256 in its name ({len(good)} record(s) kept)")
+    return JournalFile(good)
+
+
+def _damage(path: Path, rows: dict[str, int] | None = None) -> str:
+    """What is wrong with a curves file ("" when nothing): bytes that do not match the checksum in
+    its name, a page that fails its CRC, or not Parquet at all. Counts each trial's rows into
+    ``rows``. A file without a checksum (written before) is decoded whole, every column."""
+    expected = named_digest(path)
+    try:
+        matches = expected is not None and file_digest(path) == expected
+        counts: dict[str, int] = {}
+        handle = pq.ParquetFile(path, page_checksum_verification=True)
+        columns = ["trial_id"] if matches else None   # a matching checksum vouches for every byte
+        for group in range(handle.num_row_groups):
+            table = handle.read_row_group(group, columns=columns)
+            for trial_id, count in zip(*pc.value_counts(table["trial_id"]).flatten()):
+                counts[trial_id.as_py()] = counts.get(trial_id.as_py(), 0) + count.as_py()
+    except (pa.ArrowException, OSError, KeyError) as error:
+        return f"not readable Parquet: {one_line(error)}"
+    if expected is not None and not matches:
+        return "its bytes do not match the SHA-256 in its name"
+    if rows is not None:
+        for trial_id, count in counts.items():
+            rows[trial_id] = rows.get(trial_id, 0) + count
+    return ""
 
 
 def _has_trial_columns(path: Path) -> bool:
