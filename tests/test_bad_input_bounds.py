@@ -247,7 +247,7 @@ def test_the_memory_estimate_names_its_parts_and_the_node(tmp_path, monkeypatch,
     assert "the largest node, this machine, has 8 GiB" in line
 
 
-SHIPPED = sorted(str(p.relative_to(REPO)) for p in (REPO / "sweeps").rglob("*.yaml"))
+SHIPPED = sorted(str(p.relative_to(REPO)) for p in (REPO / "sweeps").rglob("*.yaml") if p.parent.name != "papers")
 
 
 @pytest.mark.parametrize("spec", SHIPPED)
