@@ -197,6 +197,7 @@ class Exp3Policy(Policy):
     """
 
     supports = frozenset({ADVERSARIAL_DOMAIN})
+    score_name = "sampling distribution P_t"
 
     def __init__(self, params, problem, rng, device="cpu"):
         super().__init__(params, problem, rng, device)
@@ -219,7 +220,8 @@ class Exp3Policy(Policy):
             self._domain = contexts
             self.weights = self.prepare(contexts)
         self.probabilities = self.weights.distribution()
-        return Decision(arm=sample(self.probabilities, self.rng), probabilities=self.probabilities)
+        return Decision(arm=sample(self.probabilities, self.rng), probabilities=self.probabilities,
+                        scores=self.probabilities)
 
     def update(self, t: int, contexts: np.ndarray, arm: int, reward: float) -> None:
         self.weights.add(self.estimate(self.probabilities, arm, float(reward)))
