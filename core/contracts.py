@@ -4,12 +4,18 @@ A trial runs one :class:`Policy` against one :class:`Environment` for ``horizon`
 
     for t in 1..T:
         contexts = env.contexts(t)                 # K x d context vectors (or the domain X)
-        decision = policy.select(t, contexts)      # the arm, and P_t for Exp3-type policies
+        decision = policy.select(t, contexts)      # the arm, the scores it was chosen by, P_t for Exp3
         feedback = env.step(t, decision)           # reward, regret increment, cumulative regret
         policy.update(t, contexts, decision.arm, feedback.reward)
 
 Exp3-type policies expose their sampling distribution P_t in ``Decision.probabilities``:
 the adaptive adversary of the kernel paper (SPEC 2.3) is allowed to read it before it picks f_t.
+
+Every decision also carries ``scores``: the per-arm values the arm was chosen by (the indices it
+took the argmax of, or the distribution it drew from). The round loop checks them every round, as
+it checks the environment's values: a policy whose numbers diverged (NaN or infinite indices, whose
+argmax is arm 0 every round) fails its trial, naming the round and the quantity
+(:class:`NonFiniteError`), instead of finishing with a plausible regret.
 
 The round loop itself (``core.trial.TrialRun``) always steps a :class:`BatchedPolicy`: B >= 1
 trials of one *batch key*, each with its own environment and random streams, in lockstep. A plain
@@ -27,7 +33,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Hashable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -62,10 +68,39 @@ class Problem:
     norm_bound: float | None = None
 
 
+class NonFiniteError(ArithmeticError):
+    """A trial's numbers stopped being numbers (NaN or infinite): the trial is recorded as failed,
+    naming the round and the quantity, instead of going on with meaningless choices.
+
+    Raised inside a policy (which knows the quantity but not always the round), ``trial`` is the
+    index of the offending trial in its lockstep batch; the round loop adds the round and the trial."""
+
+    def __init__(self, message: str, trial: int | None = None):
+        super().__init__(message)
+        self.trial = trial
+
+
+def first_non_finite(values) -> tuple[tuple[int, ...], float] | None:
+    """None when every entry of ``values`` (a NumPy array or a torch tensor) is finite; else the
+    index and value of the first entry that is not. One ``isfinite().all()`` when all is well."""
+    if isinstance(values, np.ndarray):
+        finite = np.isfinite(values)
+        if finite.all():
+            return None
+    else:   # a torch tensor, on any device: one reduction, one scalar back
+        finite = values.isfinite()
+        if bool(finite.all()):
+            return None
+        finite, values = finite.cpu().numpy(), values.detach().cpu().numpy()
+    index = tuple(int(i) for i in np.argwhere(~finite)[0])
+    return index, float(values[index])
+
+
 @dataclass
 class Decision:
     arm: int
     probabilities: np.ndarray | None = None  # P_t over the arms, for Exp3-type policies
+    scores: np.ndarray | None = None         # (K,) what the arm was chosen by (module docstring)
 
 
 @dataclass
@@ -74,6 +109,10 @@ class BatchDecision:
 
     arms: np.ndarray                          # (B,) one arm per trial
     probabilities: np.ndarray | None = None   # (B, n) each trial's P_t, for Exp3-type policies
+    # (B, K) the per-arm values each trial's arm was chosen by (a NumPy array or a torch tensor,
+    # left where it was computed) and what they are, for the round loop's finiteness check.
+    scores: Any = None
+    quantity: str = "score"
 
     def __post_init__(self):
         self.arms = np.asarray(self.arms, dtype=np.int64)
@@ -160,10 +199,18 @@ class Policy(ABC):
     """A bandit algorithm. ``Params`` is its typed hyperparameter model.
 
     Lockstep batching is opt-in through the class methods below; the defaults run every trial alone.
+    ``label`` (its display name) and ``score_name`` say what ``Decision.scores`` are in messages.
     """
 
     Params: ClassVar[type[Config]]
     supports: ClassVar[frozenset[str]] = frozenset({CONTEXTUAL})
+    label: ClassVar[str | None] = None       # None: the class name
+    score_name: ClassVar[str] = "score"
+
+    @classmethod
+    def quantity(cls) -> str:
+        """What the decision's scores are, e.g. "NeuralUCB index"."""
+        return f"{cls.label or cls.__name__} {cls.score_name}"
 
     def __init__(self, params: Config, problem: Problem, rng: np.random.Generator, device: str = "cpu"):
         self.params = params
@@ -220,9 +267,14 @@ class PolicyBatch(BatchedPolicy):
     def select_batch(self, t: int, contexts: np.ndarray) -> BatchDecision:
         decisions = [policy.select(t, contexts[i]) for i, policy in enumerate(self.policies)]
         arms = np.array([decision.arm for decision in decisions], dtype=np.int64)
-        if any(decision.probabilities is None for decision in decisions):
-            return BatchDecision(arms)
-        return BatchDecision(arms, np.stack([decision.probabilities for decision in decisions]))
+        probabilities = scores = None
+        if all(decision.probabilities is not None for decision in decisions):
+            probabilities = np.stack([decision.probabilities for decision in decisions])
+        if all(decision.scores is not None for decision in decisions):
+            # A policy that draws from P_t gives P_t as its scores: stacked once, checked once.
+            same = probabilities is not None and all(d.scores is d.probabilities for d in decisions)
+            scores = probabilities if same else np.stack([decision.scores for decision in decisions])
+        return BatchDecision(arms, probabilities, scores, type(self.policies[0]).quantity())
 
     def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
         for i, policy in enumerate(self.policies):

@@ -197,6 +197,7 @@ class Exp3Policy(Policy):
     """
 
     supports = frozenset({ADVERSARIAL_DOMAIN})
+    score_name = "sampling distribution P_t"
 
     @classmethod
     def footprint(cls, params, arms: int, dim: int, horizon: int) -> int:
@@ -223,7 +224,8 @@ class Exp3Policy(Policy):
             self._domain = contexts
             self.weights = self.prepare(contexts)
         self.probabilities = self.weights.distribution()
-        return Decision(arm=sample(self.probabilities, self.rng), probabilities=self.probabilities)
+        return Decision(arm=sample(self.probabilities, self.rng), probabilities=self.probabilities,
+                        scores=self.probabilities)
 
     def update(self, t: int, contexts: np.ndarray, arm: int, reward: float) -> None:
         self.weights.add(self.estimate(self.probabilities, arm, float(reward)))

@@ -39,15 +39,17 @@ import numpy as np
 from scipy import linalg
 
 from banditsweep.core import domains, seeding
-from banditsweep.core.environments.adversarial_kernel import (RegretTally, candidate_functions, grid_slice,
-                                                              kernel_problem, table_columns)
+from banditsweep.core.contracts import Feedback
+from banditsweep.core.environments.adversarial_kernel import (AdversarialKernelBandit, RegretTally, candidate_functions,
+                                                              grid_slice, kernel_problem, table_columns)
 from banditsweep.core.exp3 import REFRESH
 from banditsweep.core.kernels import Kernel
 from banditsweep.core.nystrom import leverage_scores
 from banditsweep.core.state_codec import StateFormatError, decode_state, encode_state
 from banditsweep.core.sharding import (ShardGroup, block_sums, blocks_in, derive_key, fixed_bound, from_fixed,
                                        global_argmax, keyed_uniforms, owner, rowwise_dot, rowwise_matmul)
-from banditsweep.core.trial import TrialRecorder, TrialResult, TrialSpec, resolve_algorithm, resolve_environment
+from banditsweep.core.trial import (TrialRecorder, TrialResult, TrialSpec, check_feedback, check_values,
+                                    resolve_algorithm, resolve_environment)
 
 SHARDABLE_ALGORITHMS = ("random", "apg_exp3", "rls_kernel_exp3")
 SHARDABLE_ENVIRONMENTS = ("adversarial_kernel",)
@@ -551,6 +553,9 @@ class ShardedKernelTrial:
         total = sum(part * math.exp(top - shift) for top, part in self.log_totals)
         parts = self.group.map("distribution", shift, math.log(total), self.alpha)
         masses = [mass for mass, _, _ in parts]
+        # The round loop's check of P_t (core.trial.check_decision), on what reaches the coordinator: a
+        # NaN or infinite P_t anywhere makes its shard's mass so.
+        check_values(t, np.array([masses]), f"{self.spec.policy_class.quantity()} mass", entry="shard")
         dots = np.sum(np.stack([d for _, d, _ in parts]), axis=0)
         chosen = self.adversary(dots)
         # x_t ~ P_t by inversion (core.exp3.sample): one uniform number of the policy stream.
@@ -630,13 +635,14 @@ class ShardedKernelTrial:
         """Both regret forms of SPEC 2.1, as AdversarialKernelBandit.step computes them."""
         self.choices[chosen] += 1
         increment, regret, expected_regret = self.tally.add(reward, expected, best)
+        extras = {"expected_regret": expected_regret, "adversary_choice": float(chosen)}
+        check_feedback(index + 1, 0, Feedback(reward, increment, regret, extras), AdversarialKernelBandit)
         recorder = self.recorder
         recorder.arm[0, index] = arm
         recorder.reward[0, index] = reward
         recorder.regret[0, index] = increment
         recorder.cum_regret[0, index] = regret
-        for key, value in (("expected_regret", expected_regret),
-                           ("adversary_choice", float(chosen))):
+        for key, value in extras.items():
             recorder.extras[0].setdefault(key, np.zeros(self.horizon))[index] = value
 
     def advance(self, rounds: int | None = None, on_progress=None, progress_every: int = 100) -> None:

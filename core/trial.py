@@ -22,7 +22,8 @@ from typing import Any, Callable, Hashable, Protocol, Sequence
 import numpy as np
 
 from banditsweep.core import registry, seeding
-from banditsweep.core.contracts import BatchedPolicy, Config, Environment, Feedback, Policy
+from banditsweep.core.contracts import (BatchDecision, BatchedPolicy, Config, Environment, Feedback, NonFiniteError,
+                                        Policy, first_non_finite)
 from banditsweep.core.state_codec import StateFormatError, decode_state, encode_state
 
 
@@ -249,13 +250,20 @@ class TrialRun:
         t, index = self.next_round, self.next_round - 1
         started = time.perf_counter()
         contexts = self.contexts(t)
-        decision = self.policy.select_batch(t, contexts)
-        check_decision(t, decision, self.environments[0].problem.num_arms)
+        trials = self.specs if len(self.specs) > 1 else ()   # a trial alone: its record is the trial
+        try:
+            decision = self.policy.select_batch(t, contexts)
+        except NonFiniteError as error:   # raised inside the policy (a diverged training): add the round
+            raise at_round(t, error, trials) from error
+        check_decision(t, decision, self.environments[0].problem.num_arms, trials)
         for trial, env in enumerate(self.environments):
             feedback = env.step(t, decision.of(trial))
-            check_feedback(t, trial, feedback, env)
+            check_feedback(t, trial, feedback, env, trials)
             self.recorder.record(trial, index, int(decision.arms[trial]), feedback)
-        self.policy.update_batch(t, contexts, decision.arms, self.recorder.reward[:, index].copy())
+        try:
+            self.policy.update_batch(t, contexts, decision.arms, self.recorder.reward[:, index].copy())
+        except NonFiniteError as error:
+            raise at_round(t, error, trials) from error
         self.recorder.seconds[:, index] = (time.perf_counter() - started) / len(self.environments)
         self.next_round += 1
 
@@ -308,30 +316,53 @@ class TrialRun:
         return run
 
 
-class NonFiniteError(ArithmeticError):
-    """A trial's numbers stopped being numbers (NaN or infinite): the trial is recorded as failed,
-    naming the round and the quantity, instead of going on with meaningless choices."""
+def _trial_part(trial: int | None, trials: Sequence[TrialSpec]) -> str:
+    """How a message names trial ``trial`` of a lockstep batch of ``trials`` (empty: a trial alone,
+    whose record is the trial)."""
+    return f" of trial {trials[trial].trial_id} of the lockstep batch" if trials and trial is not None else ""
 
 
-def check_decision(t: int, decision, num_arms: int) -> None:
-    """Arms in range and a finite P_t (a NaN P_t would make the adversary and the draw meaningless)."""
+def at_round(t: int, error: NonFiniteError, trials: Sequence[TrialSpec] = ()) -> NonFiniteError:
+    """A NonFiniteError raised inside a policy, with the round (and the trial of a batch) named."""
+    return NonFiniteError(f"round {t}: {error}{_trial_part(error.trial, trials)}", error.trial)
+
+
+def check_values(t: int, values, quantity: str, trials: Sequence[TrialSpec] = (), entry: str = "arm") -> None:
+    """Raise NonFiniteError naming the round, the quantity, the entry and the trial (of a batch)
+    when an entry of ``values`` (B, n) is NaN or infinite. One ``isfinite().all()`` when all is well."""
+    found = first_non_finite(values)
+    if found is not None:
+        (trial, position), value = found
+        raise NonFiniteError(f"round {t}: the {quantity} of {entry} {position}{_trial_part(trial, trials)} "
+                             f"is {value}", trial)
+
+
+def check_decision(t: int, decision: BatchDecision, num_arms: int, trials: Sequence[TrialSpec] = ()) -> None:
+    """Arms in range, finite scores (what each arm was chosen by: NaN indices make the argmax play
+    arm 0 every round) and a finite P_t (a NaN P_t would make the adversary and the draw meaningless)."""
     outside = decision.arms[(decision.arms < 0) | (decision.arms >= num_arms)]
     if outside.size:
         raise ValueError(f"round {t}: the policy chose arm {int(outside[0])}; arms are 0..{num_arms - 1}")
-    if decision.probabilities is not None and not np.isfinite(decision.probabilities).all():
-        raise NonFiniteError(f"round {t}: the sampling distribution P_t is not finite")
+    if decision.scores is not None:
+        check_values(t, decision.scores, decision.quantity, trials)
+    if decision.probabilities is not None and decision.probabilities is not decision.scores:
+        check_values(t, decision.probabilities, "sampling distribution P_t", trials)
 
 
-def check_feedback(t: int, trial: int, feedback: Feedback, env: Environment) -> None:
-    """Finite reward, regret and extras, and only declared extras (each is stored as a column)."""
+def check_feedback(t: int, trial: int, feedback: Feedback, env: Environment | type[Environment],
+                   trials: Sequence[TrialSpec] = ()) -> None:
+    """Finite reward, regret and extras, and only declared extras (each is stored as a column).
+    ``env`` may be the environment's class (a sharded trial has no environment object)."""
     values = {"reward": feedback.reward, "regret": feedback.regret, "cumulative regret": feedback.cumulative_regret,
               **feedback.extras}
     for name, value in values.items():
         if not np.isfinite(value):
-            raise NonFiniteError(f"round {t}: the {name} of the trial is {value}")
+            where = _trial_part(trial, trials) or " of the trial"
+            raise NonFiniteError(f"round {t}: the {name}{where} is {value}", trial)
     undeclared = set(feedback.extras) - set(env.round_extras)
     if undeclared:
-        raise ValueError(f"environment {type(env).__name__} reports per-round values {sorted(undeclared)} it does "
+        name = env.__name__ if isinstance(env, type) else type(env).__name__
+        raise ValueError(f"environment {name} reports per-round values {sorted(undeclared)} it does "
                          f"not declare in round_extras (declared: {sorted(env.round_extras) or 'none'})")
 
 

@@ -19,7 +19,7 @@ KERNEL = {"kind": "adversarial_kernel", "domain": {"grid": [4, 4]}, "candidates"
 def test_a_non_finite_reward_or_distribution_fails_the_trial_naming_round_and_quantity(plugins):
     with pytest.raises(NonFiniteError, match="round 4: the reward of the trial is inf"):
         run_trial(TrialSpec.create("linucb", {}, {"kind": "infinite_rewards", "dim": 3}, 0, 10))
-    with pytest.raises(NonFiniteError, match="round 3: the sampling distribution P_t is not finite"):
+    with pytest.raises(NonFiniteError, match="round 3: the sampling distribution P_t of arm 0 is nan"):
         run_trial(TrialSpec.create("nan_distribution", {}, KERNEL, 0, 10))
 
 
@@ -34,7 +34,7 @@ def test_through_the_cli_they_are_failed_trials_and_the_others_finish(tmp_path, 
     assert trials.loc[("linucb", "infinite_rewards:h1,dim=3"), "error"] == (
         "NonFiniteError: round 4: the reward of the trial is inf")
     nan_row = trials.xs("nan_distribution", level="algorithm").iloc[0]
-    assert nan_row["error"] == "NonFiniteError: round 3: the sampling distribution P_t is not finite"
+    assert nan_row["error"] == "NonFiniteError: round 3: the sampling distribution P_t of arm 0 is nan"
     # Random on the kernel domain is finite; on the infinite-reward bandit it fails like linucb.
     assert trials.xs("random", level="algorithm")["status"].tolist().count("finished") == 1
     # Result files get the mode the umask gives (0644 under 022), not mkstemp's 0600.

@@ -67,6 +67,7 @@ def newton_basis(kernel: Kernel, domain: np.ndarray, tolerance: float,
 
 class APGExp3(Exp3Policy):
     Params = APGExp3Params
+    label = "APG-Exp3"
 
     def __init__(self, params, problem, rng, device="cpu"):
         super().__init__(params, problem, rng, device)

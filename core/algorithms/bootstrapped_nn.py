@@ -33,6 +33,7 @@ class BootstrappedNNParams(BaselineParams):
 
 class BootstrappedNN(NeuralPolicy):
     Params = BootstrappedNNParams
+    score_name = "drawn network's output"
     structural = BASELINE_STRUCTURE + ("q",)
 
     def parameter_sets(self) -> int:
@@ -44,11 +45,12 @@ class BootstrappedNN(NeuralPolicy):
     def initial_networks(self, draw) -> list[tuple]:
         return [draw() for _ in range(self.params.q)]
 
-    def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
+    def choose_arms(self, t: int, contexts: np.ndarray):
         drawn = np.array([rng.integers(self.params.q) for rng in self.rngs])
         values = self.current_values(self.active(contexts))  # (G, K, q)
         rows = torch.arange(self.groups, device=self.torch_device)
-        return values[rows, :, torch.as_tensor(drawn, device=self.torch_device)].argmax(dim=1).cpu().numpy()
+        played = values[rows, :, torch.as_tensor(drawn, device=self.torch_device)]
+        return played.argmax(dim=1).cpu().numpy(), played
 
     def setup(self) -> None:
         self.member_rows = np.zeros((self.groups, self.params.q), dtype=np.int64)  # each member's data size

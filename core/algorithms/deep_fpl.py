@@ -27,10 +27,12 @@ class DeepFPLParams(BaselineParams):
 
 class DeepFPL(NeuralPolicy):
     Params = DeepFPLParams
+    score_name = "network output"
     structural = BASELINE_STRUCTURE
 
-    def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
-        return self.current_values(self.active(contexts))[..., 0].argmax(dim=1).cpu().numpy()
+    def choose_arms(self, t: int, contexts: np.ndarray):
+        values = self.current_values(self.active(contexts))[..., 0]
+        return values.argmax(dim=1).cpu().numpy(), values
 
     def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
         self.record(t, self.active(contexts), arms, rewards)

@@ -153,6 +153,7 @@ def kernel_form_statistics(kernel_matrix: torch.Tensor, probabilities: torch.Ten
 
 class KernelExp3(Exp3Policy):
     Params = KernelExp3Params
+    label = "Kernelized Exp3"
 
     def __init__(self, params, problem, rng, device="cpu"):
         super().__init__(params, problem, rng, device)

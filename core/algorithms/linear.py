@@ -19,7 +19,7 @@ from abc import abstractmethod
 import numpy as np
 from pydantic import Field
 
-from banditsweep.core.contracts import Config, Decision, Policy, Problem
+from banditsweep.core.contracts import Config, Decision, NonFiniteError, Policy, Problem
 
 
 class RidgeStatistics:
@@ -86,30 +86,44 @@ class _LinearPolicy(Policy):
         """The score each arm is ranked by in round t."""
 
     def select(self, t: int, contexts: np.ndarray) -> Decision:
-        return Decision(arm=int(np.argmax(self.index(t, contexts))))
+        index = self.index(t, contexts)
+        return Decision(arm=int(np.argmax(index)), scores=index)   # the round loop checks the index
 
     def update(self, t: int, contexts: np.ndarray, arm: int, reward: float) -> None:
         self.stats.update(contexts, arm, reward)
 
 
 class LinUCB(_LinearPolicy):
+    score_name = "index"
+
     def index(self, t, contexts):
         mean, variance = self.stats.mean_and_variance(contexts)
         return mean + self.params.nu * np.sqrt(np.maximum(variance, 0.0))
 
 
 class LinTS(_LinearPolicy):
+    score_name = "sampled reward"
+
     def index(self, t, contexts):
         theta = self.stats.theta()
         noise = self.rng.standard_normal(theta.shape)
         # theta~ = theta_hat + nu L z with L L^T = V^{-1}, per block.
-        factor = np.linalg.cholesky(self.stats.v_inv)
+        try:
+            factor = np.linalg.cholesky(self.stats.v_inv)
+        except np.linalg.LinAlgError:
+            # Diverged statistics (e.g. lam = 1e-300: V^{-1} = 1e300 I overflows in the first update)
+            # are named as such, not as a matrix that is not positive definite.
+            if not np.isfinite(self.stats.v_inv).all():
+                raise NonFiniteError("the LinTS ridge statistics V^{-1} are not finite") from None
+            raise
         sampled = theta + self.params.nu * np.einsum("bij,bj->bi", factor, noise)
         mean, _ = self.stats.mean_and_variance(contexts, theta=sampled)
         return mean
 
 
 class LinRBMLE(_LinearPolicy):
+    score_name = "index"
+
     def index(self, t, contexts):
         mean, variance = self.stats.mean_and_variance(contexts)
         alpha = self.params.nu * np.sqrt(t)

@@ -55,7 +55,8 @@ import torch
 from pydantic import Field, model_validator
 
 from banditsweep.core import seeding
-from banditsweep.core.contracts import BatchDecision, BatchedPolicy, Config, Decision, Policy, Problem
+from banditsweep.core.contracts import (BatchDecision, BatchedPolicy, Config, Decision, NonFiniteError, Policy, Problem,
+                                        first_non_finite)
 from banditsweep.core.networks import (StackedNetwork, initial_biases, initial_parameters, output_scale,
                                        rows_of_contexts, rows_to_arms)
 from banditsweep.core.training import History, gradient_ascent
@@ -276,8 +277,21 @@ class NeuralPolicy(Policy, BatchedPolicy):
         gradient_ascent(self.network, self.anchor, X, observed if reward is None else reward, mask,
                         likelihood, self.params.steps, c1, c2, bias,
                         block_rows=self.history.reserved + self.history.counts)
-        self._sync()
+        self.check_trained()   # also waits for the device, as the training time needs
         self.seconds_training += time.perf_counter() - start
+
+    def check_trained(self) -> None:
+        """Raise NonFiniteError when a trial's network parameters left the numbers after training
+        (a step size that diverges: the scores of every later round would be NaN). One isfinite
+        pass over the parameters, one (G,) flag back from the device."""
+        tensors = self.network.tensors()
+        finite = torch.stack([p.isfinite().flatten(start_dim=1).all(dim=1) for p in tensors]).all(dim=0).cpu()
+        if bool(finite.all()):
+            return
+        group = int(np.flatnonzero(~finite.numpy())[0])
+        value = next(found[1] for found in (first_non_finite(p[group]) for p in tensors) if found is not None)
+        raise NonFiniteError(f"the {self.label or type(self).__name__} training diverged: a network parameter "
+                             f"is {value} after training", group)
 
     def current_values(self, x: torch.Tensor) -> torch.Tensor:
         """f(x_{t,a}; theta_s) for every arm and network: (G, K, S)."""
@@ -290,18 +304,16 @@ class NeuralPolicy(Policy, BatchedPolicy):
         chosen = x[torch.arange(self.groups, device=self.torch_device), torch.as_tensor(arms, device=self.torch_device)]
         self.history.append(chosen, self.block_of_arm_np[arms], rewards, weights)
 
-    def _sync(self) -> None:
-        if self.torch_device.type == "cuda":
-            torch.cuda.synchronize(self.torch_device)
-
     # ---- the batched policy -----------------------------------------------------------------------
 
     def select_batch(self, t: int, contexts: np.ndarray) -> BatchDecision:
-        return BatchDecision(self.choose_arms(t, contexts))
+        arms, scores = self.choose_arms(t, contexts)
+        return BatchDecision(arms, scores=scores, quantity=self.quantity())
 
     @abstractmethod
-    def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
-        """Contexts (G, K, d) of round t -> one arm per trial (G,)."""
+    def choose_arms(self, t: int, contexts: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
+        """Contexts (G, K, d) of round t -> one arm per trial (G,) and the (G, K) scores it was chosen
+        by, left on the device (the round loop checks them)."""
 
     @abstractmethod
     def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:

@@ -18,14 +18,18 @@ class NeuralEpsGreedyParams(NeuralParams):
 
 class NeuralEpsGreedy(NeuralPolicy):
     Params = NeuralEpsGreedyParams
+    label = "neural epsilon-greedy"
+    score_name = "network output"
 
-    def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
-        arms = self.current_values(self.active(contexts))[..., 0].argmax(dim=1).cpu().numpy()
+    def choose_arms(self, t: int, contexts: np.ndarray):
+        # The greedy values are checked even in a round that explores: they are the policy's state.
+        values = self.current_values(self.active(contexts))[..., 0]
+        arms = values.argmax(dim=1).cpu().numpy()
         epsilon = self.per_trial("epsilon")
         for group, rng in enumerate(self.rngs):
             if rng.random() < epsilon[group]:
                 arms[group] = rng.integers(self.num_arms)
-        return arms
+        return arms, values
 
     def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
         self.record(t, self.active(contexts), arms, rewards)

@@ -40,6 +40,8 @@ class NeuralRBMLEGAParams(BiasedParams):
 
 class NeuralRBMLEGA(NeuralPolicy):
     Params = NeuralRBMLEGAParams
+    label = "NeuralRBMLE-GA"
+    score_name = "index"
     structural = SHARED_STRUCTURE + ("likelihood",)
 
     def parameter_sets(self) -> int:
@@ -54,7 +56,7 @@ class NeuralRBMLEGA(NeuralPolicy):
         arms = torch.arange(self.num_arms, device=self.torch_device)
         return f[:, arms, 0, arms] if self.disjoint else f[:, 0, arms, arms]
 
-    def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
+    def choose_arms(self, t: int, contexts: np.ndarray):
         x = self.active(contexts)
         self.history.set_current(rows_of_contexts(x, self.disjoint))
         X, reward, mask = self.history.view()
@@ -74,7 +76,7 @@ class NeuralRBMLEGA(NeuralPolicy):
         index = likelihood + torch.as_tensor(alpha * self.per_trial("zeta"), device=self.torch_device,
                                              dtype=self.dtype).view(-1, 1) * self._current(f)
         self.last_index = index
-        return index.argmax(dim=1).cpu().numpy()
+        return index.argmax(dim=1).cpu().numpy(), index
 
     def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
         self.record(t, self.active(contexts), arms, rewards)

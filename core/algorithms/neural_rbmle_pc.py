@@ -36,9 +36,11 @@ class NeuralRBMLEPCParams(BiasedParams):
 
 class NeuralRBMLEPC(GradientExplorationPolicy):
     Params = NeuralRBMLEPCParams
+    label = "NeuralRBMLE-PC"
+    score_name = "index"
     structural = SHARED_STRUCTURE + ("z", "z_inverse")
 
-    def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
+    def choose_arms(self, t: int, contexts: np.ndarray):
         x = self.active(contexts)
         theta_hat = self.network.arm_parameters(self.block_of_arm)
         _, g = theta_hat.forward(x, with_gradient=True)
@@ -46,7 +48,7 @@ class NeuralRBMLEPC(GradientExplorationPolicy):
         theta_bar = theta_hat.plus(self.z.solve(g, self.block_of_arm), correction.view(-1, 1))  # eq. (15)
         index, _ = theta_bar.forward(x)
         self.last_index = index
-        return index.argmax(dim=1).cpu().numpy()
+        return index.argmax(dim=1).cpu().numpy(), index
 
     def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
         x = self.active(contexts)

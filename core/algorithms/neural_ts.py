@@ -26,6 +26,7 @@ class NeuralTSParams(NeuralUCBParams):
 
 class NeuralTS(NeuralUCB):
     Params = NeuralTSParams
+    score_name = "sampled reward"
 
     def variance(self, g) -> torch.Tensor:
         quadratic = self.z.quadratic(g, self.block_of_arm)

@@ -44,6 +44,7 @@ class NeuralUCBParams(BaselineParams):
 
 class NeuralUCB(GradientExplorationPolicy):
     Params = NeuralUCBParams
+    score_name = "index"
     structural = BASELINE_STRUCTURE + ("form", "z", "z_inverse")
 
     @property
@@ -63,13 +64,13 @@ class NeuralUCB(GradientExplorationPolicy):
     def score(self, mean: torch.Tensor, g) -> torch.Tensor:
         return mean + torch.sqrt(torch.clamp(self.variance(g), min=0.0))
 
-    def choose_arms(self, t: int, contexts: np.ndarray) -> np.ndarray:
+    def choose_arms(self, t: int, contexts: np.ndarray):
         mean, g = self.gradients(self.active(contexts))
         index = self.score(mean, g)
         self.last_index = index
         arms = index.argmax(dim=1).cpu().numpy()
         self.pending = self.chosen(g, arms)
-        return arms
+        return arms, index
 
     def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
         g_chosen, blocks = self.pending

@@ -18,11 +18,15 @@ class RandomPolicy(Policy):
     def footprint(cls, params, arms: int, dim: int, horizon: int) -> int:
         return 16 * arms   # the uniform distribution over the arms and a draw
     supports = frozenset({CONTEXTUAL, ADVERSARIAL_DOMAIN})
+    label = "Random"
+    score_name = "sampling distribution"
 
     def select(self, t: int, contexts: np.ndarray) -> Decision:
         k = self.problem.num_arms
-        uniform = np.full(k, 1.0 / k) if self.problem.interaction == ADVERSARIAL_DOMAIN else None
-        return Decision(arm=int(self.rng.integers(k)), probabilities=uniform)
+        uniform = np.full(k, 1.0 / k)
+        # P_t is shown to the adversary of a kernel domain only; the scores are the distribution drawn from.
+        exposed = uniform if self.problem.interaction == ADVERSARIAL_DOMAIN else None
+        return Decision(arm=int(self.rng.integers(k)), probabilities=exposed, scores=uniform)
 
     def update(self, t: int, contexts: np.ndarray, arm: int, reward: float) -> None:
         pass

@@ -83,6 +83,7 @@ def nystrom_statistics(kernel, domain: np.ndarray, probabilities: np.ndarray, la
 
 class RLSKernelExp3(Exp3Policy):
     Params = RLSKernelExp3Params
+    label = "RLS-Kernelized Exp3"
 
     def __init__(self, params, problem, rng, device="cpu"):
         super().__init__(params, problem, rng, device)
@@ -153,6 +154,8 @@ class RLSKernelExp3(Exp3Policy):
 
 class RLSKernelExp3AMVR(RLSKernelExp3):
     """RLS-Kernelized Exp3 with the approximated MVR exploration sequence (paper Alg. 6)."""
+
+    label = "RLS-Kernelized Exp3 (approximated MVR)"
 
     def exploration_sequence(self, domain: np.ndarray) -> np.ndarray:
         kernel, lam = self.problem.kernel, self.params.lam

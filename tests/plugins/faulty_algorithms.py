@@ -3,7 +3,8 @@
 ``always_raises`` raises in round 3; ``crash_once`` kills its worker process in round 5 the first
 time each trial runs (a marker file under ``BANDITSWEEP_TEST_MARKERS`` remembers), then behaves
 like ``random``; ``raises_in_batch`` runs in lockstep batches and its ``fail: true`` trials raise;
-``nan_distribution`` exposes a P_t with a NaN from round 3; the environment kind
+``nan_distribution`` exposes a P_t with a NaN from round 3; ``nan_scores`` is ``random`` whose
+scores (the distribution it draws from) hold a NaN from round 3; the environment kind
 ``infinite_rewards`` pays an infinite reward from round 4; ``slow_random`` is ``random`` taking
 ``pause`` seconds per round (a sweep long enough to break something in the middle of).
 """
@@ -92,8 +93,21 @@ class NanDistribution(RandomPolicy):
         return decision
 
 
+class NanScores(RandomPolicy):
+    """Random whose scores hold a NaN at arm 1 from round 3 on: random's own scores (1/K for every
+    arm) cannot leave the numbers, so the guard is shown on injected ones."""
+
+    def select(self, t, contexts):
+        decision = super().select(t, contexts)
+        if t >= 3:
+            decision.scores = decision.scores.copy()
+            decision.scores[1] = float("nan")
+        return decision
+
+
 registry.register_environment("infinite_rewards", InfiniteRewards)
 registry.register_algorithm("nan_distribution", NanDistribution)
+registry.register_algorithm("nan_scores", NanScores)
 
 
 class SlowRandomParams(Config):
