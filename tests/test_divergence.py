@@ -165,3 +165,14 @@ def test_a_sharded_trial_applies_the_same_checks(monkeypatch):
         float("inf"), float("inf") if self.start <= arm < self.stop else None))
     with pytest.raises(NonFiniteError, match=r"^round 1: the reward of the trial is inf$"):
         run_sharded(healthy, _sharded(healthy))
+
+
+
+def test_apg_exp3_on_a_horizon_shorter_than_log_x_fails_saying_why():
+    """T = 3 on 64 points: the P-greedy tolerance log|X| / T = 1.39 exceeds every sqrt(k(x, x)) = 1, the
+    Newton basis is empty and eta = c1 / sqrt(D_T T) undefined: a clear error, not a ZeroDivisionError."""
+    from banditsweep.core.trial import TrialSpec, run_trial
+
+    environment = {"kind": "adversarial_kernel", "domain": {"grid": [8, 8]}, "candidates": 10, "centers": 3}
+    with pytest.raises(ValueError, match=r"Newton basis is empty; use a horizon T > log\|X\| = 4.16"):
+        run_trial(TrialSpec.create("apg_exp3", {}, environment, 0, 3))

@@ -79,6 +79,13 @@ class APGExp3(Exp3Policy):
         tolerance = self.params.tolerance or math.log(n) / horizon
         self.features, pivots, power = newton_basis(self.problem.kernel, domain, tolerance)
         dim = self.features.shape[1]
+        if dim == 0:
+            # P-greedy admits no basis function when the tolerance reaches every sqrt(k(x, x)): APG-Exp3
+            # (eta = c1 / sqrt(D_T T)) is not defined there; say so rather than divide by zero.
+            raise ValueError(f"APG-Exp3: the P-greedy tolerance {tolerance:.3g} (log|X| / T = log {n} / {horizon} "
+                             f"unless `tolerance` is set) is not below max sqrt(k(x, x)) = {float(power.max()):.3g}, "
+                             f"so the Newton basis is empty; use a horizon T > log|X| = {math.log(n):.3g} or a "
+                             "smaller `tolerance`")
         design, g_max, iterations = g_optimal_design(self.features, self.params.epsilon, self.params.max_iterations)
         eta = self.params.c1 / math.sqrt(dim * horizon)
         alpha_formula = self.params.c2 * eta * dim
