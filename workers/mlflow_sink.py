@@ -188,9 +188,13 @@ class MLflowSink:
         self.open_runs: dict[str, str] = {}       # trial id -> run of its current attempt
         self.last_step: dict[str, int] = {}       # trial id -> last regret step logged to that run
         # A call the mirror hands again after it failed part-way (a server that went away) must not
-        # do twice what it did before: runs whose parameters are logged, trials whose run is closed.
+        # do twice what it did before: runs whose parameters are logged, trials whose run is closed
+        # (with the attempt that ended: a trial ends once per run, and a start of that attempt or an
+        # earlier one that comes after its end is late, never a new run), runs maybe made by a
+        # create call that failed (the store may have made the run and lost the reply).
         self.described: set[str] = set()
-        self.ended: set[str] = set()
+        self.ended: dict[str, int] = {}
+        self.unsure: set[str] = set()
 
     @property
     def parent_run_id(self) -> str:
@@ -258,11 +262,13 @@ class MLflowSink:
 
     def trials_started(self, records: list[TrialRecord]) -> None:
         for record in records:
+            if self.ended.get(record.trial_id, -1) >= record.attempts:
+                continue   # late (events come from the trial's actor and the driver, in no set order)
             previous = self.open_runs.get(record.trial_id)
             if previous is not None:   # a retry: the earlier attempt's run and points go
                 self.client.delete_run(previous)
                 del self.open_runs[record.trial_id]
-            self.ended.discard(record.trial_id)
+            self.ended.pop(record.trial_id, None)
             run_id = self._create_run(record, "running")
             self.open_runs[record.trial_id] = run_id
             self.last_step[record.trial_id] = 0
@@ -301,7 +307,7 @@ class MLflowSink:
             self.client.set_terminated(run_id, "FINISHED" if record.status == FINISHED else "FAILED")
             self.open_runs.pop(record.trial_id, None)
             self.last_step.pop(record.trial_id, None)
-            self.ended.add(record.trial_id)
+            self.ended[record.trial_id] = record.attempts
 
     def close(self, status: str, summary: dict[str, float]) -> str | None:
         for trial_id in list(self.open_runs):
@@ -319,12 +325,28 @@ class MLflowSink:
     # ---- helpers -------------------------------------------------------------------------------
 
     def _create_run(self, record: TrialRecord, status: str) -> str:
-        return self.client.create_run(
+        """A new run for the trial, under this invocation's parent run. Where an earlier call to
+        create it failed, the store is asked first (by trial id and store) for the run that call may
+        have made all the same: that one is used (and any more are deleted), not a second made."""
+        if record.trial_id in self.unsure:
+            made = [run for run in search_all(self.client, self.experiment_id,
+                                              f"tags.kind = 'trial' and tags.trial_id = '{record.trial_id}' and "
+                                              f"tags.store = '{self.context.store_id}' and attributes.status = 'RUNNING'")
+                    if run.data.tags.get("mlflow.parentRunId") == self.parent_run_id]
+            for extra in made[1:]:
+                self.client.delete_run(extra.info.run_id)
+            if made:
+                self.unsure.discard(record.trial_id)
+                return made[0].info.run_id
+        self.unsure.add(record.trial_id)
+        run_id = self.client.create_run(
             self.experiment_id, run_name=record.run_name or f"{record.label} | {record.environment} | seed {record.seed}",
             tags={"mlflow.parentRunId": self.parent_run_id, "kind": "trial", "trial_id": record.trial_id,
                   "sweep": self.context.sweep, "status": status, "store": self.context.store_id,
                   "group": record.group or f"{record.label} | {record.environment}"},
         ).info.run_id
+        self.unsure.discard(record.trial_id)
+        return run_id
 
     def _regret_metrics(self, trial_id: str, points: Points) -> list[Metric]:
         """The points not yet logged to the trial's run (streamed points are not logged twice)."""

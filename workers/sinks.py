@@ -108,6 +108,11 @@ class Mirror:
         self._retry_at: dict[int, float] = {}
         self._delay: dict[int, float] = {}
         self._down: set[int] = set()
+        # trial id -> the attempt whose end was handed on. A trial's start comes from its actor and
+        # its end from the driver: Ray keeps the order of one caller's calls, not of two callers', so
+        # a start may arrive after the end. Such a start (of that attempt or an earlier one) and any
+        # points after the end are dropped: a trial ends once per run.
+        self._ended: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._deliver_forever, name="banditsweep-mirror", daemon=True)
         self._thread.start()
@@ -158,16 +163,20 @@ class Mirror:
         for kind, payload in events:
             if kind == "started":
                 for record in payload:
+                    if self._ended.get(record.trial_id, -1) >= record.attempts:
+                        continue
                     points.pop(record.trial_id, None)   # points of an earlier attempt are void
                     started[record.trial_id] = record
             elif kind == "progress":
                 trial_id, new = payload
-                points.setdefault(trial_id, []).extend(new)
+                if trial_id not in self._ended:
+                    points.setdefault(trial_id, []).extend(new)
             elif kind == "ended":
                 for record, curve in payload:
                     started.pop(record.trial_id, None)  # started and ended in one drain: one event
                     points.pop(record.trial_id, None)   # the ended trial carries its whole curve
                     ended[record.trial_id] = (record, curve)
+                    self._ended[record.trial_id] = max(record.attempts, self._ended.get(record.trial_id, -1))
             elif kind == "close":
                 close = payload
         if started:
