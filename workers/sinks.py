@@ -248,8 +248,9 @@ def store_id(results_root: str, sweep: str) -> str:
 def open_sinks(names: list[str], context: SinkContext, records: dict[str, TrialRecord],
                pending: list[str]) -> tuple[list[Sink], dict[str, int], list[str]]:
     """Create the sinks and bring each up to date with the journal. Returns the sinks that opened,
-    the summed counts they reported, and one line per sink that could not open (it is left out of
-    this run; the record of truth does not need it)."""
+    the summed counts they reported, and warnings: one line per sink that could not open (it is left
+    out of this run; the record of truth does not need it), and what a sink had to say as it opened
+    (its ``notices``, e.g. a broken store rebuilt)."""
     sinks: list[Sink] = []
     counts: dict[str, int] = {}
     errors: list[str] = []
@@ -271,6 +272,7 @@ def open_sinks(names: list[str], context: SinkContext, records: dict[str, TrialR
         else:
             continue
         sinks.append(sink)
+        errors += getattr(sink, "notices", [])
         for key, value in opened.items():
             counts[key] = counts.get(key, 0) + value
     return sinks, counts, errors
