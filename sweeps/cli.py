@@ -665,10 +665,12 @@ def cmd_sync_mlflow(args) -> int:
     with store.exclusive():
         journal = store.journal()
         context = SinkContext(sweep.name, str(store.root.parent), tracking_uri, command="sync-mlflow")
-        opened, counts, errors = open_sinks(["mlflow"], context, journal, [])
-        if errors:
-            print(f"error: {errors[0]}", file=sys.stderr)
+        opened, counts, warnings = open_sinks(["mlflow"], context, journal, [])
+        if not opened:
+            print(f"error: {warnings[0]}", file=sys.stderr)
             return EXIT_FAILED_TRIALS
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
         note = opened[0].close("FINISHED", {})
     print(f"{sweep.name}: {len(journal)} trials in the Parquet results; {counts.get('rebuilt_runs', 0)} MLflow runs "
           f"rebuilt, {counts.get('deleted_runs', 0)} stale runs deleted" + (f"; {note}" if note else ""))
@@ -709,8 +711,10 @@ def _experiment_id(tracking_uri: str, sweep: str) -> str | None:
 
     from banditsweep.workers.mlflow_sink import store_setup_lock
 
-    with store_setup_lock(tracking_uri):   # a new SQLite store gets its tables when the client opens it
+    with store_setup_lock(tracking_uri) as note:   # a new SQLite store gets its tables when the client opens it
         experiment = MlflowClient(tracking_uri).get_experiment_by_name(sweep)
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
     return experiment.experiment_id if experiment is not None else None
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -427,8 +428,10 @@ def log_report_to_mlflow(tracking_uri: str, store: SweepStore, directory: Path) 
     from banditsweep.workers.mlflow_sink import latest_parent_run, store_setup_lock
     from banditsweep.workers.sinks import store_id
 
-    with store_setup_lock(tracking_uri):   # a new SQLite store gets its tables when the client opens it
+    with store_setup_lock(tracking_uri) as note:   # a new SQLite store gets its tables when the client opens it
         client = MlflowClient(tracking_uri)
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
     experiment = client.get_experiment_by_name(store.root.name)
     if experiment is None:
         return None

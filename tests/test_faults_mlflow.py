@@ -322,3 +322,31 @@ def test_runs_opening_one_new_sqlite_store_at_once_all_get_their_sink(tmp_path):
     with multiprocessing.get_context("spawn").Pool(3) as pool:
         answers = pool.starmap(_open_a_sink, [(uri, str(tmp_path / f"r{i}"), start) for i in range(3)])
     assert len(set(answers)) == 1 and answers[0].isdigit(), answers   # one experiment, no error
+
+
+def _open_a_sink_saying(uri: str, folder: str, start: float) -> tuple[str, list[str]]:
+    from banditsweep.workers.sinks import SinkContext, open_sinks
+
+    time.sleep(max(0.0, start - time.time()))   # all at once
+    sinks, _, warnings = open_sinks(["mlflow"], SinkContext("race", folder, uri), {}, [])
+    return (sinks[0].experiment_id if sinks else ""), warnings
+
+
+def test_runs_opening_one_broken_sqlite_store_at_once_move_it_aside_once(tmp_path):
+    """Three runs open their MLflow sink on one broken SQLite store in the same instant: one moves
+    it aside (under the setup lock) and makes it anew, the others wait and open the new store; one
+    experiment, one store moved aside, every run keeps its sink."""
+    import multiprocessing
+
+    broken = tmp_path / "race.db"
+    broken.write_bytes(b"SQLite format 3\x00" + os.urandom(4080))   # a header, then what a full disk left
+    uri = f"sqlite:///{broken}"
+    start = time.time() + 3.0
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        answers = pool.starmap(_open_a_sink_saying, [(uri, str(tmp_path / f"r{i}"), start) for i in range(3)])
+    experiments = {experiment for experiment, _ in answers}
+    assert len(experiments) == 1 and experiments.pop().isdigit(), answers
+    warnings = [warning for _, said in answers for warning in said]
+    (aside,) = tmp_path.glob("race.db.broken-*")
+    assert len(warnings) == 1 and f"the MLflow store {broken} could not be opened" in warnings[0], warnings
+    assert f"moved aside to {aside} " in warnings[0] and aside.read_bytes()[:16] == b"SQLite format 3\x00"

@@ -222,3 +222,72 @@ def test_streamed_points_are_not_logged_twice(tmp_path):
     assert len(runs) == 1
     history = MlflowClient(uri).get_metric_history(runs[0].info.run_id, "cum_regret")
     assert [(m.step, m.value) for m in history] == [(2, 1.5), (4, 3.0)]
+
+
+def test_a_start_that_reaches_the_mirror_after_the_end_is_dropped():
+    """A trial's start comes from its actor, its end from the driver, and Ray does not order two
+    callers' calls: a start (and points) arriving after the end, in the same delivery or a later one,
+    must not reopen the trial; a later attempt's start still counts."""
+    sink = Recording()
+    mirror = Mirror([sink], interval=0.02)
+    a, b = _record("a" * 20), _record("b" * 20)
+    mirror.ended([(a, [(2, 1.0), (4, 3.0)])])
+    time.sleep(0.3)                            # a's end delivered on its own
+    mirror.started([a])                        # late: a later delivery
+    mirror.progress(a.trial_id, [(2, 1.0)])
+    mirror.ended([(b, [(2, 5.0), (4, 6.0)])])
+    mirror.started([b])                        # late: the same delivery
+    mirror.progress(b.trial_id, [(2, 5.0)])
+    time.sleep(0.3)
+    retried = TrialRecord(**{**_record("a" * 20).__dict__, "attempts": 2})
+    mirror.started([retried])                  # a later attempt is a start
+    status = mirror.close("FINISHED", {}, timeout=10)
+    assert sink.calls == [("ended", [("a" * 20, [(2, 1.0), (4, 3.0)])]), ("ended", [("b" * 20, [(2, 5.0), (4, 6.0)])]),
+                          ("started", ["a" * 20]), ("close", "FINISHED")], sink.calls
+    assert status.delivered == 2 and not status.errors
+
+
+def test_the_mlflow_sink_given_a_start_after_the_end_keeps_one_finished_run(tmp_path):
+    """Fed out of order directly (as the mirror hands a backlog again): one FINISHED run per trial,
+    none RUNNING or KILLED, and the late start logs nothing."""
+    uri = f"sqlite:///{tmp_path}/m.db"
+    sink = MLflowSink(SinkContext("s", str(tmp_path / "results"), uri))
+    a, b = _record("a" * 20), _record("b" * 20, seed=1, final=4.0)
+    sink.trials_started([b])
+    sink.trials_ended([(a, [(2, 1.0), (4, 3.0)]), (b, [(2, 2.0), (4, 4.0)])])
+    sink.trials_started([a, b])                # both late
+    sink.progress({a.trial_id: [(2, 9.0)]})
+    assert sink.close("FINISHED", {}).startswith("MLflow parent run")
+    runs = _runs(uri, sink)
+    assert sorted(runs) == ["a" * 20, "b" * 20]
+    client = MlflowClient(uri)
+    for trial_id, final in (("a" * 20, 3.0), ("b" * 20, 4.0)):
+        (run,) = runs[trial_id]
+        assert run.info.status == "FINISHED" and run.data.metrics["final_regret"] == final
+        assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "cum_regret")] == \
+            [(2, final - 2.0), (4, final)]
+
+
+def test_a_run_whose_creation_failed_after_the_store_made_it_is_found_not_made_twice(tmp_path):
+    """The store made the run but the reply was lost: the call handed again finds that run (by trial
+    id and store) instead of making a second one."""
+    uri = f"sqlite:///{tmp_path}/m.db"
+    sink = MLflowSink(SinkContext("s", str(tmp_path / "results"), uri))
+    real = sink.client.create_run
+    lost = {"replies": 1}
+
+    def create_run(*arguments, **keywords):
+        run = real(*arguments, **keywords)
+        if lost["replies"] and keywords.get("tags", {}).get("kind") == "trial":
+            lost["replies"] -= 1
+            raise ConnectionError("connection reset by peer")
+        return run
+
+    sink.client.create_run = create_run
+    a = _record("a" * 20)
+    with pytest.raises(ConnectionError):
+        sink.trials_ended([(a, [(2, 1.0), (4, 3.0)])])
+    sink.trials_ended([(a, [(2, 1.0), (4, 3.0)])])
+    sink.close("FINISHED", {})
+    (run,) = _runs(uri, sink)["a" * 20]
+    assert run.info.status == "FINISHED" and run.data.metrics["final_regret"] == 3.0

@@ -68,3 +68,29 @@ def test_a_batch_that_raised_logs_each_regret_point_once(tmp_path, monkeypatch, 
             assert sorted(steps) == list(range(1, 13)), run.data.tags["trial_id"]
         else:
             assert len(steps) == len(set(steps)) and run.info.status == "FAILED"
+
+
+def test_starts_that_reach_the_mirror_after_their_trials_ended_leave_one_finished_run_each(
+        tmp_path, monkeypatch, plugins, shared_ray):
+    """A real sweep whose every start reaches the mirror after the trial's end (the `late_starts`
+    test plugin holds them back): still exactly one MLflow run per trial, FINISHED, none RUNNING or
+    KILLED beside it, and the parent run FINISHED."""
+    from banditsweep.workers.mlflow_sink import search_all
+
+    monkeypatch.chdir(tmp_path)
+    spec = {"sweep": "late_starts", "horizon": 20, "seeds": 3, "log_every": 10,
+            "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
+            "algorithms": [{"name": "linucb", "grid": {"nu": [0.1, 1.0]}}]}
+    (tmp_path / "late.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", "late.yaml", "--max-workers", "2", "--no-progress"]) == 0
+    trials = pd.read_parquet("results/late_starts/trials").set_index("trial_id")
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment_by_name("late_starts").experiment_id
+    runs = {}
+    for run in search_all(client, experiment, "tags.kind = 'trial'"):
+        runs.setdefault(run.data.tags["trial_id"], []).append(run)
+    assert sorted(runs) == sorted(trials.index) and len(runs) == 6
+    for trial_id, trial_runs in runs.items():
+        assert [run.info.status for run in trial_runs] == ["FINISHED"], trial_id
+        assert trial_runs[0].data.metrics["final_regret"] == trials.loc[trial_id, "final_regret"]
+    assert [run.info.status for run in search_all(client, experiment, "tags.kind = 'sweep'")] == ["FINISHED"]

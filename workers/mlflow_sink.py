@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import math
 import os
 import re
+import sqlite3
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -77,22 +79,163 @@ def get_experiment_id(client: MlflowClient, sweep: str, tracking_uri: str) -> st
         return experiment.experiment_id
 
 
+def sqlite_path(tracking_uri: str) -> str | None:
+    """The database file of a local SQLite store (None for any other store)."""
+    return tracking_uri[len("sqlite:///"):] if tracking_uri.startswith("sqlite:///") else None
+
+
 @contextmanager
 def store_setup_lock(tracking_uri: str):
     """Held while a local SQLite store is opened: the first process to open a new store creates its
     tables (MLflow's migrations), and two doing that at once fail ("Online migration expected to
     match one row"). An OS lock (flock) on the database file itself, so it ends with the process;
-    SQLite's own locks are of another kind and do not interact with it."""
-    path = tracking_uri[len("sqlite:///"):] if tracking_uri.startswith("sqlite:///") else None
+    SQLite's own locks are of another kind and do not interact with it.
+
+    Under the lock (so never while another process creates it) a store MLflow cannot open because
+    its creation was cut short (the process killed, the disk full) is moved aside and created anew:
+    the context yields one line saying so, else None."""
+    path = sqlite_path(tracking_uri)
     if path is None or not os.path.isdir(os.path.dirname(path) or "."):
-        yield   # not a local SQLite file, or one MLflow will refuse anyway (with its own error)
+        yield None   # not a local SQLite file, or one MLflow will refuse anyway (with its own error)
         return
-    with open(path, "ab") as handle:
+    handle = _lock(path)
+    try:
+        note = None
+        problem = store_problem(path)
+        if problem is not None:
+            aside = set_aside(path)
+            fresh = _lock(path)   # the new (empty) file: MLflow creates its tables under this lock
+            _unlock(handle)
+            handle = fresh
+            note = (f"the MLflow store {path} could not be opened ({problem}: its creation was cut short, or the "
+                    f"disk filled); moved aside to {aside} (its data kept there) and created anew; a run restores "
+                    "its sweep's runs from the Parquet results, `banditsweep sync-mlflow SPEC` those of any sweep")
+        yield note
+    finally:
+        _unlock(handle)
+
+
+def _lock(path: str):
+    """The file at ``path``, opened (created if missing) and locked. A waiter whose file was moved
+    aside meanwhile (a broken store set aside) locks the new file instead."""
+    while True:
+        handle = open(path, "ab")
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
+            held, there = os.fstat(handle.fileno()), os.stat(path)
+            if (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino):
+                return handle
+        except FileNotFoundError:
+            pass
+        _unlock(handle)
+
+
+def _unlock(handle) -> None:
+    fcntl.flock(handle, fcntl.LOCK_UN)
+    handle.close()
+
+
+def store_problem(path: str) -> str | None:
+    """Why MLflow cannot open the SQLite store at ``path`` (one line), or None: it can (a new or
+    empty file, a current store, an older one MLflow migrates), or it cannot be told now (the file
+    busy or unreadable: MLflow's own error then stands). Called under the setup lock."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(16)
+    except OSError:
+        return None
+    if not header:
+        return None   # new: MLflow creates its tables
+    if header != b"SQLite format 3\x00":
+        return "not an SQLite database"
+    try:
+        connection = sqlite3.connect(path, timeout=20, isolation_level=None)
+        try:
+            tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            revision = (connection.execute("SELECT version_num FROM alembic_version").fetchone()
+                        if "alembic_version" in tables else None)
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            connection.close()
+    except sqlite3.OperationalError:
+        return None   # locked for longer than the timeout, or unreadable: not for us to judge
+    except sqlite3.DatabaseError as error:   # "database disk image is malformed", "file is not a database"
+        return f"{error}"
+    revision = revision[0] if revision else None
+    if not tables - {"alembic_version"}:
+        return None   # no tables yet: MLflow creates them all
+    from mlflow.store.db import utils
+
+    head = utils._get_latest_schema_revision()
+    if revision == head and set(utils.Base.metadata.tables) <= tables:
+        return None   # current and whole (the cheap answer for every store but a broken or older one)
+    if revision is not None and revision not in _known_revisions():
+        return None   # made by a newer MLflow: its own message says what to do
+    return _migration_problem(path)
+
+
+def _known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db import utils
+
+    return {script.revision for script in ScriptDirectory.from_config(utils._get_alembic_config("")).walk_revisions()}
+
+
+def _migration_problem(path: str) -> str | None:
+    """Whether MLflow brings a copy of the store to its current schema with every table, as it does
+    an older store it opens (the copy in the same folder; the store is not touched). A store whose
+    creation was cut short fails there: its schema is ahead of its recorded revision ("table ...
+    already exists") or lacks tables the revision promises."""
+    import sqlalchemy
+    from mlflow.store.db import utils
+
+    copy = f"{path}.check-{os.getpid()}"
+    quiet = [logging.getLogger(name) for name in ("mlflow.store.db.utils", "alembic")]
+    levels = [logger.level for logger in quiet]
+    engine = None
+    try:
+        source, target = sqlite3.connect(path, timeout=20), sqlite3.connect(copy)
+        try:
+            source.backup(target)
+        finally:
+            source.close()
+            target.close()
+        for logger in quiet:
+            logger.setLevel(logging.WARNING)
+        engine = sqlalchemy.create_engine(f"sqlite:///{copy}")
+        utils._initialize_tables(engine)   # what MLflow does with a store that lacks tables
+        if not utils._all_tables_exist(engine):
+            return "tables missing after MLflow's migrations"
+        if utils._get_schema_version(engine) != utils._get_latest_schema_revision():
+            return f"schema revision {utils._get_schema_version(engine)} after MLflow's migrations"
+        return None
+    except Exception as error:
+        cause = getattr(error, "orig", None) or error
+        if isinstance(cause, OSError) or (isinstance(cause, sqlite3.OperationalError) and re.search(
+                r"full|locked|busy|I/O|unable to open|readonly", f"{cause}")):
+            return None   # the copy could not be made or written here: nothing learnt
+        return f"{type(cause).__name__}: {f'{cause}'.splitlines()[0][:200] if f'{cause}' else ''}"
+    finally:
+        for logger, level in zip(quiet, levels):
+            logger.setLevel(level)
+        if engine is not None:
+            engine.dispose()
+        for leftover in (copy, f"{copy}-journal"):
+            with suppress(FileNotFoundError):
+                os.remove(leftover)
+
+
+def set_aside(path: str) -> str:
+    """Move the store (and SQLite's journal files, which belong to it) to ``<path>.broken-<time>``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside, number = f"{path}.broken-{stamp}", 1
+    while os.path.lexists(aside):
+        number += 1
+        aside = f"{path}.broken-{stamp}-{number}"
+    os.rename(path, aside)
+    for suffix in ("-journal", "-wal", "-shm"):
+        if os.path.lexists(path + suffix):
+            os.rename(path + suffix, aside + suffix)
+    return aside
 
 
 def search_all(client: MlflowClient, experiment_id: str, filter_string: str) -> list:
@@ -182,16 +325,21 @@ class MLflowSink:
         self.context = context
         # MlflowClient opens the store when it is built, and that is when a new SQLite store gets its
         # tables: inside the lock, like the experiment.
-        with store_setup_lock(context.tracking_uri):
+        with store_setup_lock(context.tracking_uri) as note:
             self.client = MlflowClient(context.tracking_uri)
             self.experiment_id = get_experiment_id(self.client, context.sweep, context.tracking_uri)
+        self.notices = [note] if note else []   # for the user, once the sink is open
         self._parent_run_id: str | None = None
         self.open_runs: dict[str, str] = {}       # trial id -> run of its current attempt
         self.last_step: dict[str, int] = {}       # trial id -> last regret step logged to that run
         # A call the mirror hands again after it failed part-way (a server that went away) must not
-        # do twice what it did before: runs whose parameters are logged, trials whose run is closed.
+        # do twice what it did before: runs whose parameters are logged, trials whose run is closed
+        # (with the attempt that ended: a trial ends once per run, and a start of that attempt or an
+        # earlier one that comes after its end is late, never a new run), runs maybe made by a
+        # create call that failed (the store may have made the run and lost the reply).
         self.described: set[str] = set()
-        self.ended: set[str] = set()
+        self.ended: dict[str, int] = {}
+        self.unsure: set[str] = set()
 
     @property
     def parent_run_id(self) -> str:
@@ -259,11 +407,13 @@ class MLflowSink:
 
     def trials_started(self, records: list[TrialRecord]) -> None:
         for record in records:
+            if self.ended.get(record.trial_id, -1) >= record.attempts:
+                continue   # late (events come from the trial's actor and the driver, in no set order)
             previous = self.open_runs.get(record.trial_id)
             if previous is not None:   # a retry: the earlier attempt's run and points go
                 self.client.delete_run(previous)
                 del self.open_runs[record.trial_id]
-            self.ended.discard(record.trial_id)
+            self.ended.pop(record.trial_id, None)
             run_id = self._create_run(record, "running")
             self.open_runs[record.trial_id] = run_id
             self.last_step[record.trial_id] = 0
@@ -302,7 +452,7 @@ class MLflowSink:
             self.client.set_terminated(run_id, "FINISHED" if record.status == FINISHED else "FAILED")
             self.open_runs.pop(record.trial_id, None)
             self.last_step.pop(record.trial_id, None)
-            self.ended.add(record.trial_id)
+            self.ended[record.trial_id] = record.attempts
 
     def close(self, status: str, summary: dict[str, float]) -> str | None:
         for trial_id in list(self.open_runs):
@@ -320,12 +470,28 @@ class MLflowSink:
     # ---- helpers -------------------------------------------------------------------------------
 
     def _create_run(self, record: TrialRecord, status: str) -> str:
-        return self.client.create_run(
+        """A new run for the trial, under this invocation's parent run. Where an earlier call to
+        create it failed, the store is asked first (by trial id and store) for the run that call may
+        have made all the same: that one is used (and any more are deleted), not a second made."""
+        if record.trial_id in self.unsure:
+            made = [run for run in search_all(self.client, self.experiment_id,
+                                              f"tags.kind = 'trial' and tags.trial_id = '{record.trial_id}' and "
+                                              f"tags.store = '{self.context.store_id}' and attributes.status = 'RUNNING'")
+                    if run.data.tags.get("mlflow.parentRunId") == self.parent_run_id]
+            for extra in made[1:]:
+                self.client.delete_run(extra.info.run_id)
+            if made:
+                self.unsure.discard(record.trial_id)
+                return made[0].info.run_id
+        self.unsure.add(record.trial_id)
+        run_id = self.client.create_run(
             self.experiment_id, run_name=record.run_name or f"{record.label} | {record.environment} | seed {record.seed}",
             tags={"mlflow.parentRunId": self.parent_run_id, "kind": "trial", "trial_id": record.trial_id,
                   "sweep": self.context.sweep, "status": status, "store": self.context.store_id,
                   "group": record.group or f"{record.label} | {record.environment}"},
         ).info.run_id
+        self.unsure.discard(record.trial_id)
+        return run_id
 
     def _regret_metrics(self, trial_id: str, points: Points) -> list[Metric]:
         """The points not yet logged to the trial's run (streamed points are not logged twice)."""

@@ -108,6 +108,11 @@ class Mirror:
         self._retry_at: dict[int, float] = {}
         self._delay: dict[int, float] = {}
         self._down: set[int] = set()
+        # trial id -> the attempt whose end was handed on. A trial's start comes from its actor and
+        # its end from the driver: Ray keeps the order of one caller's calls, not of two callers', so
+        # a start may arrive after the end. Such a start (of that attempt or an earlier one) and any
+        # points after the end are dropped: a trial ends once per run.
+        self._ended: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._deliver_forever, name="banditsweep-mirror", daemon=True)
         self._thread.start()
@@ -158,16 +163,20 @@ class Mirror:
         for kind, payload in events:
             if kind == "started":
                 for record in payload:
+                    if self._ended.get(record.trial_id, -1) >= record.attempts:
+                        continue
                     points.pop(record.trial_id, None)   # points of an earlier attempt are void
                     started[record.trial_id] = record
             elif kind == "progress":
                 trial_id, new = payload
-                points.setdefault(trial_id, []).extend(new)
+                if trial_id not in self._ended:
+                    points.setdefault(trial_id, []).extend(new)
             elif kind == "ended":
                 for record, curve in payload:
                     started.pop(record.trial_id, None)  # started and ended in one drain: one event
                     points.pop(record.trial_id, None)   # the ended trial carries its whole curve
                     ended[record.trial_id] = (record, curve)
+                    self._ended[record.trial_id] = max(record.attempts, self._ended.get(record.trial_id, -1))
             elif kind == "close":
                 close = payload
         if started:
@@ -239,8 +248,9 @@ def store_id(results_root: str, sweep: str) -> str:
 def open_sinks(names: list[str], context: SinkContext, records: dict[str, TrialRecord],
                pending: list[str]) -> tuple[list[Sink], dict[str, int], list[str]]:
     """Create the sinks and bring each up to date with the journal. Returns the sinks that opened,
-    the summed counts they reported, and one line per sink that could not open (it is left out of
-    this run; the record of truth does not need it)."""
+    the summed counts they reported, and warnings: one line per sink that could not open (it is left
+    out of this run; the record of truth does not need it), and what a sink had to say as it opened
+    (its ``notices``, e.g. a broken store rebuilt)."""
     sinks: list[Sink] = []
     counts: dict[str, int] = {}
     errors: list[str] = []
@@ -262,6 +272,7 @@ def open_sinks(names: list[str], context: SinkContext, records: dict[str, TrialR
         else:
             continue
         sinks.append(sink)
+        errors += getattr(sink, "notices", [])
         for key, value in opened.items():
             counts[key] = counts.get(key, 0) + value
     return sinks, counts, errors
