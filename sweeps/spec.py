@@ -277,21 +277,7 @@ def _models_in(annotation) -> list[type[BaseModel]]:
 
 def _keys_at(model: type[BaseModel], loc: tuple) -> list[str]:
     """The keys allowed in the mapping at ``loc`` (a pydantic location, last part the key itself)."""
-    models = [model]
-    for part in loc[:-1]:
-        if isinstance(part, int) or part == "[key]":
-            continue
-        named = [m for m in models if m.__name__ == part]
-        if named:
-            models = named
-            continue
-        fields = [m.model_fields[part] for m in models if part in m.model_fields]
-        if not fields:
-            continue
-        models = _models_in(fields[0].annotation)
-        if not models:
-            return []
-    return list(dict.fromkeys(name for m in models for name in m.model_fields))
+    return list(dict.fromkeys(name for m in _models_at(model, loc[:-1]) for name in m.model_fields))
 
 
 def _models_at(model: type[BaseModel], loc: tuple) -> list[type[BaseModel]]:

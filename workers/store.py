@@ -118,27 +118,39 @@ def _file_mode() -> int:
 FILE_MODE = _file_mode()
 
 
-def _fsync_write(path: Path, write: Callable[[str], None]) -> None:
-    """Write through a hidden temporary file, fsync it and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def _written_temporary(directory: Path, prefix: str, write: Callable[[str], None]) -> str:
+    """A hidden temporary file in ``directory`` that ``write`` filled, fsynced and given the results'
+    mode; removed again if anything fails. The caller renames it into place."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
     os.close(fd)
     try:
         write(tmp)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.chmod(tmp, FILE_MODE)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
+def _renamed(tmp: str, path: Path) -> Path:
+    try:
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    return path
 
 
-# Every Parquet file is written with a CRC per page and read with them verified; every curves part
-# and journal segment also carries the SHA-256 of its bytes in its name (``part-<ns>-<pid>-<sha>``),
-# which ``verify`` checks: a flipped byte anywhere, also in a page header or the footer, is found.
-# Files written before had neither; they are read as they are (nothing to verify against).
+def _fsync_write(path: Path, write: Callable[[str], None]) -> None:
+    """Write through a hidden temporary file, fsync it and rename it into place."""
+    _renamed(_written_temporary(path.parent, f".{path.name}.", write), path)
+
+
 WRITE_OPTIONS = {"write_page_checksum": True}
 _DIGEST = re.compile(r"-([0-9a-f]{64})$")
 # Each journal line holds its record's fields and this key: the SHA-256 of the record's canonical
@@ -172,20 +184,9 @@ def _write_digested(directory: Path, prefix: str, suffix: str, write: Callable[[
                     hidden: bool = False) -> Path:
     """As :func:`_fsync_write`, into a new file named by its write time and the SHA-256 of its
     bytes; returns its (visible) path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp.{prefix}", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.chmod(tmp, FILE_MODE)
-        name = f"{_unique_name(prefix, '')}-{file_digest(tmp)}{suffix}"
-        os.replace(tmp, directory / (("." if hidden else "") + name))
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    tmp = _written_temporary(directory, f".tmp.{prefix}", write)
+    name = f"{_unique_name(prefix, '')}-{file_digest(tmp)}{suffix}"
+    _renamed(tmp, directory / (("." if hidden else "") + name))
     return directory / name
 
 
@@ -686,6 +687,8 @@ def _damage(path: Path, rows: dict[str, int] | None = None) -> str:
     expected = named_digest(path)
     try:
         matches = expected is not None and file_digest(path) == expected
+        if expected is not None and not matches:
+            return "its bytes do not match the SHA-256 in its name"   # whatever else its pages say
         counts: dict[str, int] = {}
         handle = pq.ParquetFile(path, page_checksum_verification=True)
         columns = ["trial_id"] if matches else None   # a matching checksum vouches for every byte
@@ -695,8 +698,6 @@ def _damage(path: Path, rows: dict[str, int] | None = None) -> str:
                 counts[trial_id.as_py()] = counts.get(trial_id.as_py(), 0) + count.as_py()
     except (pa.ArrowException, OSError, KeyError) as error:
         return f"not readable Parquet: {one_line(error)}"
-    if expected is not None and not matches:
-        return "its bytes do not match the SHA-256 in its name"
     if rows is not None:
         for trial_id, count in counts.items():
             rows[trial_id] = rows.get(trial_id, 0) + count
