@@ -59,10 +59,11 @@ class TrialActor:
         trial at fault fails)."""
         self.checkpoints = checkpoints
         specs = [spec for spec, _ in batch]
-        self._configure_threads(specs[0])
         now = time.time()
         records = [record.started(record.attempts, self.node, self.node_id, self.device_label, now) for _, record in batch]
         try:
+            # Inside the guard: an algorithm whose module cannot be imported fails its trials, not the sweep.
+            self._configure_threads(specs[0])
             return self._run_together(specs, records)
         except Exception:
             if len(batch) == 1:
