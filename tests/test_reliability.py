@@ -192,7 +192,7 @@ def test_requests_no_node_can_ever_meet_and_unreachable_heads_are_exit_2_in_seco
     ray.shutdown()   # an embedded Ray of this machine's size, not the tests' shared one
     assert main(["run", spec, "--set", "resources.cpus_per_trial=64", "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "each trial asks for 64 CPU and 0 GPU, but the embedded Ray on this machine has" in err
+    assert "each trial asks for 64 CPU, but the embedded Ray on this machine has" in err
     assert len(err.strip().splitlines()) == 1
 
 
