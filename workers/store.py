@@ -688,7 +688,8 @@ def _damage(path: Path, rows: dict[str, int] | None = None) -> str:
     try:
         matches = expected is not None and file_digest(path) == expected
         if expected is not None and not matches:
-            return "its bytes do not match the SHA-256 in its name"   # whatever else its pages say
+            pq.ParquetFile(path)   # a file cut short says so (below); one that still opens, the checksum
+            return "its bytes do not match the SHA-256 in its name"
         counts: dict[str, int] = {}
         handle = pq.ParquetFile(path, page_checksum_verification=True)
         columns = ["trial_id"] if matches else None   # a matching checksum vouches for every byte
