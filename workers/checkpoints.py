@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,7 +81,9 @@ QUARANTINE = "quarantine"
 
 
 def set_aside(path: Path, quarantine: Path, reason: str) -> None:
-    """Move an unusable checkpoint file or folder into ``quarantine`` (a note beside it says why)."""
+    """Move an unusable checkpoint file or folder into ``quarantine`` (a note beside it says why). If
+    the folder takes nothing, it stays where it is: it is refused again on the next attempt (never
+    read as a state), and the driver reports a folder that cannot be written."""
     target = quarantine / f"checkpoint-{path.name}"
     log.warning("checkpoint %s cannot be used (%s): moved to %s; its trials start from round 1", path, reason, target)
     try:
@@ -91,10 +92,3 @@ def set_aside(path: Path, quarantine: Path, reason: str) -> None:
         (quarantine / f"{target.name}.reason.txt").write_text(f"{path}: {reason}\n")
     except OSError as error:
         log.warning("checkpoint %s not moved aside: %s", path, error)
-        try:
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-        except OSError:
-            pass   # a folder that takes nothing: the driver reports it
