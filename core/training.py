@@ -33,16 +33,18 @@ into the batch of one ``bmm`` (so a lockstep batch of trials costs one batched m
 not one per trial). It iterates on Delta = theta - theta_0 (what the ridge term pulls towards 0):
 
     pre   = X W1_0 + X Delta1            (X W1_0 is fixed for the round: one baddbmm per step)
-    act   = relu(pre)
-    f     = act V,                       V = sqrt(m)-scaled output layer as a block-diagonal (S m, S) matrix
+    act   = relu(pre)                    (S m columns: S parameter sets of m hidden units)
+    f[s]  = sum_j act[s, j] v[s, j],     v = out_scale w, the sqrt(m)-scaled output layer
     coef  = c1 (d/df log-likelihood * mask + bias)
-    Delta1 <- (1 - c2) Delta1 + X^T (coef V^T * 1[pre > 0])          (one baddbmm_)
-    V      <- V + c2 (V_0 - V) + out_scale^2 * diag(act^T coef)
+    Delta1 <- (1 - c2) Delta1 + X^T (coef[s] v[s, j] * 1[pre > 0])   (one baddbmm_)
+    v      <- v + c2 (v_0 - v) + out_scale^2 sum_rows act[s, j] coef[s]
 
 which is exactly the update theta <- theta + c1 grad - c2 (theta - theta_0) of the generic path.
-The block-diagonal form of the output layer turns its three products (f, the back-propagated
-signal and the output gradient) into batched matmuls; they cost S times the minimal FLOPs of those
-small products, a few percent of the first layer's.
+The output layer's three products (f, the back-propagated signal and the output gradient) are
+broadcast multiplications and sums over the (rows, S, m) view of the activations: the S output
+weights act on disjoint columns. (Written as one batched matmul with the block-diagonal (S m, S)
+matrix they cost S times that work, and a matmul library's kernels for a 7- or 10-column product
+can be slower still: on an AMD EPYC, MKL ran them at ~4 GFLOP/s and they took 60% of a GA step.)
 
 Three refinements keep the first layer at the work it really needs, all exact (tests compare them
 with the layer-by-layer path and dense autograd):
@@ -260,15 +262,11 @@ def ascend_one_hidden_layer(network: StackedNetwork, initial: StackedNetwork, X:
     cols = S * m
     heights = np.full(B, n) if block_rows is None else np.asarray(block_rows).reshape(G, B).max(axis=0)
     buckets = bucket_blocks(heights, d, G * cols, X.device.type)
-    # Output layer, sqrt(m)-scaled, as the block-diagonal (S m, S) matrix of each group: V[s m + j, s] = s_out w[s, j].
-    V = torch.zeros(G, S, m, S, device=X.device, dtype=X.dtype)
-    V_diagonal = torch.diagonal(V, dim1=1, dim2=3)  # (G, m, S) view
-    V_diagonal.copy_(network.w.transpose(1, 2) * scale)
-    V0_diagonal = initial.w.transpose(1, 2) * scale
-    V_matrix = V.view(G, cols, S)
-    V_transposed = V_matrix.transpose(1, 2)
-    grad_V = torch.empty(G, cols, S, device=X.device, dtype=X.dtype)
-    grad_V_diagonal = torch.diagonal(grad_V.view(G, S, m, S), dim1=1, dim2=3)
+    # Output layer, sqrt(m)-scaled: v[s, j] = s_out w[s, j], broadcast over the rows (module docstring).
+    v = network.w * scale                        # (G, S, m)
+    v0 = initial.w * scale
+    v_rows = v.unsqueeze(1)                      # (G, 1, S, m)
+    grad_v = torch.empty_like(v)
     c1 = per_group(step_size, X, 4)
     c2 = per_group(ridge, X, 3)
     ridge = np.asarray(ridge, dtype=np.float64)
@@ -287,7 +285,7 @@ def ascend_one_hidden_layer(network: StackedNetwork, initial: StackedNetwork, X:
     for _ in range(steps):
         for index, part in enumerate(parts):
             part.activations(b1 if with_biases else None)
-            torch.bmm(part.act_rows, V_matrix, out=part.f)
+            torch.sum(torch.mul(part.act_sets, v_rows, out=part.product), dim=-1, out=part.f)
             if with_biases:
                 part.f.add_(b2.unsqueeze(1))
             if gaussian:  # c1 ((r - f) mask + bias) = offset - f * weight
@@ -296,11 +294,12 @@ def ascend_one_hidden_layer(network: StackedNetwork, initial: StackedNetwork, X:
                 torch.mul(likelihoods.derivative(likelihood, part.reward, part.f_rows), part.weight, out=part.coef)
                 if part.bias_c1 is not None:
                     part.coef.add_(part.bias_c1)
-            torch.bmm(part.coef_rows, V_transposed, out=part.back_rows)
+            torch.mul(part.coef_rows.unsqueeze(-1), v_rows, out=part.back_sets)
+            torch.mul(part.act_sets, part.coef_rows.unsqueeze(-1), out=part.product)
             if index == 0:
-                torch.bmm(part.act_rows.transpose(1, 2), part.coef_rows, out=grad_V)
+                torch.sum(part.product, dim=1, out=grad_v)
             else:
-                grad_V.baddbmm_(part.act_rows.transpose(1, 2), part.coef_rows)
+                grad_v.add_(part.product.sum(dim=1))
             torch.ops.aten.threshold_backward.grad_input(part.back, part.act, 0, grad_input=part.back)
             if with_biases:  # sums over every row of every block of the gated signal and of coef
                 if index == 0:
@@ -310,13 +309,13 @@ def ascend_one_hidden_layer(network: StackedNetwork, initial: StackedNetwork, X:
                     grad_b1.add_(part.back_rows.sum(dim=1))
                     grad_b2.add_(part.coef_rows.sum(dim=1))
             part.step()
-        V_diagonal.lerp_(V0_diagonal, c2).add_(grad_V_diagonal, alpha=scale * scale)
+        v.lerp_(v0, c2).add_(grad_v, alpha=scale * scale)
         if with_biases:  # b <- b - c2 (b - b_0) + grad, as every other parameter
             b1.lerp_(b1_0, c2_b).add_(grad_b1)
             b2.lerp_(b2_0, c2_b).add_(grad_b2)
     for part in parts:
         network.W1[:, part.blocks] = initial.W1[:, part.blocks] + part.delta(steps).view(G, len(part.blocks), d, S, m)
-    torch.div(V_diagonal.transpose(1, 2), scale, out=network.w)
+    torch.div(v, scale, out=network.w)
     if with_biases:
         network.biases[0].copy_(b1.view(G, S, m))
         network.biases[1].copy_(b2)
@@ -361,6 +360,8 @@ class _Bucket:
         self.act = torch.empty_like(self.fixed)
         self.back = torch.empty_like(self.fixed)
         self.act_rows, self.back_rows = self.act.view(G, rows, cols), self.back.view(G, rows, cols)
+        self.act_sets, self.back_sets = self.act.view(G, rows, S, m), self.back.view(G, rows, S, m)
+        self.product = torch.empty(G, rows, S, m, device=X.device, dtype=X.dtype)   # act * (v or coef)
         self.f = torch.empty(G, rows, S, device=X.device, dtype=X.dtype)
         self.f_rows = self.f.view(G, count, height, S)
         self.coef = torch.empty(G, count, height, S, device=X.device, dtype=X.dtype)
