@@ -19,7 +19,7 @@ def repo() -> Path:
     return REPO
 
 PLUGINS = REPO / "tests" / "plugins"
-PLUGIN_MODULES = "faulty_algorithms,jsonl_sink,late_starts"
+PLUGIN_MODULES = "faulty_algorithms,jsonl_sink,late_starts,slow_mlflow"
 
 
 class SharedRay:

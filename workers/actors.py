@@ -134,3 +134,54 @@ class MirrorActor:
 
     def close(self, status: str, summary: dict[str, float], timeout: float) -> MirrorStatus:
         return self.mirror.close(status, summary, timeout)
+
+    def begin_close(self, status: str, summary: dict[str, float]) -> None:
+        self.mirror.begin_close(status, summary)
+
+    def wait_closed(self, seconds: float) -> bool:
+        return self.mirror.wait_closed(seconds)
+
+    def owed(self) -> int:
+        return self.mirror.owed()
+
+    def abort(self, reason: str) -> MirrorStatus:
+        return self.mirror.abort(reason)
+
+    def status(self) -> MirrorStatus:
+        return self.mirror.status
+
+
+# Seconds without one ended trial written before a run stops waiting for its sinks (a sink that is
+# down or cannot keep up): the run then says what they lack.
+MIRROR_STALL_SECONDS = 120.0
+# Seconds between two lines about the sinks catching up.
+MIRROR_SAY_EVERY = 5.0
+
+
+def drain_mirror(mirror, status: str, summary: dict[str, float], say, stall: float = MIRROR_STALL_SECONDS
+                 ) -> MirrorStatus:
+    """End a run's mirror: wait while its sinks write what they still owe, saying how much is left
+    and for about how long; a Ctrl-C, or ``stall`` seconds without progress, stops the wait and the
+    mirror's status then says exactly what the sinks lack (and how to catch up)."""
+    ray.get(mirror.begin_close.remote(status, summary))
+    started = last_change = last_said = time.monotonic()
+    first = last = ray.get(mirror.owed.remote())
+    try:
+        while not ray.get(mirror.wait_closed.remote(1.0)):
+            owed, now = ray.get(mirror.owed.remote()), time.monotonic()
+            if owed != last:
+                last, last_change = owed, now
+            if now - last_change > stall:
+                return ray.get(mirror.abort.remote(f"the sinks wrote nothing for {stall:.0f} s"))
+            if owed and now - last_said >= MIRROR_SAY_EVERY:
+                rate = (first - owed) / (now - started)
+                eta = f", ~{_duration(owed / rate)}" if rate > 0 else ""
+                say(f"MLflow: {owed:,} runs to write{eta} (Ctrl-C stops waiting; `sync-mlflow` catches up later)")
+                last_said = now
+    except KeyboardInterrupt:
+        return ray.get(mirror.abort.remote("stopped waiting for the sinks (Ctrl-C)"))
+    return ray.get(mirror.status.remote())
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"

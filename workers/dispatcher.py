@@ -24,7 +24,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from banditsweep.core.trial import TrialSpec, batch_key
-from banditsweep.workers.actors import MirrorActor, TrialActor
+from banditsweep.workers.actors import MirrorActor, TrialActor, drain_mirror
 from banditsweep.workers.checkpoints import CheckpointFiles
 from banditsweep.workers.errors import RayUnreachableError, ResourceRequestError, StoreWriteError
 from banditsweep.workers.record import FINISHED, TrialOutcome, TrialRecord, thinned_curve
@@ -37,8 +37,6 @@ MAX_ATTEMPTS = 3
 ACTOR_QUEUE = 2
 # Seconds between two questions to the mirror about the sinks' troubles.
 PROBLEMS_EVERY = 2.0
-# Seconds the end of a run waits for the sinks to catch up before it reports how far behind they are.
-MIRROR_CLOSE_TIMEOUT = 120.0
 # Worker processes an embedded Ray starts at once. Ray's default is its CPU count, so a pool of many
 # light actors (cpus_per_trial < 1) came up a few at a time and the first ones ran alone for seconds
 # (16 actors on 2 CPUs: the last started 3.9 s after the first; all within 0.5 s with this,
@@ -701,9 +699,13 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
             except OSError as error:
                 if status == "FINISHED":   # else the store's trouble is already what the run reports
                     status, unwritable = "FAILED", error
-            closing = mirror.close.remote(status, summary, MIRROR_CLOSE_TIMEOUT)
             reconcile = ray.get(mirror.reconciled.remote())
-            mirrored = ray.get(closing)
+
+            def say(line: str) -> None:
+                progress.messages.append(line)
+                on_progress(progress)
+
+            mirrored = drain_mirror(mirror, status, summary, say)
             if unwritable is not None:
                 raise unwritable
         return SweepOutcome(progress.done, progress.failed, pool.most_ready, pool.device, reconcile, mirrored,

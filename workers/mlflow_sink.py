@@ -23,6 +23,7 @@ import os
 import re
 import sqlite3
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from banditsweep.workers.layout import MLFLOW_ARTIFACTS, MLFLOW_DB
+from banditsweep.workers.mlflow_bulk import RUNS_PER_TRANSACTION, SERVER_CONCURRENCY, RunWrite, sql_store, write_runs
 from banditsweep.workers.record import FINISHED, TrialRecord, thinned_curve
 from banditsweep.workers.sinks import Points, SinkContext
 
@@ -329,6 +331,8 @@ class MLflowSink:
             self.client = MlflowClient(context.tracking_uri)
             self.experiment_id = get_experiment_id(self.client, context.sweep, context.tracking_uri)
         self.notices = [note] if note else []   # for the user, once the sink is open
+        # MLflow's own database store: many runs per transaction (workers.mlflow_bulk); else the client.
+        self.bulk_store = sql_store(self.client)
         self._parent_run_id: str | None = None
         self.open_runs: dict[str, str] = {}       # trial id -> run of its current attempt
         self.last_step: dict[str, int] = {}       # trial id -> last regret step logged to that run
@@ -406,6 +410,7 @@ class MLflowSink:
         return {"deleted_runs": deleted, "rebuilt_runs": len(lost)}
 
     def trials_started(self, records: list[TrialRecord]) -> None:
+        fresh = []
         for record in records:
             if self.ended.get(record.trial_id, -1) >= record.attempts:
                 continue   # late (events come from the trial's actor and the driver, in no set order)
@@ -414,47 +419,111 @@ class MLflowSink:
                 self.client.delete_run(previous)
                 del self.open_runs[record.trial_id]
             self.ended.pop(record.trial_id, None)
+            fresh.append(record)
+        if self.bulk_store is not None:
+            for chunk in _chunks(fresh):
+                run_ids = write_runs(self.bulk_store, self.experiment_id,
+                                     [self._new_run(record, "running", "RUNNING", trial_params(record))
+                                      for record in chunk])
+                for record, run_id in zip(chunk, run_ids):
+                    self._opened(record, run_id)
+            return
+        for record in fresh:
             run_id = self._create_run(record, "running")
-            self.open_runs[record.trial_id] = run_id
-            self.last_step[record.trial_id] = 0
             self._log_batch(run_id, params=trial_params(record))
-            self.described.add(run_id)
+            self._opened(record, run_id)
 
     def progress(self, points: dict[str, Points]) -> None:
+        updates = []
         for trial_id, new in points.items():
             run_id = self.open_runs.get(trial_id)
             if run_id is not None:
-                metrics = self._regret_metrics(trial_id, new)
-                self._log_batch(run_id, metrics=metrics)
-                self._logged(trial_id, metrics)
+                updates.append((trial_id, run_id, self._regret_metrics(trial_id, new)))
+        if self.bulk_store is not None:
+            for chunk in _chunks(updates):
+                write_runs(self.bulk_store, self.experiment_id,
+                           [RunWrite(run_id, metrics=metrics) for _, run_id, metrics in chunk])
+                for trial_id, _, metrics in chunk:
+                    self._logged(trial_id, metrics)
+            return
+        for trial_id, run_id, metrics in updates:
+            self._log_batch(run_id, metrics=metrics)
+            self._logged(trial_id, metrics)
 
     def trials_ended(self, ended: list[tuple[TrialRecord, Points]]) -> None:
-        for record, curve in ended:
-            if record.trial_id in self.ended:   # delivered before this call failed part-way
-                continue
-            run_id = self.open_runs.get(record.trial_id)
-            if run_id is None:
-                run_id = self._create_run(record, record.status)
-                self.open_runs[record.trial_id] = run_id
-                self.last_step[record.trial_id] = 0
-            params = {} if run_id in self.described else trial_params(record)
-            metrics = self._regret_metrics(record.trial_id, curve)
-            tags = {"status": record.status}
-            if record.status == FINISHED:
-                now = int(time.time() * 1000)
-                metrics += [Metric(k, v, now, 0) for k, v in final_metrics(record).items()]
-                params = {**params, **final_params(record)}
-            else:
-                tags["error"] = (record.error or "")[:5000]
-            self._log_batch(run_id, metrics=metrics, params=params, tags=tags)
+        ended = [(record, curve) for record, curve in ended
+                 if record.trial_id not in self.ended]   # delivered before this call failed part-way
+        if self.bulk_store is not None:
+            for chunk in _chunks(ended):
+                writes = [self._end_write(record, curve) for record, curve in chunk]
+                run_ids = write_runs(self.bulk_store, self.experiment_id, writes)
+                for (record, _), write, run_id in zip(chunk, writes, run_ids):
+                    self._logged(record.trial_id, write.metrics)
+                    self._closed(record, run_id)
+            return
+        if len(ended) > 1:   # a tracking server serves several calls at once
+            with ThreadPoolExecutor(SERVER_CONCURRENCY, thread_name_prefix="banditsweep-mlflow") as pool:
+                list(pool.map(lambda item: self._end_one(*item), ended))
+        else:
+            for record, curve in ended:
+                self._end_one(record, curve)
+
+    def _end_one(self, record: TrialRecord, curve: Points) -> None:
+        """A trial's end through the client: its run (created now if it has none), its values, its status."""
+        run_id = self.open_runs.get(record.trial_id)
+        if run_id is None:
+            run_id = self._create_run(record, record.status)
+            self._opened(record, run_id, described=False)
+        write = self._end_write(record, curve, run_id)
+        self._log_batch(run_id, metrics=write.metrics, params=write.params, tags=write.tags)
+        self.described.add(run_id)
+        self._logged(record.trial_id, write.metrics)
+        self.client.set_terminated(run_id, write.status)
+        self._closed(record, run_id)
+
+    def _end_write(self, record: TrialRecord, curve: Points, run_id: str | None = None) -> RunWrite:
+        """What a trial's run gets when the trial ends (a new run when it has none)."""
+        run_id = run_id or self.open_runs.get(record.trial_id)
+        params = {} if run_id in self.described else trial_params(record)
+        metrics = self._regret_metrics(record.trial_id, curve)
+        tags = {"status": record.status}
+        if record.status == FINISHED:
+            now = int(time.time() * 1000)
+            metrics += [Metric(k, v, now, 0) for k, v in final_metrics(record).items()]
+            params = {**params, **final_params(record)}
+        else:
+            tags["error"] = (record.error or "")[:5000]
+        status = "FINISHED" if record.status == FINISHED else "FAILED"
+        if run_id is None:
+            write = self._new_run(record, record.status, status, params)
+            write.metrics, write.tags = metrics, {**write.tags, **tags}
+            return write
+        return RunWrite(run_id, tags=tags, params={k: _param_value(v) for k, v in params.items()}, metrics=metrics,
+                        status=status)
+
+    def _new_run(self, record: TrialRecord, status_tag: str, status: str, params: dict[str, Any]) -> RunWrite:
+        """A trial's new run under this invocation's parent (the bulk path; see _create_run)."""
+        return RunWrite(None, name=self._run_name(record), tags=self._run_tags(record, status_tag),
+                        params={k: _param_value(v) for k, v in params.items()}, status=status,
+                        parent_run_id=self.parent_run_id)
+
+    def _opened(self, record: TrialRecord, run_id: str, described: bool = True) -> None:
+        self.open_runs[record.trial_id] = run_id
+        self.last_step[record.trial_id] = 0
+        if described:
             self.described.add(run_id)
-            self._logged(record.trial_id, metrics)
-            self.client.set_terminated(run_id, "FINISHED" if record.status == FINISHED else "FAILED")
-            self.open_runs.pop(record.trial_id, None)
-            self.last_step.pop(record.trial_id, None)
-            self.ended[record.trial_id] = record.attempts
+
+    def _closed(self, record: TrialRecord, run_id: str) -> None:
+        self.described.add(run_id)
+        self.open_runs.pop(record.trial_id, None)
+        self.last_step.pop(record.trial_id, None)
+        self.ended[record.trial_id] = record.attempts
 
     def close(self, status: str, summary: dict[str, float]) -> str | None:
+        if self.bulk_store is not None and self.open_runs:
+            for chunk in _chunks(list(self.open_runs.values())):
+                write_runs(self.bulk_store, self.experiment_id, [RunWrite(run_id, status="KILLED") for run_id in chunk])
+            self.open_runs.clear()
         for trial_id in list(self.open_runs):
             self.client.set_terminated(self.open_runs[trial_id], "KILLED")
             del self.open_runs[trial_id]
@@ -485,13 +554,19 @@ class MLflowSink:
                 return made[0].info.run_id
         self.unsure.add(record.trial_id)
         run_id = self.client.create_run(
-            self.experiment_id, run_name=record.run_name or f"{record.label} | {record.environment} | seed {record.seed}",
-            tags={"mlflow.parentRunId": self.parent_run_id, "kind": "trial", "trial_id": record.trial_id,
-                  "sweep": self.context.sweep, "status": status, "store": self.context.store_id,
-                  "group": record.group or f"{record.label} | {record.environment}"},
+            self.experiment_id, run_name=self._run_name(record),
+            tags={"mlflow.parentRunId": self.parent_run_id, **self._run_tags(record, status)},
         ).info.run_id
         self.unsure.discard(record.trial_id)
         return run_id
+
+    @staticmethod
+    def _run_name(record: TrialRecord) -> str:
+        return record.run_name or f"{record.label} | {record.environment} | seed {record.seed}"
+
+    def _run_tags(self, record: TrialRecord, status: str) -> dict[str, str]:
+        return {"kind": "trial", "trial_id": record.trial_id, "sweep": self.context.sweep, "status": status,
+                "store": self.context.store_id, "group": record.group or f"{record.label} | {record.environment}"}
 
     def _regret_metrics(self, trial_id: str, points: Points) -> list[Metric]:
         """The points not yet logged to the trial's run (streamed points are not logged twice)."""
@@ -518,3 +593,8 @@ class MLflowSink:
             room = MAX_ENTITIES_PER_BATCH - len(batch_params) - len(batch_tags)
             batch_metrics, metrics = metrics[:room], metrics[room:]
             self.client.log_batch(run_id, metrics=batch_metrics, params=batch_params, tags=batch_tags)
+
+
+def _chunks(items: list) -> list[list]:
+    """``items`` in lists of at most RUNS_PER_TRANSACTION."""
+    return [items[i:i + RUNS_PER_TRANSACTION] for i in range(0, len(items), RUNS_PER_TRANSACTION)]

@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 Points = list[tuple[int, float]]
 # Longest wait between two tries of a sink that fails (doubling from 1 s).
 MAX_RETRY_DELAY = 30.0
+# Ended trials per sink call (a sink may ask for fewer with an ``ended_per_call`` attribute): a
+# transaction's worth for MLflow's bulk writer (workers.mlflow_bulk).
+ENDED_PER_CALL = 500
 # Tries to open a sink (1 s, then 2 s apart) before a run goes on without it.
 OPEN_ATTEMPTS = 3
 
@@ -114,6 +117,8 @@ class Mirror:
         # points after the end are dropped: a trial ends once per run.
         self._ended: dict[str, int] = {}
         self._stop = threading.Event()
+        self._abort = threading.Event()    # stop delivering ended trials (the user stopped waiting)
+        self._handed = 0                   # ended trials handed to the mirror
         self._thread = threading.Thread(target=self._deliver_forever, name="banditsweep-mirror", daemon=True)
         self._thread.start()
 
@@ -126,17 +131,47 @@ class Mirror:
         self.events.put(("progress", (trial_id, points)))
 
     def ended(self, ended: list[tuple[TrialRecord, Points]]) -> None:
+        self._handed += len(ended)
         self.events.put(("ended", ended))
 
     def close(self, status: str, summary: dict[str, float], timeout: float = 60.0) -> MirrorStatus:
         """Deliver what is queued (waiting at most ``timeout`` seconds), then close every sink."""
+        self.begin_close(status, summary)
+        if not self.wait_closed(timeout):
+            self.abort(f"the sinks were still busy after {timeout:.0f} s")
+        return self.status
+
+    def begin_close(self, status: str, summary: dict[str, float]) -> None:
+        """Ask for the end: what is queued is delivered, then every sink is closed."""
         self.events.put(("close", (status, summary)))
         self._stop.set()
-        self._thread.join(timeout)
+
+    def wait_closed(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the delivery thread to finish closing; whether it has."""
+        self._thread.join(seconds)
+        return not self._thread.is_alive()
+
+    def owed(self) -> int:
+        """Ended trials handed to the mirror and not yet delivered to every sink (queued, or kept
+        for a sink that failed)."""
+        kept = max((sum(len(arguments[0]) for method, arguments in list(backlog) if method == "trials_ended")
+                    for backlog in list(self._backlog.values())), default=0)
+        return max(0, self._handed - self.status.delivered) + kept
+
+    def abort(self, reason: str, grace: float = 30.0) -> MirrorStatus:
+        """Stop delivering ended trials (after the chunk in hand), close the sinks (a run still open
+        is marked KILLED, never left RUNNING) and say exactly what the sinks lack and how to catch up."""
+        self._abort.set()
+        self._stop.set()
+        self._thread.join(grace)
+        missing = self.owed()
+        if missing:
+            self.status.pending = missing
+            self.status.errors.insert(0,
+                f"{reason}: the sinks lack {missing:,} of the {self._handed:,} trials that ended in this run (their "
+                "results are in Parquet); `banditsweep sync-mlflow SPEC` (or the next run) writes them")
         if self._thread.is_alive():
-            self.status.pending = self.events.qsize()
-            self.status.errors.append(f"sinks still busy after {timeout:.0f} s; "
-                                      "the next run brings them up to date from the Parquet results")
+            self.status.errors.append("a sink call was still in progress when the run ended")
         return self.status
 
     # ---- the delivery thread ------------------------------------------------------------------
@@ -183,9 +218,16 @@ class Mirror:
             self._call_all("trials_started", list(started.values()))
         if points:
             self._call_all("progress", points)
-        if ended:
-            self._call_all("trials_ended", list(ended.values()))
-            self.status.delivered += len(ended)
+        # Ended trials go in chunks: the mirror's progress can be told (owed()) and a wait for it
+        # cut short between two chunks (abort()).
+        ended_list = list(ended.values())
+        size = min([getattr(sink, "ended_per_call", ENDED_PER_CALL) for sink in self.sinks] or [ENDED_PER_CALL])
+        for start in range(0, len(ended_list), size):
+            if self._abort.is_set():
+                break
+            chunk = ended_list[start:start + size]
+            self._call_all("trials_ended", chunk)
+            self.status.delivered += len(chunk)
         self._retry_backlogs()
         if close is not None:
             self.status.notes += [note for note in self._call_all("close", *close, final=True) if note]

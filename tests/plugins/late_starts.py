@@ -13,7 +13,7 @@ from banditsweep.workers.record import PENDING
 
 DELAY = 1.0   # seconds: twice the mirror's interval, so the start lands in a later delivery
 
-real_started, real_ended, real_close = sinks.Mirror.started, sinks.Mirror.ended, sinks.Mirror.close
+real_started, real_ended, real_begin_close = sinks.Mirror.started, sinks.Mirror.ended, sinks.Mirror.begin_close
 
 
 def _timers(mirror) -> list:
@@ -37,10 +37,10 @@ def ended(self, ended_trials):
         timer.start()
 
 
-def close(self, *arguments, **keywords):
+def begin_close(self, *arguments, **keywords):
     for timer in list(_timers(self)):
         timer.join()
-    return real_close(self, *arguments, **keywords)
+    return real_begin_close(self, *arguments, **keywords)
 
 
-sinks.Mirror.started, sinks.Mirror.ended, sinks.Mirror.close = started, ended, close
+sinks.Mirror.started, sinks.Mirror.ended, sinks.Mirror.begin_close = started, ended, begin_close

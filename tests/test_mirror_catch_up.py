@@ -1,0 +1,140 @@
+"""The end of a run and its MLflow mirror: a mirror slower than the sweep is waited for (saying how
+much is left), and a wait cut short says exactly what MLflow lacks and leaves no run RUNNING; the bulk
+writer's runs read back as the client's."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import yaml
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+
+from banditsweep.sweeps.cli import main
+from banditsweep.workers.mlflow_sink import MLflowSink, search_all
+from banditsweep.workers.record import FINISHED, TrialRecord
+from banditsweep.workers.sinks import SinkContext
+
+from conftest import PLUGINS
+
+
+def _spec(tmp_path, name, seeds):
+    spec = {"sweep": name, "horizon": 10, "seeds": seeds, "log_every": 5,
+            "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
+            "algorithms": [{"name": "random"}, {"name": "linucb"}]}
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+    return f"{name}.yaml"
+
+
+def _child_statuses(uri, sweep):
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(sweep).experiment_id
+    statuses = {}
+    for run in search_all(client, experiment, "tags.kind = 'trial'"):
+        statuses.setdefault(run.info.status, []).append(run.data.tags["trial_id"])
+    return statuses
+
+
+def test_a_slow_mirror_is_waited_for_and_ends_with_every_run_finished(tmp_path, monkeypatch, plugins, shared_ray,
+                                                                    capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "slow_mlflow.seconds").write_text("0.25")
+    spec = _spec(tmp_path, "slow_mirror", seeds=12)
+    assert main(["run", spec, "--sink", "slow_mlflow", "--max-workers", "2", "--no-progress"]) == 0
+    trials = pd.read_parquet("results/slow_mirror/trials")
+    statuses = _child_statuses(f"sqlite:///{tmp_path}/mlflow.db", "slow_mirror")
+    assert sorted(statuses) == ["FINISHED"] and sorted(statuses["FINISHED"]) == sorted(trials["trial_id"])
+    assert "the sinks lack" not in capsys.readouterr().err
+
+
+@pytest.mark.slow   # a driver of its own (its own Ray) and a sink slowed to seconds per trial
+def test_a_wait_for_the_mirror_cut_short_states_the_shortfall_and_leaves_nothing_running(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "slow_mlflow.seconds").write_text("1.5")
+    spec = _spec(tmp_path, "cut_mirror", seeds=8)
+    env = {**os.environ, "PYTHONPATH": f"{PLUGINS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "BANDITSWEEP_PLUGINS": "slow_mlflow"}
+    driver = subprocess.Popen([sys.executable, "-m", "banditsweep", "run", spec, "--sink", "slow_mlflow",
+                               "--no-progress", "--max-workers", "2"], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        line = driver.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if "runs to write" in line:
+            driver.send_signal(signal.SIGINT)
+            break
+    output = "".join(lines) + driver.communicate(timeout=120)[0]
+    assert "runs to write" in output, output
+    assert "stopped waiting for the sinks (Ctrl-C): the sinks lack" in output, output
+    lacking = int(output.split("the sinks lack ")[1].split(" of ")[0].replace(",", ""))
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    statuses = _child_statuses(uri, "cut_mirror")
+    assert "RUNNING" not in statuses, statuses
+    assert 0 < lacking <= 16 and len(statuses.get("FINISHED", [])) == 16 - lacking, (lacking, statuses)
+    # The catch-up the message names brings MLflow to every trial, one FINISHED run each.
+    caught_up = subprocess.run([sys.executable, "-m", "banditsweep", "sync-mlflow", spec], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=300)
+    assert caught_up.returncode == 0, caught_up.stdout + caught_up.stderr
+    statuses = _child_statuses(uri, "cut_mirror")
+    assert sorted(statuses) == ["FINISHED"] and len(set(statuses["FINISHED"])) == 16 == len(statuses["FINISHED"])
+
+
+def _record(index, final):
+    return TrialRecord(trial_id=f"{index:020d}", sweep="bulk", algorithm="random", label="random", environment="env",
+                       seed=index, horizon=4, params={"nu": 0.5}, environment_config={"dim": 3}, log_every=2,
+                       status=FINISHED, attempts=1, final_regret=final, wall_seconds=0.5, seconds_per_round=0.125,
+                       diagnostics={"eta": 0.25})
+
+
+def test_the_bulk_writer_writes_what_the_client_writes(tmp_path):
+    """The same trials through the bulk writer (SQLite) and through the client (a tracking server's
+    path): the same runs, parameters, tags, metric histories and latest values."""
+    seen = {}
+    for mode in ("bulk", "client"):
+        uri = f"sqlite:///{tmp_path}/{mode}.db"
+        sink = MLflowSink(SinkContext("bulk", str(tmp_path / mode), uri))
+        if mode == "client":
+            sink.bulk_store = None
+        assert (sink.bulk_store is not None) == (mode == "bulk")
+        records = [_record(i, 3.0 + i) for i in range(5)]
+        sink.trials_started(records[:2])
+        sink.progress({records[0].trial_id: [(2, 1.0)]})
+        sink.trials_ended([(r, [(2, 1.0 + r.seed), (4, 3.0 + r.seed)]) for r in records])
+        sink.close("FINISHED", {"trials_finished": 5})
+        client = MlflowClient(uri)
+        experiment = client.get_experiment_by_name("bulk").experiment_id
+        runs = {}
+        for run in search_all(client, experiment, "tags.kind = 'trial'"):
+            history = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "cum_regret")]
+            tags = {k: v for k, v in run.data.tags.items() if k not in ("mlflow.parentRunId", "store")}
+            runs[run.data.tags["trial_id"]] = (run.info.status, run.info.run_name, tags, run.data.params,
+                                               run.data.metrics, history, run.info.end_time is not None)
+        seen[mode] = runs
+    assert len(seen["bulk"]) == 5 and seen["bulk"] == seen["client"]
+    status, _, tags, params, metrics, history, ended = seen["bulk"]["0" * 20]
+    assert status == "FINISHED" and ended and tags["status"] == "finished" and params["nu"] == "0.5"
+    assert metrics == {"cum_regret": 3.0, "final_regret": 3.0, "seconds_per_round": 0.125}
+    assert history == [(2, 1.0), (4, 3.0)]
+
+
+def test_bulk_writes_keep_the_latest_value_rule(tmp_path):
+    from banditsweep.workers.mlflow_bulk import RunWrite, write_runs
+
+    sink = MLflowSink(SinkContext("latest", str(tmp_path / "r"), f"sqlite:///{tmp_path}/m.db"))
+    (run_id,) = write_runs(sink.bulk_store, sink.experiment_id,
+                           [RunWrite(None, name="x", metrics=[Metric("m", 5.0, 10, 3), Metric("m", 1.0, 10, 1)])])
+    write_runs(sink.bulk_store, sink.experiment_id, [RunWrite(run_id, metrics=[Metric("m", 7.0, 5, 2)])])
+    assert MlflowClient(f"sqlite:///{tmp_path}/m.db").get_run(run_id).data.metrics["m"] == 5.0
+    write_runs(sink.bulk_store, sink.experiment_id, [RunWrite(run_id, metrics=[Metric("m", 2.0, 1, 4)],
+                                                              status="FINISHED")])
+    run = MlflowClient(f"sqlite:///{tmp_path}/m.db").get_run(run_id)
+    assert run.data.metrics["m"] == 2.0 and run.info.status == "FINISHED" and run.info.end_time is not None
