@@ -138,3 +138,53 @@ def test_bulk_writes_keep_the_latest_value_rule(tmp_path):
                                                               status="FINISHED")])
     run = MlflowClient(f"sqlite:///{tmp_path}/m.db").get_run(run_id)
     assert run.data.metrics["m"] == 2.0 and run.info.status == "FINISHED" and run.info.end_time is not None
+
+
+def test_cell_runs_hold_their_seeds_mean_and_band(tmp_path):
+    """``mlflow_runs: cells``: one run per cell with the seeds' mean final regret, its spread and the
+    band of the curves, rebuilt from the Parquet record; no run per trial."""
+    import numpy as np
+
+    from banditsweep.workers.mlflow_sink import run_mode
+    from banditsweep.workers.record import TrialOutcome
+    from banditsweep.workers.store import SweepStore
+
+    assert run_mode("auto", 2000) == "trials" and run_mode("auto", 2001) == "cells"
+    store = SweepStore.for_sweep(tmp_path / "results", "cells")
+    outcomes = []
+    for cell, offset in (("A | env", 0.0), ("B | env", 10.0)):
+        for seed in range(3):
+            curve = np.cumsum(np.full(4, 1.0 + seed + offset))
+            record = TrialRecord(trial_id=f"{cell[0]}{seed:019d}", sweep="cells", algorithm="random", label=cell[0],
+                                 environment="env", seed=seed, horizon=4, params={}, environment_config={},
+                                 log_every=2, group=cell, status=FINISHED, attempts=1, final_regret=float(curve[-1]),
+                                 wall_seconds=0.1, seconds_per_round=0.025)
+            arrays = {"arm": np.zeros(4, dtype=np.int64), "reward": np.zeros(4), "regret": np.diff(curve, prepend=0.0),
+                      "cum_regret": curve, "seconds": np.full(4, 0.025)}
+            outcomes.append(TrialOutcome(record, arrays))
+    store.write_outcomes(outcomes)
+    uri = f"sqlite:///{tmp_path}/m.db"
+    sink = MLflowSink(SinkContext("cells", str(tmp_path / "results"), uri, mlflow_runs="cells"))
+    sink.open(store.journal(), [])
+    sink.trials_ended([(o.record, [(2, 1.0), (4, 2.0)]) for o in outcomes])   # no run per trial
+    sink.close("FINISHED", {})
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("cells").experiment_id
+    assert search_all(client, experiment, "tags.kind = 'trial'") == []
+    cells = {run.data.tags["group"]: run for run in search_all(client, experiment, "tags.kind = 'cell'")}
+    assert sorted(cells) == ["A | env", "B | env"]
+    for group, offset in (("A | env", 0.0), ("B | env", 10.0)):
+        run = cells[group]
+        finals = np.array([4 * (1.0 + seed + offset) for seed in range(3)])
+        assert run.data.metrics["final_regret_mean"] == finals.mean()
+        assert abs(run.data.metrics["final_regret_std"] - finals.std()) < 1e-12
+        assert run.data.metrics["seeds"] == 3 and run.data.tags["seeds"] == "0,1,2" and run.info.status == "FINISHED"
+        means = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "cum_regret_mean")]
+        assert means == [(2, 2 * (2.0 + offset)), (4, 4 * (2.0 + offset))]
+        upper = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "cum_regret_upper")}
+        assert abs(upper[4] - (finals.mean() + finals.std())) < 1e-12
+    # A second run's end replaces the cell runs, never adds to them.
+    again = MLflowSink(SinkContext("cells", str(tmp_path / "results"), uri, mlflow_runs="cells"))
+    again.open(store.journal(), [])
+    again.close("FINISHED", {})
+    assert len(search_all(client, experiment, "tags.kind = 'cell'")) == 2

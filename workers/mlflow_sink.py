@@ -11,6 +11,14 @@ starts and gets its streamed points as they come. Every run is keyed by ``trial_
 makes MLflow agree with the journal before a run starts (a lost run is rebuilt from the Parquet
 files; runs of trials about to run again, or left RUNNING by a crash, are deleted), so each trial
 has exactly one FINISHED (or FAILED) child run.
+
+At ten thousand trials one run per trial is more than the UI can browse. ``runs`` (the spec's
+``mlflow_runs``, ``run --mlflow-runs``) chooses what MLflow gets: ``trials`` (one run per trial, as
+above), ``cells`` (one run per cell, i.e. label x grid point x environment, holding its seeds' mean
+final regret and its band, and the curves ``cum_regret_mean`` / ``cum_regret_lower`` /
+``cum_regret_upper``: mean and mean -/+ one standard deviation over the seeds, at the logged rounds),
+or ``both``. Cell runs are written from the Parquet record when the run ends (and by ``sync-mlflow``),
+replacing the store's earlier cell runs.
 """
 
 from __future__ import annotations
@@ -322,9 +330,48 @@ def final_params(record: TrialRecord) -> dict[str, Any]:
     return {"wall_seconds": record.wall_seconds, **{f"diag.{k}": v for k, v in record.diagnostics.items()}}
 
 
+RUN_MODES = ("trials", "cells", "both")
+# ``auto``: runs per trial up to this many trials in the sweep, else per cell.
+MAX_TRIAL_RUNS_AUTO = 2000
+
+
+def run_mode(requested: str, trials: int) -> str:
+    """``trials`` / ``cells`` / ``both`` as asked, ``auto`` by the sweep's size."""
+    if requested == "auto":
+        return "trials" if trials <= MAX_TRIAL_RUNS_AUTO else "cells"
+    if requested not in RUN_MODES:
+        raise ValueError(f"mlflow runs {requested!r}: allowed are auto, {', '.join(RUN_MODES)}")
+    return requested
+
+
+def cell_summaries(records, curves) -> list[dict]:
+    """Per cell (the seeds of one label, grid point and environment: ``record.group``) of finished
+    trials: its name, a representative record, the seeds' final regrets and the band of their curves
+    at the rounds every seed logged. ``curves`` is the store's curve rows of those trials."""
+    cells: dict[str, list[TrialRecord]] = {}
+    for record in records:
+        if record.status == FINISHED and record.final_regret is not None:
+            cells.setdefault(record.group or f"{record.label} | {record.environment}", []).append(record)
+    by_trial = {tid: frame for tid, frame in curves.groupby("trial_id")} if len(curves) else {}
+    summaries = []
+    for group, members in sorted(cells.items()):
+        members.sort(key=lambda r: r.seed)
+        finals = np.array([r.final_regret for r in members], dtype=float)
+        logged = [dict(thinned_curve({"cum_regret": by_trial[r.trial_id].sort_values("t")["cum_regret"].to_numpy()},
+                                     r.log_every)) for r in members if r.trial_id in by_trial]
+        steps = sorted(set.intersection(*(set(c) for c in logged))) if logged else []
+        values = np.array([[c[t] for t in steps] for c in logged]) if steps else np.zeros((0, 0))
+        summaries.append({"group": group, "record": members[0], "seeds": [r.seed for r in members],
+                          "finals": finals, "steps": steps,
+                          "mean": values.mean(axis=0) if steps else [], "std": values.std(axis=0) if steps else []})
+    return summaries
+
+
 class MLflowSink:
     def __init__(self, context: SinkContext):
         self.context = context
+        self.mode = context.mlflow_runs if context.mlflow_runs in RUN_MODES else "trials"
+        self.trial_runs = self.mode in ("trials", "both")
         # MlflowClient opens the store when it is built, and that is when a new SQLite store gets its
         # tables: inside the lock, like the experiment.
         with store_setup_lock(context.tracking_uri) as note:
@@ -375,13 +422,12 @@ class MLflowSink:
                 f"Sweep {self.context.sweep} (spec {self.context.spec_path}); one parent run per `banditsweep "
                 f"run`, one child run per trial; the record of truth is the Parquet store under "
                 f"{self.context.results_root}/{self.context.sweep}.")
+        if not self.trial_runs:   # cells only: the cell runs are written when the run ends
+            self._kill_abandoned_parents()
+            return {}
         pending_ids = set(pending)
         adopt_unmarked_runs(self.client, self.experiment_id, store, set(records) | pending_ids)
-        # Parent runs left RUNNING by a driver that died (killed, out of memory, machine lost): only
-        # one run of a store goes on at a time (the run lock), so they are over.
-        for parent in search_all(self.client, self.experiment_id,
-                                 f"tags.kind = 'sweep' and tags.store = '{store}' and attributes.status = 'RUNNING'"):
-            self.client.set_terminated(parent.info.run_id, "KILLED")
+        self._kill_abandoned_parents()
         runs = child_runs_by_trial(self.client, self.experiment_id, store)
         deleted = 0
         for trial_id, trial_runs in runs.items():
@@ -409,7 +455,16 @@ class MLflowSink:
                                for record in lost if record.trial_id in by_trial])
         return {"deleted_runs": deleted, "rebuilt_runs": len(lost)}
 
+    def _kill_abandoned_parents(self) -> None:
+        """Parent runs left RUNNING by a driver that died (killed, out of memory, machine lost): only
+        one run of a store goes on at a time (the run lock), so they are over."""
+        for parent in search_all(self.client, self.experiment_id, f"tags.kind = 'sweep' and tags.store = "
+                                 f"'{self.context.store_id}' and attributes.status = 'RUNNING'"):
+            self.client.set_terminated(parent.info.run_id, "KILLED")
+
     def trials_started(self, records: list[TrialRecord]) -> None:
+        if not self.trial_runs:
+            return
         fresh = []
         for record in records:
             if self.ended.get(record.trial_id, -1) >= record.attempts:
@@ -434,6 +489,8 @@ class MLflowSink:
             self._opened(record, run_id)
 
     def progress(self, points: dict[str, Points]) -> None:
+        if not self.trial_runs:
+            return
         updates = []
         for trial_id, new in points.items():
             run_id = self.open_runs.get(trial_id)
@@ -451,6 +508,8 @@ class MLflowSink:
             self._logged(trial_id, metrics)
 
     def trials_ended(self, ended: list[tuple[TrialRecord, Points]]) -> None:
+        if not self.trial_runs:
+            return
         ended = [(record, curve) for record, curve in ended
                  if record.trial_id not in self.ended]   # delivered before this call failed part-way
         if self.bulk_store is not None:
@@ -527,14 +586,56 @@ class MLflowSink:
         for trial_id in list(self.open_runs):
             self.client.set_terminated(self.open_runs[trial_id], "KILLED")
             del self.open_runs[trial_id]
+        journal = None
+        if self.mode in ("cells", "both"):
+            journal = self.context.store.journal()
+            if any(record.status == FINISHED for record in journal.values()):
+                self.write_cell_runs(journal.values())
         if self._parent_run_id is None:
             return None
-        summary = {**summary, **best_final_regret(self.context.store.journal().values())}
+        journal = self.context.store.journal() if journal is None else journal
+        summary = {**summary, **best_final_regret(journal.values())}
         if summary:
             now = int(time.time() * 1000)
             self.client.log_batch(self.parent_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()])
         self.client.set_terminated(self.parent_run_id, status)
         return f"MLflow parent run {self.parent_run_id}"
+
+    def write_cell_runs(self, records) -> int:
+        """One run per cell under this invocation's parent (module docstring), replacing the store's
+        earlier cell runs. Returns how many were written."""
+        finished = [record for record in records if record.status == FINISHED]
+        curves = self.context.store.read_curves([record.trial_id for record in finished])
+        writes = []
+        for cell in cell_summaries(finished, curves):
+            record, finals = cell["record"], cell["finals"]
+            now = int(time.time() * 1000)
+            metrics = [Metric("final_regret_mean", float(finals.mean()), now, 0),
+                       Metric("final_regret_std", float(finals.std()), now, 0),
+                       Metric("seeds", float(len(finals)), now, 0)]
+            for step, mean, std in zip(cell["steps"], cell["mean"], cell["std"]):
+                metrics += [Metric("cum_regret_mean", float(mean), now, int(step)),
+                            Metric("cum_regret_lower", float(mean - std), now, int(step)),
+                            Metric("cum_regret_upper", float(mean + std), now, int(step))]
+            params = {k: v for k, v in trial_params(record).items() if k != "seed"}
+            tags = {"kind": "cell", "sweep": self.context.sweep, "store": self.context.store_id,
+                    "group": cell["group"], "seeds": ",".join(map(str, cell["seeds"]))[:5000]}
+            writes.append(RunWrite(None, name=cell["group"], tags=tags,
+                                   params={k: _param_value(v) for k, v in params.items()}, metrics=metrics,
+                                   status="FINISHED", parent_run_id=self.parent_run_id))
+        for old in search_all(self.client, self.experiment_id,
+                              f"tags.kind = 'cell' and tags.store = '{self.context.store_id}'"):
+            self.client.delete_run(old.info.run_id)
+        if self.bulk_store is not None:
+            for chunk in _chunks(writes):
+                write_runs(self.bulk_store, self.experiment_id, chunk)
+            return len(writes)
+        for write in writes:
+            run_id = self.client.create_run(self.experiment_id, run_name=write.name,
+                                            tags={"mlflow.parentRunId": self.parent_run_id, **write.tags}).info.run_id
+            self._log_batch(run_id, metrics=write.metrics, params=write.params)
+            self.client.set_terminated(run_id, "FINISHED")
+        return len(writes)
 
     # ---- helpers -------------------------------------------------------------------------------
 

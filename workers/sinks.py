@@ -52,6 +52,7 @@ class SinkContext:
     spec_path: str = ""      # the spec the run was started with, and its text
     spec_text: str = ""
     source_commit: str = ""  # the git commit of the code that ran, where known
+    mlflow_runs: str = "trials"   # what MLflow gets: a run per trial, per cell, or both (workers.mlflow_sink)
 
     @property
     def store_id(self) -> str:
