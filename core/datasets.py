@@ -62,6 +62,9 @@ Scaling = Literal["rownorm", "standard"]
 class DatasetError(ValueError):
     """A dataset file is missing, unreadable, or not in the expected format."""
 
+    # Its message is the project's own sentences (what is missing, the cause, the remedy): said whole.
+    message_limit = 2000
+
 
 @dataclass(frozen=True)
 class DatasetInfo:
@@ -187,14 +190,17 @@ def dataset_path(name: str, data_dir: str | os.PathLike | None = None) -> Path:
     return directory / f"{name}.parquet"
 
 
-def how_to_provide(name: str, directory: Path) -> str:
-    """The sentence every 'file missing' message ends with."""
+def how_to_provide(name: str, directory: Path, downloader_installed: bool = False) -> str:
+    """The sentence every 'file missing' message ends with. Where the downloader (scikit-learn) is
+    installed already, installing it is no advice: the network is what was missing."""
     info = dataset_info(name)
+    download = (f"or run again where this machine reaches openml.org: banditsweep then downloads it from OpenML "
+                f"({info.openml_name}, id {info.openml_id})" if downloader_installed else
+                f"with network access, `pip install 'banditsweep[openml]'` lets banditsweep download it "
+                f"from OpenML ({info.openml_name}, id {info.openml_id}) on first use")
     return (
         f"To provide it, copy {name}.parquet (features, then a string 'class' column) into "
-        f"{directory}, or point --data-dir / {DATA_ENV_VAR} at a directory that holds it; "
-        f"with network access, `pip install 'banditsweep[openml]'` lets banditsweep download it "
-        f"from OpenML ({info.openml_name}, id {info.openml_id}) on first use."
+        f"{directory}, or point --data-dir / {DATA_ENV_VAR} at a directory that holds it; {download}."
     )
 
 

@@ -841,7 +841,8 @@ def main(argv: list[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        print(one_line(f"error: {error}"), file=sys.stderr)
+        limit = getattr(error, "message_limit", None)
+        print(one_line(f"error: {error}", limit) if limit else one_line(f"error: {error}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as error:
         if not _results_unwritable(args, error):

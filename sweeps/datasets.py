@@ -53,6 +53,25 @@ def _fetch_openml(data_id: int, data_home: str):
     return bunch.data, bunch.target
 
 
+def download_cause(error: BaseException) -> str:
+    """What stopped a download, in words: no network, an HTTP answer, or the error as it is."""
+    import socket
+    import urllib.error
+
+    chain, seen = [], error
+    while seen is not None and len(chain) < 5:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    for cause in chain:
+        if isinstance(cause, urllib.error.HTTPError):
+            return f"OpenML answered HTTP {cause.code} ({cause.reason})"
+    for cause in chain:
+        if isinstance(cause, (urllib.error.URLError, ConnectionError, socket.timeout, socket.gaierror, TimeoutError)):
+            reason = getattr(cause, "reason", None) or cause
+            return f"this machine cannot reach OpenML ({type(cause).__name__}: {reason})"
+    return f"{type(error).__name__}: {error}"
+
+
 def _column_name(name: Any) -> str:
     # OpenML spells some UCI names differently: 'bruises%3F' (mushroom), 'fLength:' (MagicTelescope).
     return unquote(str(name)).strip().rstrip(":?").strip()
@@ -123,11 +142,11 @@ def download_dataset(name: str, path: Path) -> Path:
             features, target = _fetch_openml(info.openml_id, scratch)
         except ImportError as error:
             raise DatasetError(f"{missing_message(name, directory)} ({error})") from error
-        except Exception as error:  # network, HTTP, parsing: all mean "no file", said the same way
+        except Exception as error:  # network, HTTP, parsing: "no file", with the real cause named
             raise DatasetError(
                 f"dataset {name!r} not found in {directory}, and downloading it from OpenML "
-                f"({info.openml_name}, id {info.openml_id}) failed: {type(error).__name__}: {error}. "
-                + how_to_provide(name, directory)) from error
+                f"({info.openml_name}, id {info.openml_id}) failed: {download_cause(error)}. "
+                + how_to_provide(name, directory, downloader_installed=True)) from error
         table = openml_to_table(name, features, target)
     verify_table(name, table, f"downloaded from OpenML id {info.openml_id}")
     _write_atomically(table, path)

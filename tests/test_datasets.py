@@ -208,6 +208,38 @@ def test_missing_scikit_learn_says_how_to_install(tmp_path, monkeypatch):
         ensure_dataset("adult", data_dir=tmp_path)
 
 
+def test_offline_download_names_the_network_in_full_and_no_install_advice(tmp_path, monkeypatch):
+    """scikit-learn installed, the network missing: the cause is said (whole, through the CLI too),
+    and the advice is the network or a file, not installing what is installed."""
+    import urllib.error
+
+    from banditsweep.sweeps.cli import main
+
+    def offline(data_id, data_home):
+        try:
+            raise OSError(101, "Network is unreachable")
+        except OSError as error:
+            raise urllib.error.URLError(error) from error
+
+    monkeypatch.setattr(sweep_datasets, "_fetch_openml", offline)
+    with pytest.raises(DatasetError) as caught:
+        ensure_dataset("shuttle", data_dir=tmp_path)
+    message = str(caught.value)
+    assert "this machine cannot reach OpenML (URLError: [Errno 101] Network is unreachable)" in message
+    assert "pip install" not in message and "reaches openml.org" in message
+    spec = tmp_path / "s.yaml"
+    spec.write_text("sweep: s\nhorizon: 10\nseeds: 1\nenvironments: [{kind: classification, dataset: shuttle}]\n"
+                    "algorithms: [{name: random}]\n")
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["run", str(spec), "--data-dir", str(tmp_path), "--results", str(tmp_path / "r")]) == 2
+    printed = err.getvalue()
+    assert "Network is unreachable" in printed and printed.rstrip().endswith("downloads it from OpenML (shuttle, id 40685).")
+
+
 def test_corrupt_file_is_an_error(tmp_path, no_network):
     (tmp_path / "mushroom.parquet").write_bytes(b"PAR1 this is not a parquet file" * 10)
     with pytest.raises(DatasetError, match="not a readable Parquet file") as caught:
