@@ -188,3 +188,32 @@ def test_cell_runs_hold_their_seeds_mean_and_band(tmp_path):
     again.open(store.journal(), [])
     again.close("FINISHED", {})
     assert len(search_all(client, experiment, "tags.kind = 'cell'")) == 2
+
+
+def test_a_long_trials_curve_grows_in_mlflow_while_it_runs(tmp_path, monkeypatch, plugins, shared_ray):
+    """T = 2000, log_every 100: the trial's MLflow run gets its regret points while it runs, not
+    only when it ends."""
+    import threading
+
+    monkeypatch.chdir(tmp_path)
+    spec = {"sweep": "streamed", "horizon": 2000, "seeds": 1, "log_every": 100,
+            "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
+            "algorithms": [{"name": "slow_random", "params": {"pause": 0.005}}]}
+    (tmp_path / "streamed.yaml").write_text(yaml.safe_dump(spec))
+    codes = []
+    runner = threading.Thread(target=lambda: codes.append(main(["run", "streamed.yaml", "--no-progress"])))
+    runner.start()
+    client, seen = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db"), []
+    deadline = time.time() + 240
+    while runner.is_alive() and time.time() < deadline and not seen:
+        time.sleep(0.5)
+        experiment = client.get_experiment_by_name("streamed") if (tmp_path / "mlflow.db").exists() else None
+        if experiment is None:
+            continue
+        for run in search_all(client, experiment.experiment_id, "tags.kind = 'trial' and attributes.status = 'RUNNING'"):
+            steps = [m.step for m in client.get_metric_history(run.info.run_id, "cum_regret")]
+            if steps and max(steps) < 2000:
+                seen.append(steps)
+    runner.join(300)
+    assert codes == [0]
+    assert seen and all(step % 100 == 0 for step in seen[0]), seen
