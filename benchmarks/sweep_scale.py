@@ -1,0 +1,107 @@
+"""Many tiny trials: how fast a sweep goes when the trials cost nothing, and whether the mirror keeps up.
+
+Runs ``banditsweep run`` as a subprocess (its own embedded Ray on loopback) on a spec of ``--trials``
+trials of ``random`` and ``linucb`` at T = 10 on a 3-dimensional synthetic environment, once per
+``--sinks`` setting, side by side in one invocation (the machine's load is shared by both), and reports
+per setting:
+
+- ``trials_per_second``: trials / the run's wall time (the whole command: Ray start to exit);
+- ``driver_peak_mb``: the driver process's peak resident memory (``ru_maxrss`` of the child);
+- ``expand_seconds``: the time to read, expand and validate the spec (``banditsweep plan``-free: the
+  spec module alone, in this process);
+- ``mirror_lag_seconds``: for a setting with a sink, its wall time less the Parquet-only run's (what the
+  mirror added);
+- ``mlflow_finished`` / ``mlflow_running``: child runs in MLflow after the run (the mirror's completeness);
+- ``parquet_trials`` / ``parquet_curve_rows`` / ``duplicates``: what the record of truth holds.
+
+    .venv/bin/python benchmarks/sweep_scale.py --trials 10000 --sinks none mlflow
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def write_spec(folder: Path, trials: int) -> Path:
+    seeds = max(1, trials // 2)
+    path = folder / "scale.yaml"
+    path.write_text(f"sweep: scale\nhorizon: 10\nseeds: {seeds}\nlog_every: 5\n"
+                    "environments:\n  - {kind: synthetic, function: h1, dim: 3}\n"
+                    "algorithms:\n  - {name: random}\n  - {name: linucb}\n"
+                    "resources: {cpus_per_trial: 0.5, batch_trials: 64}\n")
+    return path
+
+
+def expand_seconds(spec: Path) -> float:
+    from banditsweep.sweeps.spec import load_sweep
+
+    started = time.perf_counter()
+    load_sweep(str(spec))
+    return time.perf_counter() - started
+
+
+def run(folder: Path, spec: Path, sink: str) -> dict:
+    results = folder / f"results-{sink}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / f'mlflow-{sink}.db'}"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "banditsweep", "run", str(spec), "--results", str(results),
+                           "--sink", sink, "--no-progress"], cwd=folder, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    row = {"sink": sink, "exit": done.returncode, "seconds": seconds,
+           "driver_peak_mb": (peak if peak > before else float("nan")) / 1024}
+    if done.returncode != 0:
+        row["output"] = (done.stdout + done.stderr)[-2000:]
+        return row
+    import pandas as pd
+
+    trials = pd.read_parquet(results / "scale" / "trials")
+    curves = pd.read_parquet(results / "scale" / "curves", columns=["trial_id", "t"])
+    row.update(parquet_trials=len(trials), parquet_curve_rows=len(curves),
+               duplicates=int(trials["trial_id"].duplicated().sum() + curves.duplicated().sum()),
+               trials_per_second=len(trials) / seconds)
+    if sink == "mlflow":
+        from mlflow.tracking import MlflowClient
+
+        from banditsweep.workers.mlflow_sink import search_all
+
+        client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+        experiment = client.get_experiment_by_name("scale").experiment_id
+        statuses: dict[str, int] = {}
+        for found in search_all(client, experiment, "tags.kind = 'trial'"):
+            statuses[found.info.status] = statuses.get(found.info.status, 0) + 1
+        row.update(mlflow_finished=statuses.get("FINISHED", 0), mlflow_running=statuses.get("RUNNING", 0),
+                   mlflow_other=sum(v for k, v in statuses.items() if k not in ("FINISHED", "RUNNING")))
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=2000)
+    parser.add_argument("--sinks", nargs="+", default=["none", "mlflow"])
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="banditsweep-scale-") as work:
+        folder = Path(work)
+        spec = write_spec(folder, args.trials)
+        print(json.dumps({"case": "expand", "trials": args.trials, "expand_seconds": expand_seconds(spec)}), flush=True)
+        rows = []
+        for sink in args.sinks:   # RUSAGE_CHILDREN keeps the largest child so far: the Parquet-only run first
+            rows.append(run(folder, spec, sink))
+            base = next((r["seconds"] for r in rows if r["sink"] == "none"), None)
+            if base is not None and sink != "none":
+                rows[-1]["mirror_lag_seconds"] = rows[-1]["seconds"] - base
+                rows[-1]["ratio_to_parquet_only"] = rows[-1]["seconds"] / base
+            print(json.dumps({"case": "run", "trials": args.trials, **rows[-1]}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
