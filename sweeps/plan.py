@@ -1,0 +1,175 @@
+"""What a sweep will cost before it runs: ``banditsweep plan SPEC`` (and the first lines of ``run``).
+
+Per cell of the sweep (label x environment x horizon: the trials that differ only by seed and grid
+point cost the same) the plan gives the trials, the trial-rounds, the seconds a round takes, the
+memory a trial needs (core.memory) and the GPUs it asks for; then the total as wall time on the
+cluster at hand, or on ``--workers N`` / ``--gpus N``.
+
+Seconds per round come from, in order of trust:
+
+1. ``measured``: finished trials of the same cell in the sweep's store (their mean wall time);
+2. ``probe``: a short timed run of the cell's first trial on this machine, in this process, of at
+   most :data:`PROBE_SECONDS` (at least :data:`PROBE_MIN_ROUNDS` rounds), extrapolated to the horizon
+   by the algorithm's asymptotics: a round's cost is constant in t, or (``round_cost_grows``: the
+   neural methods, which train on the whole history every round) a + b t, fitted to the probe's
+   rounds. The first round (building the environment and the policy) is counted once.
+
+The model is of one trial on one core; lockstep batches and several threads make a sweep faster,
+cold starts slower. ``tests/test_plan.py`` checks it within 2x of a small sweep's measured time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from banditsweep.core.memory import gib, trial_footprint
+from banditsweep.core.trial import TrialRun
+
+PROBE_SECONDS = 3.0       # per cell, at most (a probe stops at the first round past it)
+PROBE_MIN_ROUNDS = 3
+PROBE_MAX_ROUNDS = 200
+# A run whose estimate exceeds this says so before it starts.
+LONG_RUN_SECONDS = 3600.0
+
+
+@dataclass
+class CellCost:
+    label: str
+    environment: str
+    horizon: int
+    trials: int
+    seconds_per_trial: float
+    memory_bytes: int
+    gpus_per_trial: float
+    source: str                          # measured (n trials) | probe (k rounds)
+
+    @property
+    def trial_rounds(self) -> int:
+        return self.trials * self.horizon
+
+    @property
+    def seconds_per_round(self) -> float:
+        return self.seconds_per_trial / self.horizon
+
+    @property
+    def seconds(self) -> float:
+        return self.trials * self.seconds_per_trial
+
+
+@dataclass
+class SweepPlan:
+    sweep: str
+    cells: list[CellCost] = field(default_factory=list)
+    workers: int = 1
+    pending: int | None = None           # trials left to run (the store's finished ones done)
+
+    @property
+    def trials(self) -> int:
+        return sum(cell.trials for cell in self.cells)
+
+    @property
+    def trial_rounds(self) -> int:
+        return sum(cell.trial_rounds for cell in self.cells)
+
+    @property
+    def serial_seconds(self) -> float:
+        return sum(cell.seconds for cell in self.cells)
+
+    @property
+    def wall_seconds(self) -> float:
+        """On ``workers`` parallel trials: the work shared out, never less than the longest trial."""
+        longest = max((cell.seconds_per_trial for cell in self.cells), default=0.0)
+        return max(self.serial_seconds / max(1, self.workers), longest)
+
+    def lines(self) -> list[str]:
+        """The plan as a table and a total, for the terminal."""
+        names = [f"{cell.label} | {cell.environment}" for cell in self.cells]
+        width = min(max([len(name) for name in names] + [4]), 90)
+        header = f"{'cell':<{width}} {'trials':>7} {'rounds':>11} {'s/round':>9} {'memory':>10} {'GPU':>4}  source"
+        rows = [header, "-" * len(header)]
+        for cell, name in zip(self.cells, names):
+            name = name if len(name) <= width else name[:width - 3] + "..."
+            rows.append(f"{name:<{width}} {cell.trials:>7,} {cell.trial_rounds:>11,} {cell.seconds_per_round:>9.4f} "
+                        f"{gib(cell.memory_bytes):>10} {cell.gpus_per_trial:>4g}  {cell.source}")
+        rows.append(f"{self.trials:,} trials, {self.trial_rounds:,} trial-rounds; about {duration(self.serial_seconds)} "
+                    f"of one core, {duration(self.wall_seconds)} on {self.workers} worker(s)")
+        return rows
+
+
+def duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def probe(spec, budget: float = PROBE_SECONDS) -> tuple[float, int]:
+    """(estimated seconds of the whole trial, rounds probed): a short timed run, extrapolated."""
+    started = time.perf_counter()
+    run = TrialRun([spec])
+    build = time.perf_counter() - started
+    times: list[float] = []
+    while not run.done and len(times) < PROBE_MAX_ROUNDS:
+        round_started = time.perf_counter()
+        run.play_round()
+        times.append(time.perf_counter() - round_started)
+        if len(times) >= PROBE_MIN_ROUNDS and time.perf_counter() - started > budget:
+            break
+    horizon, probed = spec.horizon, len(times)
+    if probed == horizon:
+        return build + sum(times), probed
+    later = np.asarray(times[1:]) if probed > 1 else np.asarray(times)
+    t = np.arange(2, probed + 1, dtype=float) if probed > 1 else np.ones(1)
+    if getattr(spec.policy_class, "round_cost_grows", False) and len(later) >= 3:
+        slope, intercept = np.polyfit(t, later, 1)
+        slope = max(slope, 0.0)
+        intercept = float(np.median(later - slope * t))
+    else:
+        slope, intercept = 0.0, float(np.median(later))
+    rest = np.arange(probed + 1, horizon + 1, dtype=float)
+    return build + sum(times) + float(np.sum(np.maximum(intercept + slope * rest, 0.0))), probed
+
+
+def plan_sweep(sweep, workers: int, store_records=None, budget: float = PROBE_SECONDS,
+               done: set[str] | None = None) -> SweepPlan:
+    """The plan of ``sweep`` (a parsed spec) on ``workers`` parallel trials. ``store_records``:
+    the records of its store (measured costs come from their finished trials); ``done``: trial ids
+    already finished (left out of the totals)."""
+    measured: dict[tuple, list[float]] = {}
+    for record in (store_records or {}).values():
+        if record.status == "finished" and record.wall_seconds:
+            measured.setdefault((record.label, record.environment, record.horizon), []).append(record.wall_seconds)
+    cells: dict[tuple, list] = {}
+    for trial in sweep.trials:
+        if done and trial.spec.trial_id in done:
+            continue
+        cells.setdefault((trial.label, trial.environment, trial.spec.horizon), []).append(trial)
+    resources = sweep.spec.resources
+    plan = SweepPlan(sweep.spec.sweep, workers=workers, pending=sum(len(v) for v in cells.values()))
+    for (label, environment, horizon), trials in cells.items():
+        first = trials[0]
+        times = measured.get((label, environment, horizon))
+        if times:
+            seconds, source = float(np.mean(times)), f"measured ({len(times)} trial{'s' if len(times) > 1 else ''})"
+        else:
+            seconds, rounds = probe(first.spec, budget)
+            source = f"probe ({rounds} of {horizon} rounds)"
+        memory = sum(trial_footprint(first.spec, first.shards).values())
+        gpus = resources.gpus_per_trial or 0.0
+        plan.cells.append(CellCost(label, environment, horizon, len(trials), seconds, memory, gpus, source))
+    return plan
+
+
+def default_workers(cpus: float, cpus_per_trial: float, gpus: float = 0.0, gpus_per_trial: float = 0.0) -> int:
+    """Trials at once on ``cpus`` CPUs (and ``gpus`` GPUs when trials ask for GPUs)."""
+    by_cpu = math.floor(cpus / cpus_per_trial) if cpus_per_trial > 0 else 1
+    if gpus_per_trial > 0:
+        return max(1, min(by_cpu, math.floor(gpus / gpus_per_trial)))
+    return max(1, by_cpu)
