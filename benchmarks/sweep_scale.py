@@ -15,6 +15,11 @@ per setting:
 - ``parquet_trials`` / ``parquet_curve_rows`` / ``duplicates``: what the record of truth holds.
 
     .venv/bin/python benchmarks/sweep_scale.py --trials 10000 --sinks none mlflow
+
+``--mirror-only N`` measures the MLflow sink alone instead: N ended trials (a 2-point curve, 6
+parameters, 3 final metrics each) written to a fresh SQLite store through the bulk writer (one
+transaction per 500 runs) and through MLflow's client (as to a tracking server: create, log_batch,
+terminate per run, 8 at a time), in runs per second.
 """
 
 from __future__ import annotations
@@ -84,11 +89,38 @@ def run(folder: Path, spec: Path, sink: str) -> dict:
     return row
 
 
+def mirror_only(count: int) -> None:
+    from banditsweep.workers.mlflow_sink import MLflowSink
+    from banditsweep.workers.record import FINISHED, TrialRecord
+    from banditsweep.workers.sinks import SinkContext
+
+    for mode, n in (("bulk", count), ("client", max(1, count // 10))):
+        with tempfile.TemporaryDirectory(prefix="banditsweep-mirror-") as work:
+            sink = MLflowSink(SinkContext("mirror", f"{work}/results", f"sqlite:///{work}/mlflow.db"))
+            if mode == "client":
+                sink.bulk_store = None
+            records = [TrialRecord(trial_id=f"{i:020d}", sweep="mirror", algorithm="linucb", label="LinUCB",
+                                   environment="synthetic:h1", seed=i, horizon=10, params={"nu": 0.1, "lam": 1.0},
+                                   environment_config={"dim": 3}, log_every=5, status=FINISHED, attempts=1,
+                                   final_regret=3.0, wall_seconds=0.1, seconds_per_round=0.01,
+                                   diagnostics={"batch_size": 64.0}) for i in range(n)]
+            started = time.perf_counter()
+            for first in range(0, n, 500):
+                sink.trials_ended([(r, [(5, 1.0), (10, 3.0)]) for r in records[first:first + 500]])
+            seconds = time.perf_counter() - started
+            print(json.dumps({"case": "mirror", "mode": mode, "runs": n, "seconds": seconds,
+                              "runs_per_second": n / seconds}), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--sinks", nargs="+", default=["none", "mlflow"])
+    parser.add_argument("--mirror-only", type=int, default=0, metavar="N")
     args = parser.parse_args()
+    if args.mirror_only:
+        mirror_only(args.mirror_only)
+        return
     with tempfile.TemporaryDirectory(prefix="banditsweep-scale-") as work:
         folder = Path(work)
         spec = write_spec(folder, args.trials)
