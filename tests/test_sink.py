@@ -157,7 +157,7 @@ class Recording:
 
 def test_the_mirror_folds_events_of_one_delivery():
     sink = Recording()
-    mirror = Mirror([sink], interval=30.0)   # nothing is delivered before close
+    mirror = Mirror([sink], interval=30.0, hold_starts=0.0)   # nothing is delivered before close
     a, b = _record("a" * 20), _record("b" * 20)
     mirror.started([a, b])
     mirror.progress(a.trial_id, [(2, 1.0)])
@@ -169,6 +169,25 @@ def test_the_mirror_folds_events_of_one_delivery():
     assert sink.calls == [("started", ["b" * 20]), ("progress", {"b" * 20: [(2, 6.0)]}),
                           ("ended", [("a" * 20, [(2, 1.0), (4, 3.0)])]), ("close", "FINISHED")]
     assert status.delivered == 1 and status.notes == ["closed"] and not status.errors
+
+
+def test_a_start_is_held_so_a_short_trial_reaches_the_sinks_once():
+    """A trial that ends within ``hold_starts`` of its start costs its sinks one ended event; one that
+    runs longer gets its start (with the points streamed meanwhile) once it has run that long."""
+    sink = Recording()
+    mirror = Mirror([sink], interval=0.02, hold_starts=0.5)
+    short, long_ = _record("a" * 20), _record("b" * 20)
+    mirror.started([short, long_])
+    mirror.progress(long_.trial_id, [(2, 5.0)])
+    time.sleep(0.1)
+    mirror.ended([(short, [(2, 1.0), (4, 3.0)])])
+    time.sleep(0.2)
+    assert sink.calls == [("ended", [("a" * 20, [(2, 1.0), (4, 3.0)])])]
+    time.sleep(0.6)
+    assert sink.calls[1:] == [("started", ["b" * 20]), ("progress", {"b" * 20: [(2, 5.0)]})]
+    mirror.ended([(long_, [(2, 5.0), (4, 6.0)])])
+    mirror.close("FINISHED", {}, timeout=10)
+    assert sink.calls[3:] == [("ended", [("b" * 20, [(2, 5.0), (4, 6.0)])]), ("close", "FINISHED")]
 
 
 def test_a_failing_sink_is_retried_in_order_said_once_and_the_others_still_get_everything(monkeypatch):
@@ -229,7 +248,7 @@ def test_a_start_that_reaches_the_mirror_after_the_end_is_dropped():
     callers' calls: a start (and points) arriving after the end, in the same delivery or a later one,
     must not reopen the trial; a later attempt's start still counts."""
     sink = Recording()
-    mirror = Mirror([sink], interval=0.02)
+    mirror = Mirror([sink], interval=0.02, hold_starts=0.0)
     a, b = _record("a" * 20), _record("b" * 20)
     mirror.ended([(a, [(2, 1.0), (4, 3.0)])])
     time.sleep(0.3)                            # a's end delivered on its own

@@ -9,9 +9,10 @@ what it owes, in order, and is retried with back-off; the run says so once, and 
 at the end is brought up to date by the next ``run`` or ``sync-mlflow`` through :meth:`Sink.open`.
 
 Batching is what makes a mirror keep up with a cluster: the mirror drains its queue every
-``interval`` seconds; a trial that started and ended within one drain reaches the sinks as one
-ended trial (its start and streamed points are folded into it), and the streamed points of a
-running trial arrive as one list per drain.
+``interval`` seconds; a trial's start is held for ``hold_starts`` seconds, so a trial that ends
+within them reaches the sinks as one ended trial (its start and streamed points folded into it: one
+MLflow run written once, not created and then updated), and the streamed points of a running trial
+arrive as one list per drain.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ MAX_RETRY_DELAY = 30.0
 # Ended trials per sink call (a sink may ask for fewer with an ``ended_per_call`` attribute): a
 # transaction's worth for MLflow's bulk writer (workers.mlflow_bulk).
 ENDED_PER_CALL = 500
+# Seconds a trial runs before its start reaches the sinks (a shorter one reaches them once, ended).
+HOLD_STARTS = 2.0
 # Tries to open a sink (1 s, then 2 s apart) before a run goes on without it.
 OPEN_ATTEMPTS = 3
 
@@ -103,9 +106,13 @@ class MirrorStatus:
 class Mirror:
     """Feeds sinks from a queue on a background thread (see the module docstring)."""
 
-    def __init__(self, sinks: list[Sink], interval: float = 0.5):
+    def __init__(self, sinks: list[Sink], interval: float = 0.5, hold_starts: float = HOLD_STARTS):
         self.sinks = sinks
         self.interval = interval
+        # trial id -> (record, when its start came, points since): a start is handed on only once the
+        # trial has run ``hold_starts`` seconds, so a short trial costs its sinks one ended event.
+        self.hold_starts = hold_starts
+        self._held: dict[str, tuple[TrialRecord, float, Points]] = {}
         self.events: queue.SimpleQueue = queue.SimpleQueue()
         self.status = MirrorStatus()
         self._backlog: dict[int, list] = {}      # per sink: calls not delivered yet (it failed)
@@ -196,25 +203,39 @@ class Mirror:
         points: dict[str, Points] = {}
         ended: dict[str, tuple[TrialRecord, Points]] = {}
         close = None
+        held = self._held
         for kind, payload in events:
             if kind == "started":
                 for record in payload:
                     if self._ended.get(record.trial_id, -1) >= record.attempts:
                         continue
                     points.pop(record.trial_id, None)   # points of an earlier attempt are void
-                    started[record.trial_id] = record
+                    held[record.trial_id] = (record, time.monotonic(), [])
             elif kind == "progress":
                 trial_id, new = payload
-                if trial_id not in self._ended:
+                if trial_id in held:
+                    held[trial_id][2].extend(new)
+                elif trial_id not in self._ended:
                     points.setdefault(trial_id, []).extend(new)
             elif kind == "ended":
                 for record, curve in payload:
-                    started.pop(record.trial_id, None)  # started and ended in one drain: one event
+                    held.pop(record.trial_id, None)     # a short trial: its start is folded into its end
                     points.pop(record.trial_id, None)   # the ended trial carries its whole curve
                     ended[record.trial_id] = (record, curve)
                     self._ended[record.trial_id] = max(record.attempts, self._ended.get(record.trial_id, -1))
             elif kind == "close":
                 close = payload
+        # Starts held long enough go on, with the points that came meanwhile (at the close, a trial
+        # that started less than that before and never ended gets no run: it is pending, and the
+        # next run makes its run).
+        due = [trial_id for trial_id, (_, since, _) in held.items() if time.monotonic() - since >= self.hold_starts]
+        for trial_id in due:
+            record, _, early = held.pop(trial_id)
+            started[trial_id] = record
+            if early:
+                points[trial_id] = early + points.get(trial_id, [])
+        if close is not None:
+            held.clear()
         if started:
             self._call_all("trials_started", list(started.values()))
         if points:
