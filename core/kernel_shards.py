@@ -42,7 +42,8 @@ from banditsweep.core import domains, seeding
 from banditsweep.core.contracts import Feedback
 from banditsweep.core.environments.adversarial_kernel import (AdversarialKernelBandit, RegretTally, candidate_functions,
                                                               grid_slice, kernel_problem, table_columns)
-from banditsweep.core.exp3 import REFRESH
+from banditsweep.core.exp3 import (RLS_BETA_FACTOR, APGSchedule, DesignStep, Exp3Schedule, fedorov_wynn,
+                                   pgreedy_tolerance)
 from banditsweep.core.kernels import Kernel
 from banditsweep.core.nystrom import leverage_scores
 from banditsweep.core.state_codec import StateFormatError, decode_state, encode_state
@@ -76,12 +77,6 @@ def domain_shape(spec: TrialSpec) -> tuple[int, int]:
     """(|X|, d) of a kernel trial, without building X."""
     config = resolve_environment(spec.environment)
     return domains.size(config.setting, config.domain, spec.horizon)
-
-
-def _schedule(spec: TrialSpec, problem):
-    from banditsweep.core.algorithms.kernel_exp3 import RLS_BETA_FACTOR, Exp3Schedule
-
-    return Exp3Schedule(resolve_algorithm(spec.algorithm, spec.params), problem, beta_factor=RLS_BETA_FACTOR)
 
 
 class KernelShard:
@@ -187,7 +182,7 @@ class KernelShard:
         inside = sequence[(sequence >= self.start) & (sequence < self.stop)] - self.start
         self.exploration = np.bincount(inside, minlength=self.stop - self.start) / len(sequence)
 
-    # G-optimal design by Frank-Wolfe (Fedorov-Wynn, ridge 0; core.exp3.g_optimal_design) on the features.
+    # The G-optimal design's points on the slice (core.exp3.DesignPoints, through ShardedDesign).
 
     def design_information(self) -> np.ndarray:
         """sum_x pi(x) N(x) N(x)^T on the slice, as exact fixed-point words (|entries| <= max k(x, x))."""
@@ -210,13 +205,10 @@ class KernelShard:
         local = int(np.argmax(self.leverage))
         return float(self.leverage[local]), self.start + local, self.factors[local].copy()
 
-    def design_step(self, direction: np.ndarray, coefficient: float, step: float, pick: int) -> tuple[float, int, np.ndarray]:
-        """The Sherman-Morrison update of g and the design's move towards ``pick``."""
-        projection = rowwise_dot(self.factors, direction)
-        self.leverage = (self.leverage - coefficient * projection ** 2) / (1.0 - step)
-        self.design *= 1.0 - step
-        if self.start <= pick < self.stop:
-            self.design[pick - self.start] += step
+    def design_step(self, step: DesignStep, pick: int) -> tuple[float, int, np.ndarray]:
+        """The Sherman-Morrison update of g (elementwise per point) and the design's move towards ``pick``."""
+        self.leverage = step.leverage(self.leverage, rowwise_dot(self.factors, step.direction))
+        step.move(self.design, pick - self.start if self.start <= pick < self.stop else None)
         return self._design_candidate()
 
     def design_done(self) -> int:
@@ -474,7 +466,7 @@ class ShardedKernelTrial:
             return
         problem = kernel_problem(self.n, self.dim, self.horizon, self.kernel, self.norm_bound)
         if algorithm == "rls_kernel_exp3":
-            self.schedule = _schedule(self.spec, problem)
+            self.schedule = Exp3Schedule(self.params, problem, beta_factor=RLS_BETA_FACTOR)
             sequence, _ = self.pivots(self.schedule.design_length, self.params.lam, None)
             self.group.map("pivots_done", False)
             self.group.map("set_exploration_sequence", np.asarray(sequence, dtype=np.int64))
@@ -486,44 +478,19 @@ class ShardedKernelTrial:
         self.log_totals = self.group.map("log_partition")
 
     def prepare_apg(self) -> None:
-        """Newton basis by P-greedy, G-optimal design by Frank-Wolfe (SPEC 3.5; core.exp3)."""
-        params, horizon = self.params, self.horizon
-        tolerance = params.tolerance or math.log(self.n) / horizon
-        pivots, max_power = self.pivots(self.n, None, tolerance)
+        """Newton basis by P-greedy, G-optimal design by Frank-Wolfe (SPEC 3.5; the schedule and the
+        design's iteration are core.exp3's, as for the unsharded APG-Exp3)."""
+        params = self.params
+        pivots, max_power = self.pivots(self.n, None, pgreedy_tolerance(params, self.n, self.horizon))
         self.group.map("pivots_done", True)
-        dim = len(pivots)
+        schedule = APGSchedule(params, self.n, self.horizon, len(pivots), math.sqrt(max(max_power, 0.0)))
         bound = fixed_bound(max(float(np.max(self.kernel.diag(np.zeros((1, self.dim))))), 1.0)
                             if self.kernel.name != "linear" else float(self.dim) / self.kernel.lengthscale ** 2)
-
-        def inverse_from(words) -> np.ndarray:
-            return np.linalg.inv(from_fixed(np.sum(np.stack(words), axis=0), bound))
-
-        inverse = inverse_from(self.group.map("design_start", bound))
-        candidate = global_argmax_with_row(self.group.map("design_leverage", inverse))
-        iterations = 0
-        while iterations < params.max_iterations:
-            g, pick, row = candidate
-            if g <= (1.0 + params.epsilon) * dim:
-                break
-            step = (g / dim - 1.0) / (g - 1.0)
-            direction = inverse @ row
-            coefficient = step / ((1.0 - step) + step * g)
-            inverse = (inverse - coefficient * np.outer(direction, direction)) / (1.0 - step)
-            candidate = global_argmax_with_row(self.group.map("design_step", direction, coefficient, step, pick))
-            iterations += 1
-            if iterations % REFRESH == 0:
-                inverse = inverse_from(self.group.map("design_information"))
-                candidate = global_argmax_with_row(self.group.map("design_leverage", inverse))
-        inverse = inverse_from(self.group.map("design_information"))
-        g_max = global_argmax_with_row(self.group.map("design_leverage", inverse))[0]
+        g_max, iterations = fedorov_wynn(ShardedDesign(self.group, bound), len(pivots), params.epsilon,
+                                         params.max_iterations)
         support = sum(self.group.map("design_done"))
-        eta = params.c1 / math.sqrt(dim * horizon)
-        alpha_formula = params.c2 * eta * dim
-        self.eta, self.alpha = eta, min(1.0, alpha_formula)
-        self.values = {"D_T": float(dim), "pgreedy_tolerance": tolerance, "pgreedy_max_power": math.sqrt(max_power),
-                       "design_g_max": g_max, "design_g_ratio": g_max / dim, "design_iterations": float(iterations),
-                       "design_support": float(support), "eta": eta, "alpha": self.alpha,
-                       "alpha_formula": alpha_formula}
+        self.eta, self.alpha = schedule.eta, schedule.alpha
+        self.values = schedule.values(g_max, iterations, support)
 
     # ---- rounds ----------------------------------------------------------------------------------
 
@@ -668,6 +635,30 @@ class ShardedKernelTrial:
         if self.resumed_from:
             diagnostics["resumed_from_round"] = float(self.resumed_from)
         return self.recorder.results([diagnostics])[0]
+
+
+class ShardedDesign:
+    """The G-optimal design's points on the shards (core.exp3.DesignPoints): the information matrix
+    V(pi) as an exact fixed-point sum over the shards' blocks (scale ``bound``), g(x) and the
+    design's moves on each slice."""
+
+    def __init__(self, group: ShardGroup, bound: float):
+        self.group, self.bound = group, bound
+
+    def _inverse(self, words) -> np.ndarray:
+        return np.linalg.inv(from_fixed(np.sum(np.stack(words), axis=0), self.bound))
+
+    def start(self) -> np.ndarray:
+        return self._inverse(self.group.map("design_start", self.bound))
+
+    def inverse(self) -> np.ndarray:
+        return self._inverse(self.group.map("design_information"))
+
+    def largest(self, inverse: np.ndarray) -> tuple[float, int, np.ndarray]:
+        return global_argmax_with_row(self.group.map("design_leverage", inverse))
+
+    def move(self, step: DesignStep, pick: int) -> tuple[float, int, np.ndarray]:
+        return global_argmax_with_row(self.group.map("design_step", step, pick))
 
 
 def global_argmax_with_row(partials) -> tuple[float, int, np.ndarray]:
