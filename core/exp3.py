@@ -14,7 +14,7 @@ step sizes (:class:`Exp3Schedule` of Kernelized and RLS-Kernelized Exp3, :class:
 APG-Exp3) and the Fedorov-Wynn iteration of the G-optimal design (:func:`fedorov_wynn` over the
 :class:`DesignPoints` of one array or of the shards, each move a :class:`DesignStep`).
 
-Lockstep trial batching (:class:`Exp3Batch`, stepped by the round loop of core.trial): each trial
+Lockstep trial batching (:class:`Exp3Batch`, stepped by core.trial.TrialRun): each trial
 keeps its own policy, weights and random stream and selects exactly as alone, exposing its P_t to
 its adversary (SPEC 2.3); only the estimate is computed for all trials at once, by
 :meth:`Exp3Policy.estimate_batch`. An algorithm opts in by defining ``batch_key`` (Kernelized Exp3:
