@@ -40,7 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from banditsweep.core.kernel_shards import KernelShard, ShardedKernelTrial, domain_shape
+from banditsweep.core.kernel_shards import KernelShard, domain_shape
+from banditsweep.core.sharded_trial import ShardedKernelTrial
 from banditsweep.core.sharding import shard_ranges
 from banditsweep.core.trial import TrialSpec
 
@@ -110,7 +111,7 @@ def sharded_run(spec: TrialSpec, shards: int) -> dict[str, Any]:
     trial = ShardedKernelTrial(spec, group)
     prepared = time.perf_counter() - began - built
     trial.advance()
-    result = trial.results()
+    (result,) = trial.results()
     peaks = group.close()
     return {"points": domain_shape(spec)[0], "shards": shards, "build_seconds": round(built, 1),
             "prepare_seconds": round(prepared, 1), "seconds_per_round": round(result.seconds_per_round, 3),

@@ -17,8 +17,9 @@ it checks the environment's values: a policy whose numbers diverged (NaN or infi
 argmax is arm 0 every round) fails its trial, naming the round and the quantity
 (:class:`NonFiniteError`), instead of finishing with a plausible regret.
 
-The round loop itself (``core.trial.TrialRun``) always steps a :class:`BatchedPolicy`: B >= 1
-trials of one *batch key*, each with its own environment and random streams, in lockstep. A plain
+The in-process kind of the one round loop (``core.trial.TrialRun``; core.round_loop) always steps a
+:class:`BatchedPolicy`: B >= 1 trials of one *batch key*, each with its own environment and random
+streams, in lockstep. A plain
 :class:`Policy` is a batch of one through :class:`PolicyBatch`; an algorithm that computes several
 trials as one batched program (the neural methods, exact Kernelized Exp3) overrides
 :meth:`Policy.batch_key` and :meth:`Policy.create_batch`. Either way each trial's result equals

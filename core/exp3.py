@@ -9,7 +9,12 @@ only in pi (MVR design, G-optimal design, uniform) and in the estimator u_t. :cl
 keeps the scores in log space (eta times the cumulative estimates), so that exp never overflows
 however large the importance-weighted estimates get; :class:`Exp3Policy` is the round skeleton.
 
-Lockstep trial batching (:class:`Exp3Batch`, stepped by the round loop of core.trial): each trial
+What the unsharded algorithms and the sharded trial (core.kernel_shards) share is here, once: the
+step sizes (:class:`Exp3Schedule` of Kernelized and RLS-Kernelized Exp3, :class:`APGSchedule` of
+APG-Exp3) and the Fedorov-Wynn iteration of the G-optimal design (:func:`fedorov_wynn` over the
+:class:`DesignPoints` of one array or of the shards, each move a :class:`DesignStep`).
+
+Lockstep trial batching (:class:`Exp3Batch`, stepped by core.trial.TrialRun): each trial
 keeps its own policy, weights and random stream and selects exactly as alone, exposing its P_t to
 its adversary (SPEC 2.3); only the estimate is computed for all trials at once, by
 :meth:`Exp3Policy.estimate_batch`. An algorithm opts in by defining ``batch_key`` (Kernelized Exp3:
@@ -18,13 +23,16 @@ one batched Cholesky of the B weighted kernel systems per round) and overriding 
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
+from typing import Protocol
 
 import numpy as np
 from scipy.optimize import brentq
 from scipy.special import logsumexp
 
 from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Decision, Policy, PolicyBatch
+from banditsweep.core.kernels import growth_rate
 
 
 class ExponentialWeights:
@@ -68,17 +76,164 @@ def empirical_distribution(sequence: np.ndarray, size: int) -> np.ndarray:
     return counts / counts.sum()
 
 
+# ---- step sizes ----------------------------------------------------------------------------------
+
+# Theorem 3's confidence width is (1 + sqrt 2) times Theorem 1's: beta = B (1 + sqrt 2) sqrt(lambda / T).
+RLS_BETA_FACTOR = 1.0 + math.sqrt(2.0)
+
+
+class Exp3Schedule:
+    """The derived constants shared by Kernelized Exp3 and RLS-Kernelized Exp3 (SPEC 3.1, 3.4), from
+    their parameters ``c3``, ``c4``, ``lam``, ``beta`` (kernel_exp3.Exp3ScheduleParams)."""
+
+    def __init__(self, params, problem, beta_factor: float = 1.0):
+        horizon, dim = problem.horizon, problem.dim
+        self.gamma_T = growth_rate(problem.kernel, horizon, dim)
+        self.eta = params.c3 / math.sqrt(horizon * self.gamma_T)
+        self.alpha_formula = params.c4 * self.eta * self.gamma_T
+        self.alpha = min(1.0, self.alpha_formula)
+        self.mu = params.lam / horizon
+        self.beta_formula = beta_factor * problem.norm_bound * math.sqrt(params.lam / horizon)
+        self.beta = self.beta_formula if params.beta is None else float(params.beta)
+        self.design_length = max(1, math.ceil(horizon * self.alpha))
+
+    def as_dict(self) -> dict[str, float]:
+        return {"gamma_T": self.gamma_T, "eta": self.eta, "alpha": self.alpha,
+                "alpha_formula": self.alpha_formula, "beta": self.beta, "beta_formula": self.beta_formula,
+                "mu": self.mu, "mvr_length": float(self.design_length)}
+
+
+def pgreedy_tolerance(params, n: int, horizon: int) -> float:
+    """APG-Exp3's P-greedy admissible error e: ``params.tolerance``, else log|X| / T (SPEC 3.5)."""
+    return params.tolerance or math.log(n) / horizon
+
+
+class APGSchedule:
+    """APG-Exp3's constants (SPEC 3.5) from its parameters ``c1``, ``c2``, ``tolerance``
+    (apg_exp3.APGExp3Params) and the Newton basis P-greedy found on |X| = n points: D_T, its final
+    largest sqrt(power) ``max_power``, eta = c1 / sqrt(D_T T), alpha = c2 eta D_T (capped at 1,
+    project choice)."""
+
+    def __init__(self, params, n: int, horizon: int, dim: int, max_power: float):
+        self.tolerance = pgreedy_tolerance(params, n, horizon)
+        if dim == 0:
+            # P-greedy admits no basis function when the tolerance reaches every sqrt(k(x, x)): APG-Exp3
+            # (eta = c1 / sqrt(D_T T)) is not defined there; say so rather than divide by zero.
+            raise ValueError(f"APG-Exp3: the P-greedy tolerance {self.tolerance:.3g} (log|X| / T = log {n} / "
+                             f"{horizon} unless `tolerance` is set) is not below max sqrt(k(x, x)) = {max_power:.3g}, "
+                             f"so the Newton basis is empty; use a horizon T > log|X| = {math.log(n):.3g} or a "
+                             "smaller `tolerance`")
+        self.dim, self.max_power = dim, max_power
+        self.eta = params.c1 / math.sqrt(dim * horizon)
+        self.alpha_formula = params.c2 * self.eta * dim
+        self.alpha = min(1.0, self.alpha_formula)
+
+    def values(self, g_max: float, iterations: int, support: int) -> dict[str, float]:
+        """The diagnostics of the schedule and of the design (its final max g, iterations, support)."""
+        return {"D_T": float(self.dim), "pgreedy_tolerance": self.tolerance, "pgreedy_max_power": self.max_power,
+                "design_g_max": g_max, "design_g_ratio": g_max / self.dim, "design_iterations": float(iterations),
+                "design_support": float(support), "eta": self.eta, "alpha": self.alpha,
+                "alpha_formula": self.alpha_formula}
+
+
 # ---- exploration designs ----------------------------------------------------------------------------
 
 # Frank-Wolfe with ridge 0 keeps V^{-1} by Sherman-Morrison and recomputes it every REFRESH iterations.
 REFRESH = 256
 
 
-def _design_inverse(features: np.ndarray, design: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """V(pi)^{-1} and g(x) = N(x)^T V^{-1} N(x), computed directly (ridge 0)."""
-    information = features.T @ (design[:, None] * features)
-    inverse = np.linalg.inv(information)
-    return inverse, np.einsum("ij,jk,ik->i", features, inverse, features)
+class DesignStep:
+    """One Fedorov-Wynn move (ridge 0) of the design towards the point of largest g(x) = g, whose
+    features are ``row`` (D of them): the step gamma = (g / D - 1) / (g - 1) and Sherman-Morrison's
+    direction V^{-1} psi and coefficient. Small (D numbers): it is what the shards are sent."""
+
+    def __init__(self, inverse: np.ndarray, row: np.ndarray, g: float, dim: int):
+        self.step = (g / dim - 1.0) / (g - 1.0)
+        self.direction = inverse @ row
+        self.coefficient = self.step / ((1.0 - self.step) + self.step * g)
+
+    def inverse(self, inverse: np.ndarray) -> np.ndarray:
+        """V^{-1} after the move, from V^{-1} before."""
+        return (inverse - self.coefficient * np.outer(self.direction, self.direction)) / (1.0 - self.step)
+
+    def leverage(self, leverage: np.ndarray, projection: np.ndarray) -> np.ndarray:
+        """g(x) after the move, from g(x) before and ``projection`` = psi(x)^T direction."""
+        return (leverage - self.coefficient * projection ** 2) / (1.0 - self.step)
+
+    def move(self, design: np.ndarray, pick: int | None) -> None:
+        """pi <- (1 - gamma) pi + gamma e_pick (``pick`` None: the point is not in ``design``)."""
+        design *= 1.0 - self.step
+        if pick is not None:
+            design[pick] += self.step
+
+
+class DesignPoints(Protocol):
+    """The points of a ridge-0 design and the design on them: one array of features
+    (:func:`g_optimal_design`) or the slices of a sharded trial (core.kernel_shards)."""
+
+    def start(self) -> np.ndarray:
+        """Set the uniform design; its V(pi)^{-1}."""
+
+    def inverse(self) -> np.ndarray:
+        """V(pi)^{-1} of the current design, computed afresh."""
+
+    def largest(self, inverse: np.ndarray) -> tuple[float, int, np.ndarray]:
+        """g(x) = psi(x)^T V^{-1} psi(x) for every x from ``inverse``; the largest (ties to the smallest
+        index), its index and its features."""
+
+    def move(self, step: DesignStep, pick: int) -> tuple[float, int, np.ndarray]:
+        """Move the design and g by ``step`` towards ``pick``; the largest g as :meth:`largest`."""
+
+
+def fedorov_wynn(points: DesignPoints, dim: int, epsilon: float, max_iterations: int) -> tuple[float, int]:
+    """The G-optimal design on ``points`` (D = ``dim`` features, ridge 0; APG-Exp3, SPEC 3.5) by
+    Fedorov-Wynn from the uniform design: stop at max g <= (1 + eps) D (Kiefer-Wolfowitz: the optimum
+    is D). V^{-1} and g are updated by Sherman-Morrison and recomputed every REFRESH iterations.
+    Returns (the final max g, computed afresh, and the iterations); the design stays on ``points``."""
+    inverse = points.start()
+    candidate = points.largest(inverse)
+    iterations = 0
+    while iterations < max_iterations:
+        g, pick, row = candidate
+        if g <= (1.0 + epsilon) * dim:
+            break
+        step = DesignStep(inverse, row, g, dim)
+        inverse = step.inverse(inverse)
+        candidate = points.move(step, pick)
+        iterations += 1
+        if iterations % REFRESH == 0:
+            inverse = points.inverse()
+            candidate = points.largest(inverse)
+    return float(points.largest(points.inverse())[0]), iterations
+
+
+class _Features:
+    """The points of :func:`g_optimal_design` (ridge 0): rows psi(x) of one array."""
+
+    def __init__(self, features: np.ndarray):
+        self.features = features
+        self.design = np.zeros(0)
+        self.leverage = np.zeros(0)
+
+    def start(self) -> np.ndarray:
+        self.design = np.full(len(self.features), 1.0 / len(self.features))
+        return self.inverse()
+
+    def inverse(self) -> np.ndarray:
+        return np.linalg.inv(self.features.T @ (self.design[:, None] * self.features))
+
+    def largest(self, inverse: np.ndarray) -> tuple[float, int, np.ndarray]:
+        self.leverage = np.einsum("ij,jk,ik->i", self.features, inverse, self.features)
+        return self._candidate()
+
+    def move(self, step: DesignStep, pick: int) -> tuple[float, int, np.ndarray]:
+        self.leverage = step.leverage(self.leverage, self.features @ step.direction)
+        step.move(self.design, pick)
+        return self._candidate()
+
+    def _candidate(self) -> tuple[float, int, np.ndarray]:
+        pick = int(np.argmax(self.leverage))
+        return self.leverage[pick], pick, self.features[pick]
 
 
 def _regularised_state(features: np.ndarray, design: np.ndarray, ridge: float
@@ -140,51 +295,37 @@ def g_optimal_design(features: np.ndarray, epsilon: float, max_iterations: int,
       gap, which bounds the distance of log det V to its maximum. O(n r^2 + r^3) per iteration (one
       eigendecomposition of the r x r matrix V), r = number of features.
     """
-    n, dim = features.shape
+    if ridge <= 0:
+        points = _Features(features)
+        g_max, iterations = fedorov_wynn(points, features.shape[1], epsilon, max_iterations)
+        return points.design, g_max, iterations
+    n = len(features)
     design = np.full(n, 1.0 / n)
-    if ridge > 0:
-        values, rotated, leverage = _regularised_state(features, design, ridge)
-    else:
-        inverse, leverage = _design_inverse(features, design)
+    values, rotated, leverage = _regularised_state(features, design, ridge)
     iterations = 0
     while iterations < max_iterations:
         pick = int(np.argmax(leverage))
         g = leverage[pick]
-        target = dim if ridge <= 0 else float(design @ leverage)
+        target = float(design @ leverage)
         if g <= (1.0 + epsilon) * target:
             break
-        if ridge > 0:
-            support = np.flatnonzero(design > 0)
-            away = int(support[np.argmin(leverage[support])])
-            mass = design[away]
-            step = 0.0
-            if target - leverage[away] > g - target and mass < 1.0:
-                drop = -mass / (1.0 - mass)
-                step = _log_det_step(values, rotated[away], ridge, drop, 0.0)
-            if step < 0:                        # an away step; at the bound, the point leaves the support
-                design *= 1.0 - step
-                design[away] = 0.0 if step == drop else design[away] + step
-            else:
-                step = _log_det_step(values, rotated[pick], ridge, 0.0, 1.0)
-                design *= 1.0 - step
-                design[pick] += step
-            values, rotated, leverage = _regularised_state(features, design, ridge)
-            iterations += 1
-            continue
-        step = (g / dim - 1.0) / (g - 1.0)
-        direction = inverse @ features[pick]
-        coefficient = step / ((1.0 - step) + step * g)
-        inverse = (inverse - coefficient * np.outer(direction, direction)) / (1.0 - step)
-        leverage = (leverage - coefficient * (features @ direction) ** 2) / (1.0 - step)
-        design *= 1.0 - step
-        design[pick] += step
+        support = np.flatnonzero(design > 0)
+        away = int(support[np.argmin(leverage[support])])
+        mass = design[away]
+        step = 0.0
+        if target - leverage[away] > g - target and mass < 1.0:
+            drop = -mass / (1.0 - mass)
+            step = _log_det_step(values, rotated[away], ridge, drop, 0.0)
+        if step < 0:                        # an away step; at the bound, the point leaves the support
+            design *= 1.0 - step
+            design[away] = 0.0 if step == drop else design[away] + step
+        else:
+            step = _log_det_step(values, rotated[pick], ridge, 0.0, 1.0)
+            design *= 1.0 - step
+            design[pick] += step
+        values, rotated, leverage = _regularised_state(features, design, ridge)
         iterations += 1
-        if iterations % REFRESH == 0:
-            inverse, leverage = _design_inverse(features, design)
-    if ridge > 0:
-        _, _, leverage = _regularised_state(features, design, ridge)
-    else:
-        _, leverage = _design_inverse(features, design)
+    _, _, leverage = _regularised_state(features, design, ridge)
     return design, float(leverage.max()), iterations
 
 

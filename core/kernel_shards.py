@@ -8,12 +8,14 @@ builds all of that itself from the trial's seed and its range: the candidates' c
 coefficients are drawn from the environment's stream exactly as ``AdversarialKernelBandit`` draws
 them, and its table columns are those of the unsharded table, bit for bit.
 
-The :class:`ShardedKernelTrial` coordinator runs the round loop of ``core.trial`` over a
-:class:`~banditsweep.core.sharding.ShardGroup`. What crosses between them per round (SPEC 4) is
-small: the log-partition partials of P_t, the ``candidates`` partial sums F[:, slice] P_t[slice] and
-the slice maxima of S_t for the adversary, the drawn point, the landmarks (points, P_t values and
-weights), the s x s Gram partials of the Nystrom features and the leverage-score sums of each level
-of the sampler; never an |X|-sized array.
+The trial's coordinator, ``core.sharded_trial.ShardedKernelTrial``, is a kind of the one round loop
+(core.round_loop) that talks to its shards through a :class:`~banditsweep.core.sharding.ShardGroup`
+by the methods of :class:`KernelShard`. What crosses between them per round (SPEC 4) is small: the
+log-partition partials of P_t, the ``candidates`` partial sums F[:, slice] P_t[slice] and the slice
+maxima of S_t for the adversary, the drawn point, the landmarks (points, P_t values and weights),
+the s x s Gram partials of the Nystrom features and the leverage-score sums of each level of the
+sampler; never an |X|-sized array. Each shard saves and checks its own part of a checkpoint where
+it runs (:meth:`KernelShard.save_part`).
 
 The algorithms are those of SPEC 3.5, 3.4 and 3.6 (``apg_exp3``, ``rls_kernel_exp3``, ``random``),
 with two choices that make the result independent of the number of shards (core.sharding):
@@ -33,28 +35,22 @@ with two choices that make the result independent of the number of shards (core.
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass
+
 import numpy as np
 from scipy import linalg
 
 from banditsweep.core import domains, seeding
-from banditsweep.core.contracts import Feedback
-from banditsweep.core.environments.adversarial_kernel import (AdversarialKernelBandit, RegretTally, candidate_functions,
-                                                              grid_slice, kernel_problem, table_columns)
-from banditsweep.core.exp3 import REFRESH
+from banditsweep.core.environments.adversarial_kernel import candidate_functions, grid_slice, table_columns
+from banditsweep.core.exp3 import DesignStep
 from banditsweep.core.kernels import Kernel
 from banditsweep.core.nystrom import leverage_scores
+from banditsweep.core.round_loop import Checkpoints
+from banditsweep.core.sharding import block_sums, blocks_in, keyed_uniforms, rowwise_dot, rowwise_matmul
 from banditsweep.core.state_codec import StateFormatError, decode_state, encode_state
-from banditsweep.core.sharding import (ShardGroup, block_sums, blocks_in, derive_key, fixed_bound, from_fixed,
-                                       global_argmax, keyed_uniforms, owner, rowwise_dot, rowwise_matmul)
-from banditsweep.core.trial import (TrialRecorder, TrialResult, TrialSpec, check_feedback, check_values,
-                                    resolve_algorithm, resolve_environment)
+from banditsweep.core.trial import TrialSpec, resolve_algorithm, resolve_environment
 
 SHARDABLE_ALGORITHMS = ("random", "apg_exp3", "rls_kernel_exp3")
 SHARDABLE_ENVIRONMENTS = ("adversarial_kernel",)
-# The seeding stream of the sampler's keyed draws (core.seeding has 0: environment, 1: policy).
-SAMPLER_STREAM = 2
 # Levels of the keyed halving: u < 2^-l for l = 0..62.
 MAX_LEVELS = 63
 
@@ -76,12 +72,6 @@ def domain_shape(spec: TrialSpec) -> tuple[int, int]:
     """(|X|, d) of a kernel trial, without building X."""
     config = resolve_environment(spec.environment)
     return domains.size(config.setting, config.domain, spec.horizon)
-
-
-def _schedule(spec: TrialSpec, problem):
-    from banditsweep.core.algorithms.kernel_exp3 import RLS_BETA_FACTOR, Exp3Schedule
-
-    return Exp3Schedule(resolve_algorithm(spec.algorithm, spec.params), problem, beta_factor=RLS_BETA_FACTOR)
 
 
 class KernelShard:
@@ -187,7 +177,7 @@ class KernelShard:
         inside = sequence[(sequence >= self.start) & (sequence < self.stop)] - self.start
         self.exploration = np.bincount(inside, minlength=self.stop - self.start) / len(sequence)
 
-    # G-optimal design by Frank-Wolfe (Fedorov-Wynn, ridge 0; core.exp3.g_optimal_design) on the features.
+    # The G-optimal design's points on the slice (core.exp3.DesignPoints, through ShardedDesign).
 
     def design_information(self) -> np.ndarray:
         """sum_x pi(x) N(x) N(x)^T on the slice, as exact fixed-point words (|entries| <= max k(x, x))."""
@@ -210,13 +200,10 @@ class KernelShard:
         local = int(np.argmax(self.leverage))
         return float(self.leverage[local]), self.start + local, self.factors[local].copy()
 
-    def design_step(self, direction: np.ndarray, coefficient: float, step: float, pick: int) -> tuple[float, int, np.ndarray]:
-        """The Sherman-Morrison update of g and the design's move towards ``pick``."""
-        projection = rowwise_dot(self.factors, direction)
-        self.leverage = (self.leverage - coefficient * projection ** 2) / (1.0 - step)
-        self.design *= 1.0 - step
-        if self.start <= pick < self.stop:
-            self.design[pick - self.start] += step
+    def design_step(self, step: DesignStep, pick: int) -> tuple[float, int, np.ndarray]:
+        """The Sherman-Morrison update of g (elementwise per point) and the design's move towards ``pick``."""
+        self.leverage = step.leverage(self.leverage, rowwise_dot(self.factors, step.direction))
+        step.move(self.design, pick - self.start if self.start <= pick < self.stop else None)
         return self._design_candidate()
 
     def design_done(self) -> int:
@@ -332,7 +319,7 @@ class KernelShard:
         self.embedding = np.zeros((len(g), 0))
         return self._add_estimate(eta, estimate, chosen, arm)
 
-    # ---- checkpoints -----------------------------------------------------------------------------
+    # ---- checkpoints: each shard keeps its part of the trial's state --------------------------------
 
     STATE = ("cumulative", "log_weights", "exploration", "factors")
 
@@ -356,328 +343,27 @@ class KernelShard:
         for name in self.STATE:
             setattr(self, name, values[name])
 
+    # The shard's part of the checkpoint of round ``at`` is kept where the shard runs, under the trial's key.
 
-@dataclass
-class Landmarks:
-    index: np.ndarray      # global indices, increasing
-    points: np.ndarray
-    roots: np.ndarray      # sqrt(P_t) at the landmarks
-    weights: np.ndarray    # 1 / sqrt(p_i)
+    def part(self, key: str, at: int) -> str:
+        return f"{key}/shard-{self.start}.r{at}"
 
-    @classmethod
-    def gather(cls, parts) -> "Landmarks":
-        index, points, probabilities, *weights = (np.concatenate(column) for column in zip(*parts))
-        return cls(index, points, np.sqrt(probabilities), weights[0] if weights else np.ones(len(index)))
+    def save_part(self, checkpoints: Checkpoints, key: str, at: int) -> bool:
+        return checkpoints.save(self.part(key, at), self.state())
 
-    def block(self, kernel: Kernel) -> np.ndarray:
-        """S^T K~ S, with K~ the P_t-weighted kernel."""
-        return self.roots[:, None] * kernel(self.points, self.points) * self.roots[None, :]
-
-
-class ShardedKernelTrial:
-    """The coordinator of one sharded trial: the round loop of ``core.trial.TrialRun`` over a group
-    of :class:`KernelShard`; its state (with the shards' :meth:`KernelShard.state`) can be captured
-    between rounds."""
-
-    def __init__(self, spec: TrialSpec, group: ShardGroup):
-        check_shardable(spec)
-        self.spec = spec
-        config = resolve_environment(spec.environment)
-        self.n, self.dim = domains.size(config.setting, config.domain, spec.horizon)
-        self.kernel = Kernel.create(config.kernel, self.dim, config.lengthscale, config.nu)
-        self.norm_bound = config.norm_bound
-        self.params = resolve_algorithm(spec.algorithm, spec.params)
-        self.horizon = spec.horizon
-        self.rng = seeding.stream(spec.seed, seeding.POLICY_STREAM)
-        self.sampler_key = derive_key(spec.seed, SAMPLER_STREAM)
-        self.recorder = TrialRecorder(1, self.horizon)
-        self.next_round = 1
-        self.resumed_from: int | None = None
-        self.shift = 0.0
-        self.tally = RegretTally()
-        self.choices = np.zeros(config.candidates, dtype=np.int64)
-        self.landmark_counts: list[int] = []
-        self.effective_dimensions: list[float] = []
-        self.values: dict[str, float] = {}
-        self.group: ShardGroup | None = None
-        self.attach(group)
-        maxima = self.group.map("table_maxima")
-        self.table_max = np.max(np.stack(maxima), axis=0)
-        self.prepare()
-
-    # ---- the group -------------------------------------------------------------------------------
-
-    def attach(self, group: ShardGroup) -> None:
-        expected_n = group.ranges[-1][1] if group.ranges else 0
-        if expected_n != self.n or group.ranges[0][0] != 0:
-            raise ValueError(f"the shards cover 0..{expected_n}, the domain has {self.n} points")
-        self.group = group
-
-    @property
-    def done(self) -> bool:
-        return self.next_round > self.horizon
-
-    def coordinator_state(self) -> bytes:
-        """The coordinator's own state between two rounds (the shards keep theirs: KernelShard.state)."""
-        group, self.group = self.group, None
+    def check_part(self, checkpoints: Checkpoints, key: str, at: int) -> str | None:
+        """Why the part of round ``at`` cannot be this shard's (None: it can); the shard is untouched."""
         try:
-            return encode_state(self.__dict__)
-        finally:
-            self.group = group
+            state = checkpoints.load(self.part(key, at))
+            if state is None:
+                return f"{self.part(key, at)}: missing"
+            self.check_state(state)
+            return None
+        except (OSError, StateFormatError) as error:
+            return f"{self.part(key, at)}: {error}"
 
-    def snapshot(self) -> tuple[bytes, list[bytes]]:
-        """(the coordinator's state, each shard's state) between two rounds."""
-        return self.coordinator_state(), self.group.map("state")
+    def load_part(self, checkpoints: Checkpoints, key: str, at: int) -> None:
+        self.restore(checkpoints.load(self.part(key, at)))
 
-    @classmethod
-    def check_state(cls, state: bytes, spec: TrialSpec) -> dict:
-        """The coordinator's stored attributes if they are ``spec``'s; :class:`StateFormatError` otherwise."""
-        values = decode_state(state)
-        if not isinstance(values, dict) or not isinstance(values.get("spec"), TrialSpec):
-            raise StateFormatError("not the state of a sharded trial")
-        if values["spec"].trial_id != spec.trial_id:
-            raise StateFormatError(f"the state is of trial {values['spec'].trial_id}, not {spec.trial_id}")
-        if type(values.get("next_round")) is not int or not 1 <= values["next_round"] <= spec.horizon + 1:
-            raise StateFormatError(f"the state's next round {values.get('next_round')!r} is outside 1..{spec.horizon + 1}")
-        return values
-
-    @classmethod
-    def restore(cls, state: bytes, group: ShardGroup, spec: TrialSpec) -> "ShardedKernelTrial":
-        """A coordinator from its state, attached to ``group``, whose shards were restored already."""
-        trial = cls.__new__(cls)
-        trial.__dict__.update(cls.check_state(state, spec))
-        trial.attach(group)
-        trial.resumed_from = trial.next_round
-        return trial
-
-    # ---- preparation -----------------------------------------------------------------------------
-
-    def pivots(self, length: int, noise: float | None, tolerance: float | None) -> tuple[list[int], float]:
-        """Distributed pivoted Cholesky: MVR (``noise`` = lambda, fixed ``length``) or P-greedy (stop
-        when max sqrt(power) <= ``tolerance``). Returns the pivots and the final largest power."""
-        candidate = global_argmax(self.group.map("pivot_candidate"))
-        sequence: list[int] = []
-        while len(sequence) < length:
-            value, pick = candidate
-            if tolerance is not None and math.sqrt(max(value, 0.0)) <= tolerance:
-                break
-            sequence.append(pick)
-            point, values = self.group.call(owner(self.group.ranges, pick), "pivot_row", pick)
-            denominator = math.sqrt(value + noise) if noise is not None else math.sqrt(value)
-            candidate = global_argmax(self.group.map("pivot_add", point, values, denominator))
-        return sequence, candidate[0]
-
-    def prepare(self) -> None:
-        algorithm = self.spec.algorithm
-        if algorithm == "random":
-            self.dots = np.sum(np.stack(self.group.map("uniform_dots")), axis=0)
-            return
-        problem = kernel_problem(self.n, self.dim, self.horizon, self.kernel, self.norm_bound)
-        if algorithm == "rls_kernel_exp3":
-            self.schedule = _schedule(self.spec, problem)
-            sequence, _ = self.pivots(self.schedule.design_length, self.params.lam, None)
-            self.group.map("pivots_done", False)
-            self.group.map("set_exploration_sequence", np.asarray(sequence, dtype=np.int64))
-            self.eta, self.alpha = self.schedule.eta, self.schedule.alpha
-            self.values = {**self.schedule.as_dict(), "delta": self.params.delta,
-                           "mvr_distinct_points": float(len(set(sequence))), "mvr_landmarks": 0.0}
-        else:
-            self.prepare_apg()
-        self.log_totals = self.group.map("log_partition")
-
-    def prepare_apg(self) -> None:
-        """Newton basis by P-greedy, G-optimal design by Frank-Wolfe (SPEC 3.5; core.exp3)."""
-        params, horizon = self.params, self.horizon
-        tolerance = params.tolerance or math.log(self.n) / horizon
-        pivots, max_power = self.pivots(self.n, None, tolerance)
-        self.group.map("pivots_done", True)
-        dim = len(pivots)
-        bound = fixed_bound(max(float(np.max(self.kernel.diag(np.zeros((1, self.dim))))), 1.0)
-                            if self.kernel.name != "linear" else float(self.dim) / self.kernel.lengthscale ** 2)
-
-        def inverse_from(words) -> np.ndarray:
-            return np.linalg.inv(from_fixed(np.sum(np.stack(words), axis=0), bound))
-
-        inverse = inverse_from(self.group.map("design_start", bound))
-        candidate = global_argmax_with_row(self.group.map("design_leverage", inverse))
-        iterations = 0
-        while iterations < params.max_iterations:
-            g, pick, row = candidate
-            if g <= (1.0 + params.epsilon) * dim:
-                break
-            step = (g / dim - 1.0) / (g - 1.0)
-            direction = inverse @ row
-            coefficient = step / ((1.0 - step) + step * g)
-            inverse = (inverse - coefficient * np.outer(direction, direction)) / (1.0 - step)
-            candidate = global_argmax_with_row(self.group.map("design_step", direction, coefficient, step, pick))
-            iterations += 1
-            if iterations % REFRESH == 0:
-                inverse = inverse_from(self.group.map("design_information"))
-                candidate = global_argmax_with_row(self.group.map("design_leverage", inverse))
-        inverse = inverse_from(self.group.map("design_information"))
-        g_max = global_argmax_with_row(self.group.map("design_leverage", inverse))[0]
-        support = sum(self.group.map("design_done"))
-        eta = params.c1 / math.sqrt(dim * horizon)
-        alpha_formula = params.c2 * eta * dim
-        self.eta, self.alpha = eta, min(1.0, alpha_formula)
-        self.values = {"D_T": float(dim), "pgreedy_tolerance": tolerance, "pgreedy_max_power": math.sqrt(max_power),
-                       "design_g_max": g_max, "design_g_ratio": g_max / dim, "design_iterations": float(iterations),
-                       "design_support": float(support), "eta": eta, "alpha": self.alpha,
-                       "alpha_formula": alpha_formula}
-
-    # ---- rounds ----------------------------------------------------------------------------------
-
-    def play_round(self) -> None:
-        t, index = self.next_round, self.next_round - 1
-        started = time.perf_counter()
-        if self.spec.algorithm == "random":
-            arm = int(self.rng.integers(self.n))
-            dots = self.dots
-            chosen = self.adversary(dots)
-            results = self.group.map("play", chosen, arm)
-            best = max(result[0] for result in results)
-            reward = next(result[1] for result in results if result[1] is not None)
-        else:
-            arm, chosen, dots, reward, best = self.exp3_round(t)
-        self.record(index, arm, chosen, reward, float(dots[chosen]), best)
-        self.recorder.seconds[0, index] = time.perf_counter() - started
-        self.next_round += 1
-
-    def adversary(self, dots: np.ndarray) -> int:
-        """argmax_i (max_x f^(i)(x) - sum_x P_t(x) f^(i)(x)), ties to the smallest i (SPEC 2.3)."""
-        return int(np.argmax(self.table_max - dots))
-
-    def exp3_round(self, t: int):
-        # P_t from the log-partition partials, re-centred on the global maximum of the log-weights.
-        shift = max(top for top, _ in self.log_totals)
-        total = sum(part * math.exp(top - shift) for top, part in self.log_totals)
-        parts = self.group.map("distribution", shift, math.log(total), self.alpha)
-        masses = [mass for mass, _, _ in parts]
-        # The round loop's check of P_t (core.trial.check_decision), on what reaches the coordinator: a
-        # NaN or infinite P_t anywhere makes its shard's mass so.
-        check_values(t, np.array([masses]), f"{self.spec.policy_class.quantity()} mass", entry="shard")
-        dots = np.sum(np.stack([d for _, d, _ in parts]), axis=0)
-        chosen = self.adversary(dots)
-        # x_t ~ P_t by inversion (core.exp3.sample): one uniform number of the policy stream.
-        target = self.rng.random() * sum(masses)
-        shard, offset = len(masses) - 1, 0.0
-        for i, mass in enumerate(masses):
-            if target < offset + mass or i == len(masses) - 1:
-                shard = i
-                break
-            offset += mass
-        arm, features = self.group.call(shard, "locate", target - offset)
-        if self.spec.algorithm == "apg_exp3":
-            information = np.sum(np.stack([q for _, _, q in parts]), axis=0)
-            reward_value = self.reward_at(shard, chosen, arm)
-            try:
-                theta = linalg.cho_solve(linalg.cho_factor(information, lower=True, check_finite=False),
-                                         features * reward_value, check_finite=False)
-            except linalg.LinAlgError:
-                theta = np.linalg.lstsq(information, features * reward_value, rcond=None)[0]
-            results = self.group.map("apg_update", theta, self.eta, chosen, arm)
-        else:
-            reward_value = self.reward_at(shard, chosen, arm)
-            results = self.rls_estimate(t, chosen, arm, reward_value)
-        self.log_totals = [(top, part) for top, part, _, _ in results]
-        best = max(result[2] for result in results)
-        return arm, chosen, dots, reward_value, best
-
-    def reward_at(self, shard: int, chosen: int, arm: int) -> float:
-        return float(self.group.call(shard, "value", chosen, arm))
-
-    def landmarks(self, t: int) -> Landmarks:
-        """S_t: recursive RLS-Nystrom (the practical fixed-ridge variant, core.nystrom) with the
-        halvings and keep decisions drawn from keyed streams (module docstring)."""
-        params, mu = self.params, self.schedule.mu
-        level_key = derive_key(self.sampler_key, t, 0)
-        counts = np.sum(np.stack(self.group.map("level_counts", level_key)), axis=0)
-        smallest = next((level for level in range(MAX_LEVELS) if counts[level] <= params.base_size), MAX_LEVELS - 1)
-        current = Landmarks.gather(self.group.map("level_members", level_key, smallest))
-        effective = 0.0
-        for level in range(smallest - 1, -1, -1) if smallest > 0 else [0]:
-            block = current.block(self.kernel)
-            parts = self.group.map("level_scores", level_key, level, current.points, current.roots, block,
-                                   current.weights, mu)
-            effective = float(sum(part[0] for part in parts))
-            q = params.oversample * max(1.0, math.log(max(effective, 1e-300) / params.delta))
-            kept = Landmarks.gather(self.group.map("level_keep", derive_key(self.sampler_key, t, level + 1), q))
-            if not len(kept.index):
-                # Project choice (core.nystrom.keep_columns): keep the point of largest score.
-                _, best, where = max((part[1], -part[2], part[2]) for part in parts)
-                del best
-                shard = owner(self.group.ranges, where)
-                point = self.group.call(shard, "point", where)
-                root = math.sqrt(self.group.call(shard, "probability", where))
-                kept = Landmarks(np.array([where]), point[None], np.array([root]), np.ones(1))
-            current = kept
-        self.effective_dimensions.append(effective)
-        return current
-
-    def rls_estimate(self, t: int, chosen: int, arm: int, reward: float):
-        """eqs. (6)-(7) in the embedding g_t, A_t summed over the shards."""
-        landmarks = self.landmarks(t)
-        self.landmark_counts.append(len(landmarks.index))
-        block = landmarks.block(self.kernel)
-        eigenvalues, vectors = np.linalg.eigh(block)
-        keep = eigenvalues > 1e-12 * max(eigenvalues.max(), 0.0)
-        projection = vectors[:, keep] / np.sqrt(eigenvalues[keep])
-        parts = self.group.map("embed", landmarks.points, landmarks.roots, projection, arm)
-        system = np.sum(np.stack([p for p, _ in parts]), axis=0)
-        system[np.diag_indices_from(system)] += self.schedule.mu
-        chosen_row = next(row for _, row in parts if row is not None)
-        factor = linalg.cholesky(system, lower=True, check_finite=False)
-        solved_chosen = linalg.cho_solve((factor, True), chosen_row, check_finite=False)
-        return self.group.map("rls_update", factor, solved_chosen, reward, self.schedule.mu, self.schedule.beta,
-                              self.eta, chosen, arm)
-
-    def record(self, index: int, arm: int, chosen: int, reward: float, expected: float, best: float) -> None:
-        """Both regret forms of SPEC 2.1, as AdversarialKernelBandit.step computes them."""
-        self.choices[chosen] += 1
-        increment, regret, expected_regret = self.tally.add(reward, expected, best)
-        extras = {"expected_regret": expected_regret, "adversary_choice": float(chosen)}
-        check_feedback(index + 1, 0, Feedback(reward, increment, regret, extras), AdversarialKernelBandit)
-        recorder = self.recorder
-        recorder.arm[0, index] = arm
-        recorder.reward[0, index] = reward
-        recorder.regret[0, index] = increment
-        recorder.cum_regret[0, index] = regret
-        for key, value in extras.items():
-            recorder.extras[0].setdefault(key, np.zeros(self.horizon))[index] = value
-
-    def advance(self, rounds: int | None = None, on_progress=None, progress_every: int = 100) -> None:
-        last = self.horizon if rounds is None else min(self.horizon, self.next_round + rounds - 1)
-        while self.next_round <= last:
-            self.play_round()
-            t = self.next_round - 1
-            if on_progress is not None and (t % progress_every == 0 or t == self.horizon):
-                on_progress(0, t, float(self.recorder.cum_regret[0, t - 1]))
-
-    def results(self) -> TrialResult:
-        if not self.done:
-            raise RuntimeError(f"the trial has played {self.next_round - 1} of {self.horizon} rounds")
-        diagnostics = {"domain_size": float(self.n), "lengthscale": float(self.kernel.lengthscale),
-                       "candidates_scaled_fraction": self.group.call(0, "candidates_scaled_fraction"),
-                       "distinct_adversary_choices": float(np.count_nonzero(self.choices)),
-                       "shards": float(len(self.group.ranges)), **self.values}
-        if self.landmark_counts:
-            counts = np.asarray(self.landmark_counts, dtype=np.float64)
-            diagnostics.update({"s_t_mean": float(counts.mean()), "s_t_max": float(counts.max()),
-                                "s_t_min": float(counts.min()),
-                                "effective_dimension_mean": float(np.mean(self.effective_dimensions))})
-        if self.resumed_from:
-            diagnostics["resumed_from_round"] = float(self.resumed_from)
-        return self.recorder.results([diagnostics])[0]
-
-
-def global_argmax_with_row(partials) -> tuple[float, int, np.ndarray]:
-    """global_argmax over (value, index, row) triples."""
-    value, index = global_argmax([(v, i) for v, i, _ in partials])
-    return next(item for item in partials if item[1] == index)
-
-
-def run_sharded(spec: TrialSpec, group: ShardGroup, on_progress=None, progress_every: int = 100) -> TrialResult:
-    """Run a sharded trial to the end over ``group`` (no checkpoints)."""
-    trial = ShardedKernelTrial(spec, group)
-    trial.advance(on_progress=on_progress, progress_every=progress_every)
-    return trial.results()
+    def discard_part(self, checkpoints: Checkpoints, key: str, at: int) -> None:
+        checkpoints.discard(self.part(key, at))

@@ -4,27 +4,28 @@ A trial is a pure function of its content. That is what makes resume, retries an
 safe: the same content always has the same ``trial_id`` and, on the same machine, bit-identical
 results.
 
-The round loop lives here, once: :class:`TrialRun` steps B >= 1 trials of one batch key in
-lockstep (a single trial is the batch of one) through the batched-policy contract of
-``core.contracts``. Its whole state (environments, policy, recorded arrays, next round) can be
-captured between rounds (:meth:`TrialRun.snapshot`) and restored (:meth:`TrialRun.restore`), which
-is where checkpoints and sharded trials plug in. :func:`run_trials` groups trials into batches.
+:class:`TrialRun` is the in-process kind of the one round loop (core.round_loop.RoundLoop): it
+steps B >= 1 trials of one batch key in lockstep (a single trial is the batch of one) through the
+batched-policy contract of ``core.contracts``. Its whole state (environments, policy, recorded
+arrays, next round) can be captured between rounds (:meth:`TrialRun.snapshot`) and restored
+(:meth:`TrialRun.restore`). :func:`run_trials` groups trials into batches and plays each out
+through the one checkpoint driver (core.round_loop.play_out).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
 from banditsweep.core import registry, seeding
-from banditsweep.core.contracts import (BatchDecision, BatchedPolicy, Config, Environment, Feedback, NonFiniteError,
-                                        Policy, first_non_finite)
-from banditsweep.core.state_codec import StateFormatError, decode_state, encode_state
+from banditsweep.core.contracts import BatchedPolicy, Config, Environment, NonFiniteError, Policy
+from banditsweep.core.round_loop import (Checkpoints, Played, ProgressCallback, RoundLoop, TrialResult, at_round,
+                                         check_decision, play_out)
+from banditsweep.core.state_codec import encode_state
 
 
 def canonical_json(value: Any) -> str:
@@ -150,76 +151,19 @@ def _check_supported(policy_cls: type[Policy], spec: TrialSpec, env: Environment
         )
 
 
-@dataclass
-class TrialResult:
-    """Per-round arrays (round t = index + 1) and the trial's summary."""
-
-    arm: np.ndarray
-    reward: np.ndarray
-    regret: np.ndarray
-    cum_regret: np.ndarray
-    seconds: np.ndarray
-    extras: dict[str, np.ndarray] = field(default_factory=dict)
-    diagnostics: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def final_regret(self) -> float:
-        return float(self.cum_regret[-1])
-
-    @property
-    def wall_seconds(self) -> float:
-        return float(self.seconds.sum())
-
-    @property
-    def seconds_per_round(self) -> float:
-        return float(self.seconds.mean())
-
-
-# on_progress(index of the trial in the batch, round t, cumulative regret)
-ProgressCallback = Callable[[int, int, float], None]
-
-
-class TrialRecorder:
-    """The per-round arrays of ``count`` trials run side by side (one trial, or a lockstep batch)."""
-
-    def __init__(self, count: int, horizon: int):
-        self.count, self.horizon = count, horizon
-        self.arm = np.zeros((count, horizon), dtype=np.int64)
-        self.reward = np.zeros((count, horizon))
-        self.regret = np.zeros((count, horizon))
-        self.cum_regret = np.zeros((count, horizon))
-        self.seconds = np.zeros((count, horizon))
-        self.extras: list[dict[str, np.ndarray]] = [{} for _ in range(count)]
-
-    def record(self, trial: int, index: int, arm: int, feedback: Feedback) -> None:
-        self.arm[trial, index] = arm
-        self.reward[trial, index] = feedback.reward
-        self.regret[trial, index] = feedback.regret
-        self.cum_regret[trial, index] = feedback.cumulative_regret
-        for key, value in feedback.extras.items():
-            self.extras[trial].setdefault(key, np.zeros(self.horizon))[index] = value
-
-    def results(self, diagnostics: list[dict[str, float]]) -> list[TrialResult]:
-        return [TrialResult(self.arm[i], self.reward[i], self.regret[i], self.cum_regret[i], self.seconds[i],
-                            self.extras[i], diagnostics[i]) for i in range(self.count)]
-
-
-class TrialRun:
-    """The round loop of B >= 1 trials of one batch key, stepped in lockstep.
+class TrialRun(RoundLoop):
+    """The round loop of B >= 1 trials of one batch key in this process, stepped in lockstep.
 
     Each trial has its own environment and random streams, exactly as when it runs alone; one
     round is one batched ``select``, one ``step`` per environment (which may read the trial's P_t)
-    and one batched ``update``. A trial's per-round ``seconds`` is the round's time divided by B,
-    so summed over a batch it is the batch's wall time.
+    and, once the round is recorded and checked, one batched ``update``. A trial's per-round
+    ``seconds`` is the round's time divided by B, so summed over a batch it is the batch's wall time.
     """
 
     def __init__(self, specs: Sequence[TrialSpec], device: str = "cpu"):
         if not specs:
             raise ValueError("a trial run needs at least one trial")
-        self.specs = list(specs)
-        self.horizon = self.specs[0].horizon
-        if any(spec.horizon != self.horizon for spec in self.specs):
-            raise ValueError("trials of one lockstep batch must share the horizon")
+        self.begin(specs)
         if len({spec.algorithm for spec in self.specs}) > 1:
             raise ValueError("trials of one lockstep batch must share the algorithm")
         policy_cls = self.specs[0].policy_class
@@ -231,14 +175,6 @@ class TrialRun:
         params = [resolve_algorithm(spec.algorithm, spec.params) for spec in self.specs]
         rngs = [seeding.stream(spec.seed, seeding.POLICY_STREAM) for spec in self.specs]
         self.policy: BatchedPolicy = policy_cls.create_batch(params, problem, rngs, self.environments, device)
-        self.recorder = TrialRecorder(len(self.specs), self.horizon)
-        self.next_round = 1
-        self.resumed_from: int | None = None   # the round a restored run went on from
-        self.checkpoint_rejected = False        # a saved state could not be used: started anew
-
-    @property
-    def done(self) -> bool:
-        return self.next_round > self.horizon
 
     def contexts(self, t: int) -> np.ndarray:
         """(B, K, d): a view for one trial, stacked for several."""
@@ -246,9 +182,7 @@ class TrialRun:
             return self.environments[0].contexts(t)[None]
         return np.stack([env.contexts(t) for env in self.environments])
 
-    def play_round(self) -> None:
-        t, index = self.next_round, self.next_round - 1
-        started = time.perf_counter()
+    def play(self, t: int) -> Played:
         contexts = self.contexts(t)
         trials = self.specs if len(self.specs) > 1 else ()   # a trial alone: its record is the trial
         try:
@@ -256,38 +190,22 @@ class TrialRun:
         except NonFiniteError as error:   # raised inside the policy (a diverged training): add the round
             raise at_round(t, error, trials) from error
         check_decision(t, decision, self.environments[0].problem.num_arms, trials)
-        for trial, env in enumerate(self.environments):
-            feedback = env.step(t, decision.of(trial))
-            check_feedback(t, trial, feedback, env, trials)
-            self.recorder.record(trial, index, int(decision.arms[trial]), feedback)
-        try:
-            self.policy.update_batch(t, contexts, decision.arms, self.recorder.reward[:, index].copy())
-        except NonFiniteError as error:
-            raise at_round(t, error, trials) from error
-        self.recorder.seconds[:, index] = (time.perf_counter() - started) / len(self.environments)
-        self.next_round += 1
+        feedback = [env.step(t, decision.of(trial)) for trial, env in enumerate(self.environments)]
 
-    def advance(self, rounds: int | None = None, on_progress: ProgressCallback | None = None,
-                progress_every: int = 100) -> None:
-        """Play ``rounds`` more rounds (all that are left by default). ``on_progress(trial, t,
-        cumulative regret)`` is called every ``progress_every`` rounds and at the last round."""
-        last = self.horizon if rounds is None else min(self.horizon, self.next_round + rounds - 1)
-        while self.next_round <= last:
-            self.play_round()
-            t = self.next_round - 1
-            if on_progress is not None and (t % progress_every == 0 or t == self.horizon):
-                for trial in range(len(self.environments)):
-                    on_progress(trial, t, float(self.recorder.cum_regret[trial, t - 1]))
+        def learn(rewards: np.ndarray) -> None:
+            try:
+                self.policy.update_batch(t, contexts, decision.arms, rewards)
+            except NonFiniteError as error:
+                raise at_round(t, error, trials) from error
 
-    def results(self) -> list[TrialResult]:
-        if not self.done:
-            raise RuntimeError(f"the trials have played {self.next_round - 1} of {self.horizon} rounds")
+        return Played(decision.arms, feedback, learn)
+
+    def reporter(self, trial: int) -> Environment:
+        return self.environments[trial]
+
+    def diagnostics(self) -> list[dict[str, float]]:
         policy_diagnostics = self.policy.diagnostics_batch()
-        resumed = {"resumed_from_round": float(self.resumed_from)} if self.resumed_from else {}
-        if self.checkpoint_rejected:
-            resumed["checkpoint_rejected"] = 1.0
-        return self.recorder.results([{**env.diagnostics(), **policy_diagnostics[i], **resumed}
-                                      for i, env in enumerate(self.environments)])
+        return [{**env.diagnostics(), **policy_diagnostics[i]} for i, env in enumerate(self.environments)]
 
     # ---- capture and restore between rounds --------------------------------------------------------
 
@@ -296,97 +214,19 @@ class TrialRun:
         restoring it and playing on gives the same results as never stopping."""
         return encode_state(self.__dict__)
 
+    def save(self, checkpoints: Checkpoints, key: str) -> None:
+        checkpoints.save(key, self.snapshot())
+
     @classmethod
     def restore(cls, state: bytes, specs: Sequence[TrialSpec] | None = None) -> "TrialRun":
         """The run ``snapshot`` captured. With ``specs``, the state must be of exactly those trials
         (in order) between two of their rounds; :class:`StateFormatError` says what is wrong."""
-        attributes = decode_state(state)
-        if not isinstance(attributes, dict) or not isinstance(attributes.get("specs"), list):
-            raise StateFormatError("not the state of a trial run")
-        if specs is not None:
-            stored = [spec.trial_id if isinstance(spec, TrialSpec) else None for spec in attributes["specs"]]
-            if stored != [spec.trial_id for spec in specs]:
-                raise StateFormatError("the state is of other trials")
-            next_round = attributes.get("next_round")
-            if type(next_round) is not int or not 1 <= next_round <= specs[0].horizon + 1:
-                raise StateFormatError(f"the state's next round {next_round!r} is outside 1..{specs[0].horizon + 1}")
-        run = cls.__new__(cls)
-        run.__dict__.update(attributes)
-        run.resumed_from = run.next_round   # recorded in the diagnostics (the results do not change)
-        return run
-
-
-def _trial_part(trial: int | None, trials: Sequence[TrialSpec]) -> str:
-    """How a message names trial ``trial`` of a lockstep batch of ``trials`` (empty: a trial alone,
-    whose record is the trial)."""
-    return f" of trial {trials[trial].trial_id} of the lockstep batch" if trials and trial is not None else ""
-
-
-def at_round(t: int, error: NonFiniteError, trials: Sequence[TrialSpec] = ()) -> NonFiniteError:
-    """A NonFiniteError raised inside a policy, with the round (and the trial of a batch) named."""
-    return NonFiniteError(f"round {t}: {error}{_trial_part(error.trial, trials)}", error.trial)
-
-
-def check_values(t: int, values, quantity: str, trials: Sequence[TrialSpec] = (), entry: str = "arm") -> None:
-    """Raise NonFiniteError naming the round, the quantity, the entry and the trial (of a batch)
-    when an entry of ``values`` (B, n) is NaN or infinite. One ``isfinite().all()`` when all is well."""
-    found = first_non_finite(values)
-    if found is not None:
-        (trial, position), value = found
-        raise NonFiniteError(f"round {t}: the {quantity} of {entry} {position}{_trial_part(trial, trials)} "
-                             f"is {value}", trial)
-
-
-def check_decision(t: int, decision: BatchDecision, num_arms: int, trials: Sequence[TrialSpec] = ()) -> None:
-    """Arms in range, finite scores (what each arm was chosen by: NaN indices make the argmax play
-    arm 0 every round) and a finite P_t (a NaN P_t would make the adversary and the draw meaningless)."""
-    outside = decision.arms[(decision.arms < 0) | (decision.arms >= num_arms)]
-    if outside.size:
-        raise ValueError(f"round {t}: the policy chose arm {int(outside[0])}; arms are 0..{num_arms - 1}")
-    if decision.scores is not None:
-        check_values(t, decision.scores, decision.quantity, trials)
-    if decision.probabilities is not None and decision.probabilities is not decision.scores:
-        check_values(t, decision.probabilities, "sampling distribution P_t", trials)
-
-
-def check_feedback(t: int, trial: int, feedback: Feedback, env: Environment | type[Environment],
-                   trials: Sequence[TrialSpec] = ()) -> None:
-    """Finite reward, regret and extras, and only declared extras (each is stored as a column).
-    ``env`` may be the environment's class (a sharded trial has no environment object)."""
-    values = {"reward": feedback.reward, "regret": feedback.regret, "cumulative regret": feedback.cumulative_regret,
-              **feedback.extras}
-    for name, value in values.items():
-        if not np.isfinite(value):
-            where = _trial_part(trial, trials) or " of the trial"
-            raise NonFiniteError(f"round {t}: the {name}{where} is {value}", trial)
-    undeclared = set(feedback.extras) - set(env.round_extras)
-    if undeclared:
-        name = env.__name__ if isinstance(env, type) else type(env).__name__
-        raise ValueError(f"environment {name} reports per-round values {sorted(undeclared)} it does "
-                         f"not declare in round_extras (declared: {sorted(env.round_extras) or 'none'})")
+        return cls.from_attributes(cls.saved_attributes(state, specs))
 
 
 def batch_key(spec: TrialSpec) -> Hashable | None:
     """Trials with equal non-None keys may run in lockstep; None means the trial runs alone."""
     return spec.policy_class.batch_key(spec)
-
-
-class Checkpoints(Protocol):
-    """Where a run keeps the state of unfinished trials (the caller decides: core writes no files).
-    ``every`` rounds the state of a lockstep batch is saved under ``key``; a batch that starts
-    again with the same key resumes from it."""
-
-    every: int
-
-    def load(self, key: str) -> bytes | None: ...
-
-    def save(self, key: str, state: bytes) -> None: ...
-
-    def discard(self, key: str) -> None: ...
-
-    def reject(self, key: str, reason: str) -> None:
-        """The state under ``key`` cannot be used (damaged, another format, other trials): set it
-        aside with a note; its batch starts from round 1."""
 
 
 def checkpoint_key(specs: Sequence[TrialSpec]) -> str:
@@ -398,9 +238,10 @@ def run_trials(specs: Sequence[TrialSpec], device: str = "cpu", on_progress: Pro
                progress_every: int = 100, checkpoints: Checkpoints | None = None) -> list[TrialResult]:
     """Run ``specs`` and return their results in order. Trials that share one batch key run in
     lockstep batches (as large as the algorithm's ``largest_batch`` allows on ``device``); any
-    other set runs one trial at a time. With ``checkpoints``, each batch saves its state every
-    ``checkpoints.every`` rounds and resumes from a saved state; a finished batch's state is
-    discarded. The results are the same, bit for bit, with or without a resume."""
+    other set runs one trial at a time. Each batch is played out by the one checkpoint driver
+    (core.round_loop.play_out): with ``checkpoints``, it saves its state every
+    ``checkpoints.every`` rounds, resumes from a saved state and discards it when finished. The
+    results are the same, bit for bit, with or without a resume."""
     specs = list(specs)
     keys = {batch_key(spec) for spec in specs}
     if len(specs) > 1 and len(keys) == 1 and None not in keys:
@@ -408,37 +249,14 @@ def run_trials(specs: Sequence[TrialSpec], device: str = "cpu", on_progress: Pro
     else:
         size = 1
     results: list[TrialResult] = []
-    for start in range(0, len(specs), size):
-        chunk = specs[start:start + size]
-        key = checkpoint_key(chunk)
-        run, rejected = _resumed(chunk, key, checkpoints)
-        if run is None:
-            run = TrialRun(chunk, device)
-            run.checkpoint_rejected = rejected
+    for offset in range(0, len(specs), size):
+        chunk = specs[offset:offset + size]
         callback = None if on_progress is None else (
-            lambda trial, t, regret, offset=start: on_progress(offset + trial, t, regret))
-        step = checkpoints.every if checkpoints is not None else None
-        while not run.done:
-            run.advance(step, on_progress=callback, progress_every=progress_every)
-            if checkpoints is not None and not run.done:
-                checkpoints.save(key, run.snapshot())
-        results.extend(run.results())
-        if checkpoints is not None:
-            checkpoints.discard(key)
+            lambda trial, t, regret, offset=offset: on_progress(offset + trial, t, regret))
+        results.extend(play_out(lambda chunk=chunk: TrialRun(chunk, device),
+                                lambda state, chunk=chunk: TrialRun.restore(state, chunk),
+                                checkpoint_key(chunk), checkpoints, callback, progress_every))
     return results
-
-
-def _resumed(specs: list[TrialSpec], key: str, checkpoints: Checkpoints | None) -> tuple[TrialRun | None, bool]:
-    """(the batch's saved run, False), or (None, whether a saved state was rejected): a state that
-    cannot be used is set aside with a note (``Checkpoints.reject``) and the batch starts anew."""
-    saved = checkpoints.load(key) if checkpoints is not None else None
-    if saved is None:
-        return None, False
-    try:
-        return TrialRun.restore(saved, specs), False
-    except StateFormatError as error:
-        checkpoints.reject(key, str(error))
-        return None, True
 
 
 def run_trial(spec: TrialSpec, device: str = "cpu", on_progress: Callable[[int, float], None] | None = None,

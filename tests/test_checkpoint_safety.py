@@ -126,15 +126,19 @@ def test_a_planted_or_unusable_checkpoint_is_set_aside_and_its_trial_starts_from
 
 
 def test_a_sharded_trials_states_refuse_a_pickle_and_another_trials_state(tmp_path):
-    from test_sharding import _local, _spec as sharded_spec
+    from test_sharding import MemoryCheckpoints, _local, _spec as sharded_spec
 
-    from banditsweep.core.kernel_shards import ShardedKernelTrial
+    from banditsweep.core.sharded_trial import ShardedKernelTrial
 
     spec = sharded_spec("rls_kernel_exp3", "setting2", horizon=20)
     other = sharded_spec("rls_kernel_exp3", "setting2", horizon=21)
-    trial = ShardedKernelTrial(spec, _local(spec, 2))
+    group = _local(spec, 2)
+    trial = ShardedKernelTrial(spec, group)
     trial.advance(5)
-    mine, states = trial.snapshot()
+    memory = MemoryCheckpoints(every=5)
+    trial.save(memory, "key")
+    mine = memory.states["key"]
+    states = [memory.states[shard.part("key", 5)] for shard in group.shards]
     marker = tmp_path / "executed"
     shard = _local(spec, 2).shards[0]
     for damaged in (pickle.dumps(Payload(marker)), states[1], mine[:100]):

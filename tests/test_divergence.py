@@ -16,7 +16,8 @@ import yaml
 from conftest import PLUGIN_MODULES, PLUGINS
 
 from banditsweep.core import registry
-from banditsweep.core.kernel_shards import KernelShard, domain_shape, run_sharded
+from banditsweep.core.kernel_shards import KernelShard, domain_shape
+from banditsweep.core.sharded_trial import run_sharded
 from banditsweep.core.sharding import LocalShards, shard_ranges
 from banditsweep.core.trial import NonFiniteError, TrialRun, TrialSpec, run_trial, run_trials
 from banditsweep.sweeps.cli import main
@@ -165,6 +166,32 @@ def test_a_sharded_trial_applies_the_same_checks(monkeypatch):
         float("inf"), float("inf") if self.start <= arm < self.stop else None))
     with pytest.raises(NonFiniteError, match=r"^round 1: the reward of the trial is inf$"):
         run_sharded(healthy, _sharded(healthy))
+
+
+@pytest.mark.parametrize("algorithm", ["apg_exp3", "rls_kernel_exp3"])
+def test_a_shard_reporting_a_nan_reward_stops_its_trial_at_that_round(monkeypatch, algorithm):
+    """The sharded trial records through the one round loop (core.round_loop), so the value a shard
+    reports for f_t(x_t) passes the same finiteness check as an environment's feedback."""
+    spec = TrialSpec.create(algorithm, {}, KERNEL, 0, 10, sharded=True)
+    value, calls = KernelShard.value, []
+
+    def nan_in_round_3(self, chosen, arm):
+        calls.append(arm)
+        return float("nan") if len(calls) == 3 else value(self, chosen, arm)
+
+    monkeypatch.setattr(KernelShard, "value", nan_in_round_3)
+    with pytest.raises(NonFiniteError, match=r"^round 3: the reward of the trial is nan$"):
+        run_sharded(spec, _sharded(spec))
+
+
+def test_a_nan_in_a_shards_table_stops_its_trial_naming_the_round(monkeypatch):
+    """A NaN column of one shard's candidate table: the adversary's sums F P_t turn NaN, and with them
+    the expected regret recorded in round 1."""
+    spec = TrialSpec.create("random", {}, KERNEL, 0, 10, sharded=True)
+    group = _sharded(spec)
+    group.shards[1].table[:, 0] = np.nan
+    with pytest.raises(NonFiniteError, match=r"^round 1: the expected_regret of the trial is nan$"):
+        run_sharded(spec, group)
 
 
 

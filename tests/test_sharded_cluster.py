@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from banditsweep.core.kernel_shards import KernelShard, domain_shape, run_sharded
+from banditsweep.core.kernel_shards import KernelShard, domain_shape
+from banditsweep.core.sharded_trial import run_sharded
 from banditsweep.core.sharding import LocalShards, shard_ranges
 from banditsweep.sweeps.cli import main
 from banditsweep.sweeps.spec import load_sweep
@@ -126,10 +127,10 @@ def test_shards_spread_over_nodes_and_survive_a_lost_node(three_node_cluster, tm
          "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
     checkpoints = root / "spread" / ".checkpoints"
     deadline = time.time() + 240
-    while time.time() < deadline and not list(checkpoints.glob("*/coordinator.r*.state")):
+    while time.time() < deadline and not list(checkpoints.glob("*.state")):
         assert driver.poll() is None, driver.stdout.read()
         time.sleep(0.2)
-    saved = list(checkpoints.glob("*/coordinator.r*.state"))
+    saved = list(checkpoints.glob("*.state"))
     assert saved, "no checkpoint within the deadline"
     cluster.remove_node(workers[0])          # a preempted node: its shard dies with it
     cluster.add_node(num_cpus=1)             # and the autoscaler's replacement

@@ -1,14 +1,16 @@
-"""One kernel trial split over shards (core.kernel_shards, core.sharding; SPEC 4): the same answer for
-any number of shards, the unsharded answer for random and APG-Exp3, resumable between rounds."""
+"""One kernel trial split over shards (core.kernel_shards, core.sharded_trial, core.sharding; SPEC 4): the same answer for
+any number of shards, the unsharded answer for random and APG-Exp3, resumable between rounds through
+the one checkpoint driver (core.round_loop.play_out)."""
 
 import numpy as np
 import pytest
 import yaml
 
-from banditsweep.core.kernel_shards import KernelShard, ShardedKernelTrial, domain_shape, run_sharded
+from banditsweep.core.kernel_shards import KernelShard, domain_shape
+from banditsweep.core.sharded_trial import run_sharded
 from banditsweep.core.sharding import (LocalShards, block_size, from_fixed, keyed_uniforms, max_shards,
                                        shard_ranges, shards_for, to_fixed)
-from banditsweep.core.trial import TrialSpec, run_trial
+from banditsweep.core.trial import TrialSpec, checkpoint_key, run_trial
 from banditsweep.sweeps.spec import SpecError, parse_sweep
 
 ENVIRONMENTS = {
@@ -66,21 +68,71 @@ def test_rls_sharded_is_the_same_algorithm_with_keyed_draws():
     assert sharded.diagnostics["effective_dimension_mean"] > 1
 
 
-def test_a_trial_restored_between_rounds_ends_bit_identical():
+class MemoryCheckpoints:
+    """Checkpoints kept in a dict (core.round_loop.Checkpoints). The shards of a LocalShards group
+    save their parts into it in this process, as Ray shard actors save theirs to files."""
+
+    def __init__(self, every: int):
+        self.every, self.states, self.rejected = every, {}, []
+
+    def load(self, key):
+        return self.states.get(key)
+
+    def save(self, key, state):
+        self.states[key] = state
+        return True
+
+    def discard(self, key):
+        for name in [name for name in self.states if name == key or name.startswith(key + "/")]:
+            del self.states[name]
+
+    def reject(self, key, reason):
+        self.rejected.append(reason)
+        self.discard(key)
+
+
+class Stopped(Exception):
+    """The worker of a trial died."""
+
+
+def _stopped(spec, every, round_):
+    """The checkpoints a run of ``spec`` on two shards left, saved every ``every`` rounds, when its
+    worker died in round ``round_``."""
+    checkpoints = MemoryCheckpoints(every)
+
+    def on_progress(_trial, t, _regret):
+        if t == round_:
+            raise Stopped
+
+    with pytest.raises(Stopped):
+        run_sharded(spec, _local(spec, 2), on_progress, progress_every=1, checkpoints=checkpoints)
+    return checkpoints
+
+
+def _part(spec, shard, at):
+    return f"{checkpoint_key([spec])}/shard-{_local(spec, 2).ranges[shard][0]}.r{at}"
+
+
+def test_a_sharded_trial_resumes_through_the_checkpoint_driver_bit_identical():
+    """Saved every 5 rounds, stopped at round 13: new shards, rebuilt from the seed, take their parts
+    of round 10 and the trial ends as if never stopped; the finished trial leaves no state."""
     spec = _spec("rls_kernel_exp3", "setting2", horizon=30)
-    straight = run_sharded(spec, _local(spec, 2))
-    group = _local(spec, 2)
-    trial = ShardedKernelTrial(spec, group)
-    trial.advance(12)
-    mine, states = trial.snapshot()
-    fresh = _local(spec, 2)            # new shards, rebuilt from the seed
-    for shard, state in zip(fresh.shards, states):
-        shard.restore(state)
-    resumed = ShardedKernelTrial.restore(mine, fresh, spec)
-    resumed.advance()
-    result = resumed.results()
-    np.testing.assert_array_equal(_curves(result), _curves(straight))
-    assert result.diagnostics["resumed_from_round"] == 13
+    checkpoints = _stopped(spec, 5, 13)
+    assert sorted(checkpoints.states) == [checkpoint_key([spec]), _part(spec, 0, 10), _part(spec, 1, 10)]
+    result = run_sharded(spec, _local(spec, 2), checkpoints=checkpoints)
+    np.testing.assert_array_equal(_curves(result), _curves(run_sharded(spec, _local(spec, 2))))
+    assert result.diagnostics["resumed_from_round"] == 11 and "checkpoint_rejected" not in result.diagnostics
+    assert checkpoints.states == {} and checkpoints.rejected == []
+
+
+def test_a_sharded_checkpoint_with_a_foreign_part_starts_anew_on_untouched_shards():
+    spec = _spec("apg_exp3", "setting1", horizon=20)
+    checkpoints = _stopped(spec, 5, 7)
+    checkpoints.states[_part(spec, 1, 5)] = checkpoints.states[_part(spec, 0, 5)]   # the other shard's part
+    result = run_sharded(spec, _local(spec, 2), checkpoints=checkpoints)
+    np.testing.assert_array_equal(_curves(result), _curves(run_sharded(spec, _local(spec, 2))))
+    assert result.diagnostics["checkpoint_rejected"] == 1.0 and "resumed_from_round" not in result.diagnostics
+    assert len(checkpoints.rejected) == 1 and "another trial or shard" in checkpoints.rejected[0]
 
 
 def test_partition_keyed_draws_and_exact_sums_do_not_depend_on_the_split():

@@ -1,5 +1,8 @@
-"""In-trial checkpoints on disk: the state of an unfinished lockstep batch (``core.trial.TrialRun``),
-saved every ``checkpoint_every`` rounds under ``<results root>/<sweep>/.checkpoints/<key>.state``.
+"""In-trial checkpoints on disk, the store behind core's checkpoint driver (core.round_loop.play_out,
+``Checkpoints``): the state of an unfinished round loop, saved every ``checkpoint_every`` rounds under
+``<results root>/<sweep>/.checkpoints/<key>.state``. A sharded trial keeps its coordinator's state
+there and each shard's part under ``<key>/`` (``shard-<start>.r<round>.state``), written by the
+shard's own process.
 
 A trial actor that dies (a preempted node, out of memory) leaves its batch's last state there; the
 batch's next attempt resumes from it and ends bit-identical to a run never stopped. A finished
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,16 +69,20 @@ class CheckpointFiles:
             return False
 
     def discard(self, key: str) -> None:
+        """Remove the state under ``key`` and its parts."""
         try:
             self._path(key).unlink(missing_ok=True)
+            shutil.rmtree(self.directory / key, ignore_errors=True)
         except OSError as error:   # the driver reports a folder it cannot write to
             log.warning("checkpoint %s not removed: %s", self._path(key), error)
 
     def reject(self, key: str, reason: str) -> None:
-        """A state that cannot be used (damaged, planted, another format, other trials) is moved to
-        ``<sweep>/quarantine/`` with a note; never read again. Its batch starts from round 1 and
-        records ``checkpoint_rejected``."""
+        """A state that cannot be used (damaged, planted, another format, other trials) is moved, with
+        its parts, to ``<sweep>/quarantine/`` with a note; never read again. Its loop starts from
+        round 1 and records ``checkpoint_rejected``."""
         set_aside(self._path(key), self.directory.parent / QUARANTINE, reason)
+        if (self.directory / key).is_dir():
+            set_aside(self.directory / key, self.directory.parent / QUARANTINE, reason)
 
 
 QUARANTINE = "quarantine"

@@ -15,7 +15,8 @@ The kernel bandit is reduced to a (misspecified) linear bandit on Newton-basis f
    ``exploration: g_optimal`` (the regularised design of the kernel paper's App. 16).
 3. **Linear Exp3**: P_t = (1 - alpha) exp-weights + alpha pi~ (core.exp3); Q_t = sum_x P_t(x) N(x) N(x)^T;
    theta^_t = Q_t^{-1} N(x_t) y_t; the estimate of f_t is u_t(x) = N(x)^T theta^_t.
-   eta = c1 / sqrt(D_T T), alpha = c2 eta D_T (capped at 1, project choice).
+   eta = c1 / sqrt(D_T T), alpha = c2 eta D_T (capped at 1, project choice): :class:`core.exp3.APGSchedule`,
+   shared with the sharded trial (core.kernel_shards), as is the design's iteration (core.exp3.fedorov_wynn).
 
 Defaults (c1, c2) = (0.5, 0.1): the paper's selected constants for all three kernels.
 """
@@ -29,7 +30,7 @@ from pydantic import Field
 from scipy import linalg
 
 from banditsweep.core.contracts import Config
-from banditsweep.core.exp3 import Exp3Policy, ExponentialWeights, g_optimal_design
+from banditsweep.core.exp3 import APGSchedule, Exp3Policy, ExponentialWeights, g_optimal_design, pgreedy_tolerance
 from banditsweep.core.kernels import Kernel
 
 __all__ = ["APGExp3", "APGExp3Params", "g_optimal_design", "newton_basis"]
@@ -76,25 +77,12 @@ class APGExp3(Exp3Policy):
 
     def prepare(self, domain: np.ndarray) -> ExponentialWeights:
         n, horizon = len(domain), self.problem.horizon
-        tolerance = self.params.tolerance or math.log(n) / horizon
-        self.features, pivots, power = newton_basis(self.problem.kernel, domain, tolerance)
-        dim = self.features.shape[1]
-        if dim == 0:
-            # P-greedy admits no basis function when the tolerance reaches every sqrt(k(x, x)): APG-Exp3
-            # (eta = c1 / sqrt(D_T T)) is not defined there; say so rather than divide by zero.
-            raise ValueError(f"APG-Exp3: the P-greedy tolerance {tolerance:.3g} (log|X| / T = log {n} / {horizon} "
-                             f"unless `tolerance` is set) is not below max sqrt(k(x, x)) = {float(power.max()):.3g}, "
-                             f"so the Newton basis is empty; use a horizon T > log|X| = {math.log(n):.3g} or a "
-                             "smaller `tolerance`")
+        tolerance = pgreedy_tolerance(self.params, n, horizon)
+        self.features, _, power = newton_basis(self.problem.kernel, domain, tolerance)
+        schedule = APGSchedule(self.params, n, horizon, self.features.shape[1], float(power.max()))
         design, g_max, iterations = g_optimal_design(self.features, self.params.epsilon, self.params.max_iterations)
-        eta = self.params.c1 / math.sqrt(dim * horizon)
-        alpha_formula = self.params.c2 * eta * dim
-        alpha = min(1.0, alpha_formula)
-        self.values = {"D_T": float(dim), "pgreedy_tolerance": tolerance, "pgreedy_max_power": float(power.max()),
-                       "design_g_max": g_max, "design_g_ratio": g_max / dim, "design_iterations": float(iterations),
-                       "design_support": float(np.count_nonzero(design > 1e-12)),
-                       "eta": eta, "alpha": alpha, "alpha_formula": alpha_formula}
-        return ExponentialWeights(n, eta, alpha, design)
+        self.values = schedule.values(g_max, iterations, np.count_nonzero(design > 1e-12))
+        return ExponentialWeights(n, schedule.eta, schedule.alpha, design)
 
     def estimate(self, probabilities: np.ndarray, arm: int, reward: float) -> np.ndarray:
         features = self.features

@@ -39,15 +39,14 @@ from pydantic import Field
 
 from banditsweep.core import domains, kernels
 from banditsweep.core.contracts import Config
-from banditsweep.core.exp3 import Exp3Policy, ExponentialWeights, empirical_distribution, g_optimal_design
-from banditsweep.core.kernels import check_memory, growth_rate
+from banditsweep.core.exp3 import (RLS_BETA_FACTOR, Exp3Policy, Exp3Schedule, ExponentialWeights,
+                                   empirical_distribution, g_optimal_design)
+from banditsweep.core.kernels import check_memory
 from banditsweep.core.mvr import mvr_sequence
 from banditsweep.core.trial import canonical_json
 
 # n x n float64 arrays alive at the peak of a round: K, D^{1/2} K, the system and its factor.
 EXACT_WORK_MATRICES = 4
-# Theorem 3's confidence width is (1 + sqrt 2) times Theorem 1's: beta = B (1 + sqrt 2) sqrt(lambda / T).
-RLS_BETA_FACTOR = 1.0 + math.sqrt(2.0)
 # Environment kinds with a finite domain X described by ``setting`` / ``domain`` (core.domains).
 KERNEL_ENVIRONMENTS = ("adversarial_kernel", "kernel_lower_bound")
 # Eigenvalues of K below this fraction of the largest are dropped from the g_optimal design's features.
@@ -100,26 +99,6 @@ def kernel_features(kernel_matrix: np.ndarray, tolerance: float = FEATURE_TOLERA
     values, vectors = np.linalg.eigh(kernel_matrix)
     keep = values > tolerance * max(float(values.max()), 0.0)
     return vectors[:, keep] * np.sqrt(values[keep])
-
-
-class Exp3Schedule:
-    """The derived constants shared by Kernelized Exp3 and RLS-Kernelized Exp3 (SPEC 3.1, 3.4)."""
-
-    def __init__(self, params: Exp3ScheduleParams, problem, beta_factor: float = 1.0):
-        horizon, dim = problem.horizon, problem.dim
-        self.gamma_T = growth_rate(problem.kernel, horizon, dim)
-        self.eta = params.c3 / math.sqrt(horizon * self.gamma_T)
-        self.alpha_formula = params.c4 * self.eta * self.gamma_T
-        self.alpha = min(1.0, self.alpha_formula)
-        self.mu = params.lam / horizon
-        self.beta_formula = beta_factor * problem.norm_bound * math.sqrt(params.lam / horizon)
-        self.beta = self.beta_formula if params.beta is None else float(params.beta)
-        self.design_length = max(1, math.ceil(horizon * self.alpha))
-
-    def as_dict(self) -> dict[str, float]:
-        return {"gamma_T": self.gamma_T, "eta": self.eta, "alpha": self.alpha,
-                "alpha_formula": self.alpha_formula, "beta": self.beta, "beta_formula": self.beta_formula,
-                "mu": self.mu, "mvr_length": float(self.design_length)}
 
 
 def kernel_form_statistics(kernel_matrix: torch.Tensor, probabilities: torch.Tensor, mu, index

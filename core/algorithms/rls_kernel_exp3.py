@@ -43,8 +43,8 @@ import numpy as np
 from pydantic import Field
 from scipy import linalg
 
-from banditsweep.core.algorithms.kernel_exp3 import RLS_BETA_FACTOR, Exp3Schedule, Exp3ScheduleParams
-from banditsweep.core.exp3 import Exp3Policy, ExponentialWeights, empirical_distribution
+from banditsweep.core.algorithms.kernel_exp3 import Exp3ScheduleParams
+from banditsweep.core.exp3 import RLS_BETA_FACTOR, Exp3Policy, Exp3Schedule, ExponentialWeights, empirical_distribution
 from banditsweep.core.mvr import approximate_mvr_sequence, mvr_sequence
 from banditsweep.core.nystrom import (NystromSample, nystrom_embedding, recursive_rls_nystrom,
                                       recursive_rls_nystrom_theory, weighted_kernel_block)
