@@ -472,12 +472,12 @@ def _check_fits(args, sweep: Sweep) -> None:
 
 def _sink_names(args, sweep: Sweep) -> list[str]:
     """--sink, else the spec's ``sinks:``, else the default; each must be a registered sink."""
-    from banditsweep.core import registry
+    from banditsweep.workers.sinks import DEFAULT_SINKS, sink_names
 
-    names = args.sinks or sweep.spec.sinks or list(registry.DEFAULT_SINKS)
+    names = args.sinks or sweep.spec.sinks or list(DEFAULT_SINKS)
     if names == ["none"]:
         return []
-    known = registry.sink_names()
+    known = sink_names()
     for name in names:
         if name not in known:
             source = "--sink" if args.sinks else f"{args.spec}: sinks"
@@ -805,7 +805,9 @@ def cmd_list(args) -> int:
     for name in registry.environment_names():
         environment = registry.environment_class(name)
         print(f"  {name} [{environment.interaction}]: {describe(environment.Config)}")
-    print(f"result sinks (default: {', '.join(registry.DEFAULT_SINKS)}): {', '.join(registry.sink_names())}")
+    from banditsweep.workers.sinks import DEFAULT_SINKS, sink_names
+
+    print(f"result sinks (default: {', '.join(DEFAULT_SINKS)}): {', '.join(sink_names())}")
     from banditsweep.core.kernel_shards import SHARDABLE_ALGORITHMS, SHARDABLE_ENVIRONMENTS
 
     print(f"sharded trials (shards: N or shard_points: P on an environment or algorithm entry): "

@@ -27,12 +27,11 @@ from banditsweep.core.trial import TrialSpec, batch_key
 from banditsweep.workers.actors import MirrorActor, TrialActor
 from banditsweep.workers.checkpoints import CheckpointFiles
 from banditsweep.workers.errors import RayUnreachableError, ResourceRequestError, StoreWriteError
-from banditsweep.workers.record import FINISHED, TrialOutcome, TrialRecord, thinned_curve
+from banditsweep.workers.record import FINISHED, MAX_ATTEMPTS, TrialOutcome, TrialRecord, thinned_curve
 from banditsweep.workers.signals import stop_cleanly_on_sigterm
 from banditsweep.workers.sinks import MirrorStatus, SinkContext
 from banditsweep.workers.store import SweepStore, TrialsTable
 
-MAX_ATTEMPTS = 3
 # Batches an actor holds at once: the one it runs and the next one, queued on the actor.
 ACTOR_QUEUE = 2
 # Seconds between two questions to the mirror about the sinks' troubles.
