@@ -38,6 +38,7 @@ from banditsweep.core.datasets import (
     read_table,
     verify_table,
 )
+from banditsweep.workers.atomic import write_atomically
 
 INSTALL_HINT = "pip install 'banditsweep[openml]'"
 _MISSING_VALUES = {"?", ""}
@@ -102,18 +103,6 @@ def openml_to_table(name: str, features: pd.DataFrame, target: pd.Series | pd.Da
     return pa.table(columns)
 
 
-def _write_atomically(table: pa.Table, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    os.close(descriptor)
-    try:
-        pq.write_table(table, temporary, compression="zstd")
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def download_dataset(name: str, path: Path) -> Path:
     """Fetch ``name`` from OpenML, convert, verify and write it to ``path``."""
     info = dataset_info(name)
@@ -130,7 +119,7 @@ def download_dataset(name: str, path: Path) -> Path:
                 + how_to_provide(name, directory)) from error
         table = openml_to_table(name, features, target)
     verify_table(name, table, f"downloaded from OpenML id {info.openml_id}")
-    _write_atomically(table, path)
+    write_atomically(path, lambda temporary: pq.write_table(table, temporary, compression="zstd"))
     return path
 
 

@@ -44,7 +44,6 @@ import math
 import os
 import re
 import socket
-import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -58,6 +57,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from banditsweep.workers.atomic import move_into_place, write_atomically, written_temporary
 from banditsweep.workers.errors import DamagedResultError
 from banditsweep.workers.record import FAILED, FINISHED, TrialOutcome, TrialRecord
 
@@ -108,49 +108,6 @@ _FIELD_TYPES = {"seed": pa.int64(), "horizon": pa.int64(), "log_every": pa.int64
 TRIAL_COLUMNS = [f.name for f in fields(TrialRecord)]
 
 
-def _file_mode() -> int:
-    """The mode a new file gets under the process's umask (mkstemp's files are 0600 whatever it is)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-FILE_MODE = _file_mode()
-
-
-def _written_temporary(directory: Path, prefix: str, write: Callable[[str], None]) -> str:
-    """A hidden temporary file in ``directory`` that ``write`` filled, fsynced and given the results'
-    mode; removed again if anything fails. The caller renames it into place."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.chmod(tmp, FILE_MODE)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return tmp
-
-
-def _renamed(tmp: str, path: Path) -> Path:
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def _fsync_write(path: Path, write: Callable[[str], None]) -> None:
-    """Write through a hidden temporary file, fsync it and rename it into place."""
-    _renamed(_written_temporary(path.parent, f".{path.name}.", write), path)
-
-
 WRITE_OPTIONS = {"write_page_checksum": True}
 _DIGEST = re.compile(r"-([0-9a-f]{64})$")
 # Each journal line holds its record's fields and this key: the SHA-256 of the record's canonical
@@ -182,11 +139,11 @@ def file_digest(path: Path | str) -> str:
 
 def _write_digested(directory: Path, prefix: str, suffix: str, write: Callable[[str], None],
                     hidden: bool = False) -> Path:
-    """As :func:`_fsync_write`, into a new file named by its write time and the SHA-256 of its
+    """Atomically (workers.atomic), into a new file named by its write time and the SHA-256 of its
     bytes; returns its (visible) path."""
-    tmp = _written_temporary(directory, f".tmp.{prefix}", write)
+    tmp = written_temporary(directory, f".tmp.{prefix}", write)
     name = f"{_unique_name(prefix, '')}-{file_digest(tmp)}{suffix}"
-    _renamed(tmp, directory / (("." if hidden else "") + name))
+    move_into_place(tmp, directory / (("." if hidden else "") + name))
     return directory / name
 
 
@@ -406,7 +363,7 @@ class SweepStore:
         text = README.format(sweep=self.root.name, root=self.root, results=self.root.parent)
         path = self.root / "README.txt"
         if not path.exists() or path.read_text() != text:
-            _fsync_write(path, lambda tmp: Path(tmp).write_text(text))
+            write_atomically(path, text)
 
     def write_outcomes(self, outcomes: list[TrialOutcome]) -> None:
         """Make a group of trial outcomes durable: one curves part, then one journal segment."""
@@ -423,7 +380,7 @@ class SweepStore:
         # A view of the journal under a fixed name (readers read trials/), so no digest in its name:
         # its pages have CRCs and `status` compares its rows with the journal.
         table = trials_table(records)
-        _fsync_write(self.trials_dir / "trials.parquet", lambda tmp: _write_parquet(table, tmp))
+        write_atomically(self.trials_dir / "trials.parquet", lambda tmp: _write_parquet(table, tmp))
 
     def compact(self) -> None:
         """Merge the curve parts into one file and the journal segments into one segment. A curve
@@ -482,7 +439,7 @@ class SweepStore:
         """Write the merged file hidden, note which parts it replaces, remove them, then show it."""
         target = _write_digested(directory, prefix, suffix, write, hidden=True)
         manifest = target.with_name("." + target.name + ".replaces")
-        _fsync_write(manifest, lambda tmp: Path(tmp).write_text("\n".join(p.name for p in parts)))
+        write_atomically(manifest, "\n".join(p.name for p in parts))
         self._finish_replace(manifest)
 
     @staticmethod
