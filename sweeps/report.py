@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -418,27 +417,6 @@ def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sw
     plot_curves(store, summary, directory, sweep)
     trials = store.read_trials()
     return write_paper_comparisons(directory, compare_with_papers(summary.best, trials), sweep)
-
-
-def log_report_to_mlflow(tracking_uri: str, store: SweepStore, directory: Path) -> str | None:
-    """Attach the report files to the latest parent run of the store the report read (not of another
-    results folder of the same sweep); returns its id (None if there is none)."""
-    from mlflow.tracking import MlflowClient
-
-    from banditsweep.workers.mlflow_sink import latest_parent_run, store_setup_lock
-    from banditsweep.workers.sinks import store_id
-
-    with store_setup_lock(tracking_uri) as note:   # a new SQLite store gets its tables when the client opens it
-        client = MlflowClient(tracking_uri)
-    if note:
-        print(f"warning: {note}", file=sys.stderr)
-    experiment = client.get_experiment_by_name(store.root.name)
-    if experiment is None:
-        return None
-    run_id = latest_parent_run(client, experiment.experiment_id, store_id(str(store.root.parent), store.root.name))
-    if run_id is not None:
-        client.log_artifacts(run_id, str(directory), artifact_path="report")
-    return run_id
 
 
 # ---- ours beside the paper's --------------------------------------------------------------------

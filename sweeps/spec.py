@@ -652,9 +652,9 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise SpecError("--set", show(pair), "expected key=value, e.g. --set horizon=200 --set seeds=2")
         key = key.strip()
-        if key not in _OVERRIDABLE:
-            raise SpecError("--set", key, f"cannot be overridden{did_you_mean(key, _OVERRIDABLE)}; "
-                                          f"allowed: {', '.join(_OVERRIDABLE)}")
+        if key not in OVERRIDABLE:
+            raise SpecError("--set", key, f"cannot be overridden{did_you_mean(key, OVERRIDABLE)}; "
+                                          f"allowed: {', '.join(OVERRIDABLE)}")
         try:
             overrides[key] = load_yaml(value, f"--set {key}")
         except SpecError as error:
@@ -663,7 +663,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return overrides
 
 
-_OVERRIDABLE = ("sweep", "horizon", "seeds", "log_every", "checkpoint_every", "resources.cpus_per_trial",
+OVERRIDABLE = ("sweep", "horizon", "seeds", "log_every", "checkpoint_every", "resources.cpus_per_trial",
                 "resources.gpus_per_trial", "resources.batch_trials", "resources.cpus_per_shard",
                 "resources.gpus_per_shard")
 
@@ -671,8 +671,8 @@ _OVERRIDABLE = ("sweep", "horizon", "seeds", "log_every", "checkpoint_every", "r
 def _apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
     raw = dict(raw)
     for key, value in overrides.items():
-        if key not in _OVERRIDABLE:
-            raise SpecError("--set", key, f"cannot be overridden; allowed: {', '.join(_OVERRIDABLE)}")
+        if key not in OVERRIDABLE:
+            raise SpecError("--set", key, f"cannot be overridden; allowed: {', '.join(OVERRIDABLE)}")
         if key.startswith("resources."):
             resources = raw.get("resources") or {}
             if not isinstance(resources, dict):

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Union
 
 # What to write: the bytes or text themselves, or a function that writes the file at the path it
 # is given (pyarrow's writers take a path).
-Content = Union[bytes, str, Callable[[str], None]]
+Content = bytes | str | Callable[[str], None]
 
 
 def _file_mode() -> int:

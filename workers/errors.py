@@ -2,6 +2,11 @@
 imports: the CLI maps them before anything runs."""
 
 
+class InputError(ValueError):
+    """Bad input found before anything runs: an argument, or what it names (a Ray address, a
+    tracking URI, a folder), said in one line naming the argument."""
+
+
 class RayUnreachableError(ConnectionError):
     """``--address`` names a Ray head that does not answer."""
 
@@ -18,3 +23,7 @@ class StoreWriteError(OSError):
 class DamagedResultError(RuntimeError):
     """A result file read back is damaged (a checksum that does not match, unreadable Parquet):
     ``status`` or ``run`` moves it aside and runs its trials again."""
+
+
+class SweepBusyError(RuntimeError):
+    """Another ``run`` of the same sweep holds its results folder."""

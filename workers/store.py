@@ -58,14 +58,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from banditsweep.workers.atomic import move_into_place, write_atomically, written_temporary
-from banditsweep.workers.errors import DamagedResultError
+from banditsweep.workers.errors import DamagedResultError, SweepBusyError
 from banditsweep.workers.record import FAILED, FINISHED, TrialOutcome, TrialRecord
 
 __all__ = ["CURVE_SCHEMA", "FAILED", "FINISHED", "SweepBusyError", "SweepStore", "TrialsTable", "load"]
-
-
-class SweepBusyError(RuntimeError):
-    """Another ``run`` of the same sweep holds its results folder."""
 
 
 # Per-round values every environment of the project may report (``Environment.round_extras``) get
