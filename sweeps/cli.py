@@ -34,15 +34,8 @@ from banditsweep.sweeps.commands.arguments import (
     check_sweep_folder,
     results_root,
 )
-from banditsweep.sweeps.spec import (
-    OVERRIDABLE,
-    SpecError,
-    Sweep,
-    load_sweep,
-    one_line,
-    parse_overrides,
-    show,
-)
+from banditsweep.sweeps.spec import OVERRIDABLE, Sweep, load_sweep, parse_overrides
+from banditsweep.sweeps.spec_errors import SpecError, one_line, show
 from banditsweep.workers.errors import (
     DamagedResultError,
     InputError,

@@ -10,7 +10,8 @@ import argparse
 import os
 from pathlib import Path
 
-from banditsweep.sweeps.spec import SpecError, Sweep, show
+from banditsweep.sweeps.spec import Sweep
+from banditsweep.sweeps.spec_errors import SpecError, show
 from banditsweep.workers.errors import InputError
 from banditsweep.workers.folders import check_directory
 from banditsweep.workers.ray_address import (

@@ -28,7 +28,8 @@ from banditsweep.sweeps.commands.shared import (
     store_of,
 )
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
-from banditsweep.sweeps.spec import SpecError, Sweep
+from banditsweep.sweeps.spec import Sweep
+from banditsweep.sweeps.spec_errors import SpecError
 from banditsweep.workers.dispatcher import run_sweep
 from banditsweep.workers.jobs import Job, RunOptions
 from banditsweep.workers.pool import check_fits
