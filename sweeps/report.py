@@ -19,21 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+
 from banditsweep.core.trial import canonical_json
-from banditsweep.sweeps.paper_comparison import (
-    compare_with_papers,
-    write_paper_comparisons,
-)
-from banditsweep.sweeps.tables import (
-    MISSING,
-    label_slug,
-    latex_escape,
-    latex_table,
-    latex_text_table,
-    markdown_table,
-    slug,
-)
-from banditsweep.workers.store import FINISHED, SweepStore
+from banditsweep.sweeps.paper_comparison import compare_with_papers, write_paper_comparisons
+from banditsweep.sweeps.tables import (MISSING, label_slug, latex_escape, latex_table, latex_text_table, markdown_table,
+                                       slug)
+from banditsweep.workers.record import FINISHED
+from banditsweep.workers.store import SweepStore
 
 # The usual names of the registered algorithms, for figures and LaTeX tables of a spec that gives
 # no ``label`` (a label the spec gives is used as it is).

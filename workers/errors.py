@@ -1,5 +1,5 @@
-"""Why a run cannot go on, as the CLI reports it (exit codes in sweeps/cli.py). Kept free of heavy
-imports: the CLI maps them before anything runs."""
+"""Why a run cannot go on, as the CLI reports it (exit codes in sweeps/commands/__init__.py), and an
+error's text on one line. Kept free of heavy imports: the CLI maps them before anything runs."""
 
 
 class InputError(ValueError):
@@ -27,3 +27,11 @@ class DamagedResultError(RuntimeError):
 
 class SweepBusyError(RuntimeError):
     """Another ``run`` of the same sweep holds its results folder."""
+
+
+def one_line(error: BaseException | str, limit: int = 200) -> str:
+    """An error's text on one line of printable characters, at most ``limit`` long (Parquet's
+    messages may span lines and quote the damaged bytes)."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in line).strip()
+                    for line in str(error).splitlines()).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
