@@ -21,29 +21,14 @@ import traceback
 from pathlib import Path
 
 from banditsweep.core.datasets import DATA_ENV_VAR
-from banditsweep.sweeps.commands import (
-    EXIT_BAD_INPUT,
-    EXIT_INCONSISTENT,
-    EXIT_INTERRUPTED,
-    EXIT_STORE_UNWRITABLE,
-)
-from banditsweep.sweeps.commands.arguments import (
-    DEFAULT_RESULTS_ROOT,
-    RESULTS_ENV_VAR,
-    check_arguments,
-    check_sweep_folder,
-    results_root,
-)
-from banditsweep.sweeps.spec import OVERRIDABLE, Sweep, load_sweep, parse_overrides
+from banditsweep.sweeps.commands import EXIT_BAD_INPUT, EXIT_INCONSISTENT, EXIT_INTERRUPTED, EXIT_STORE_UNWRITABLE
+from banditsweep.sweeps.commands.arguments import (DEFAULT_RESULTS_ROOT, RESULTS_ENV_VAR, check_arguments,
+                                                   check_sweep_folder, results_root)
+from banditsweep.sweeps.spec import Sweep, load_sweep
 from banditsweep.sweeps.spec_errors import SpecError, one_line, show
-from banditsweep.workers.errors import (
-    DamagedResultError,
-    InputError,
-    RayUnreachableError,
-    ResourceRequestError,
-    StoreWriteError,
-    SweepBusyError,
-)
+from banditsweep.sweeps.spec_overrides import OVERRIDABLE, parse_overrides
+from banditsweep.workers.errors import (DamagedResultError, InputError, RayUnreachableError, ResourceRequestError,
+                                        StoreWriteError, SweepBusyError)
 from banditsweep.workers.signals import stop_cleanly_on_sigterm
 
 UNWRITABLE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)

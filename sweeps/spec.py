@@ -15,8 +15,8 @@ beyond what the results store holds (int64) (all read by :mod:`banditsweep.sweep
 sweep name that is a results root's own file (:mod:`banditsweep.workers.layout`); sweeps of more
 than :data:`MAX_TRIALS` trials, counted before a single trial is built.
 
-This module holds the schema (pydantic models), the ``--set`` overrides (:data:`OVERRIDABLE`, the
-one list of the keys they may name) and the expansion of a spec into its trials.
+This module holds the schema (pydantic models) and the expansion of a spec into its trials; the
+``--set`` overrides are :mod:`banditsweep.sweeps.spec_overrides`.
 
 A trial is (algorithm, params + one grid point, environment, seed, horizon); see
 :class:`banditsweep.core.trial.TrialSpec`.
@@ -31,29 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
 from banditsweep.core import registry
 from banditsweep.core.trial import TrialSpec, environment_label
-from banditsweep.sweeps.spec_errors import (
-    SpecError,
-    did_you_mean,
-    raise_from_validation,
-    show,
-)
-from banditsweep.sweeps.spec_yaml import (
-    check_booleans,
-    check_values,
-    load_yaml,
-    read_spec_text,
-)
+from banditsweep.sweeps.spec_errors import SpecError, did_you_mean, raise_from_validation, show
+from banditsweep.sweeps.spec_overrides import apply_overrides
+from banditsweep.sweeps.spec_yaml import check_booleans, check_values, load_yaml, read_spec_text
 from banditsweep.workers.layout import RESULTS_ROOT_ENTRIES, taken_by_the_results_root
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-)
 
 # Keys of an environment entry that belong to the sweep, not to the environment's Config.
 ENVIRONMENT_SWEEP_KEYS = ("kind", "horizon", "label", "shards", "shard_points")
@@ -205,55 +190,6 @@ class Sweep:
         return self.spec.sweep
 
 
-# ---------------------------------------------------------------------------------------------
-# --set overrides
-
-
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """``--set key=value`` pairs; values are YAML scalars (``horizon=200``, ``seeds=[0,1]``)."""
-    overrides: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise SpecError("--set", show(pair), "expected key=value, e.g. --set horizon=200 --set seeds=2")
-        key = key.strip()
-        if key not in OVERRIDABLE:
-            raise SpecError("--set", key, f"cannot be overridden{did_you_mean(key, OVERRIDABLE)}; "
-                                          f"allowed: {', '.join(OVERRIDABLE)}")
-        try:
-            overrides[key] = load_yaml(value, f"--set {key}")
-        except SpecError as error:
-            raise SpecError("--set", key, f"{error.message} (got {show(value)})") from None
-        check_values("--set", overrides[key], (key,))
-    return overrides
-
-
-OVERRIDABLE = ("sweep", "horizon", "seeds", "log_every", "checkpoint_every", "resources.cpus_per_trial",
-                "resources.gpus_per_trial", "resources.batch_trials", "resources.cpus_per_shard",
-                "resources.gpus_per_shard")
-
-
-def _apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
-    raw = dict(raw)
-    for key, value in overrides.items():
-        if key not in OVERRIDABLE:
-            raise SpecError("--set", key, f"cannot be overridden; allowed: {', '.join(OVERRIDABLE)}")
-        if key.startswith("resources."):
-            resources = raw.get("resources") or {}
-            if not isinstance(resources, dict):
-                continue   # the spec's own `resources:` is reported as it is
-            raw["resources"] = {**resources, key.split(".", 1)[1]: value}
-        else:
-            raw[key] = value
-        if key == "horizon" and isinstance(raw.get("environments"), list):
-            # A horizon override applies to every environment, also those with their own horizon.
-            raw["environments"] = [
-                {**env, "horizon": value} if isinstance(env, dict) and "horizon" in env else env
-                for env in raw["environments"]
-            ]
-    return raw
-
-
 def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Sweep:
     source = str(path)
     raw = load_yaml(read_spec_text(path), source)
@@ -267,7 +203,7 @@ def parse_sweep(raw: Any, source: str = "<spec>", overrides: dict[str, Any] | No
                                     f"sinks) (got {show(raw)})")
     check_values(source, raw)
     if overrides:
-        raw = _apply_overrides(raw, overrides)
+        raw = apply_overrides(raw, overrides)
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as error:

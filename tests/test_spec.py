@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.spec import SpecError, load_sweep, parse_overrides, parse_sweep
+from banditsweep.sweeps.spec import SpecError, load_sweep, parse_sweep
+from banditsweep.sweeps.spec_overrides import parse_overrides
 
 GOOD = {
     "sweep": "unit",
