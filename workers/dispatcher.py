@@ -33,28 +33,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
 from banditsweep.core.trial import TrialSpec, batch_key
 from banditsweep.workers.actors import MirrorActor
 from banditsweep.workers.checkpoints import CheckpointFiles
 from banditsweep.workers.errors import ResourceRequestError, StoreWriteError
 from banditsweep.workers.jobs import Job, Progress, RunOptions, SweepOutcome
-from banditsweep.workers.pool import (
-    Slot,
-    TrialPool,
-    actor_resources,
-    check_shards_fit,
-    placeable,
-)
+from banditsweep.workers.pool import Slot, TrialPool, actor_resources, check_shards_fit, placeable
 from banditsweep.workers.ray_connection import RayConnection
-from banditsweep.workers.record import (
-    FINISHED,
-    MAX_ATTEMPTS,
-    TrialOutcome,
-    thinned_curve,
-)
+from banditsweep.workers.record import FINISHED, MAX_ATTEMPTS, TrialOutcome, thinned_curve
 from banditsweep.workers.sinks import SinkContext
 from banditsweep.workers.store import SweepStore, TrialsTable
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 __all__ = ["Job", "Progress", "RunOptions", "SweepOutcome", "make_batches", "run_sweep"]
 
@@ -325,20 +315,20 @@ class SweepLoop:
         if not lost:
             return settled
         started, queued = lost[0], lost[1:]
-        for batch in queued:
-            self.batches.appendleft(batch)
         for job in started:
             job.attempts += 1
         if len(started) > 1 and started[0].attempts == 1:
             self.batches.appendleft(started)
-            return settled
-        for job in started:
-            if job.attempts >= MAX_ATTEMPTS:
-                record = replace(job.record, attempts=job.attempts)
-                settled.append(TrialOutcome.of(record.failed(f"worker died {job.attempts} times: {error}", None,
-                                                             at=time.time())))
-            else:
-                self.batches.appendleft([job])
+        else:
+            for job in started:
+                if job.attempts >= MAX_ATTEMPTS:
+                    record = replace(job.record, attempts=job.attempts)
+                    settled.append(TrialOutcome.of(record.failed(f"worker died {job.attempts} times: {error}", None,
+                                                                 at=time.time())))
+                else:
+                    self.batches.appendleft([job])
+        for batch in queued:
+            self.batches.appendleft(batch)
         return settled
 
     def feed(self, arrived: list[TrialOutcome]) -> None:
