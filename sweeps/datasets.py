@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from banditsweep.core.datasets import (
     CLASS_COLUMN,
     DATA_ENV_VAR,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from banditsweep.sweeps.tables import MISSING, markdown_table, slug
 
 # ---- ours beside the paper's --------------------------------------------------------------------

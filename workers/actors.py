@@ -14,6 +14,7 @@ import time
 import traceback
 
 import ray
+
 from banditsweep.core.trial import TrialSpec, run_trials
 from banditsweep.workers.checkpoints import CheckpointFiles
 from banditsweep.workers.record import TrialOutcome, TrialRecord

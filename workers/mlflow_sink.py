@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from banditsweep.workers.record import FINISHED, TrialRecord, thinned_curve
-from banditsweep.workers.sinks import Points, SinkContext, store_id
-from banditsweep.workers.tracking import local_artifact_root, store_setup_lock
 from mlflow.entities import Metric, Param, RunTag, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+
+from banditsweep.workers.record import FINISHED, TrialRecord, thinned_curve
+from banditsweep.workers.sinks import Points, SinkContext, store_id
+from banditsweep.workers.tracking import local_artifact_root, store_setup_lock
 
 # The stepped metric: the cumulative regret, named as the Parquet column it mirrors (`regret` there is
 # the per-round increment).

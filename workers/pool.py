@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
+
 from banditsweep.core.memory import gib, trial_footprint
 from banditsweep.workers.actors import TrialActor
 from banditsweep.workers.errors import InputError, ResourceRequestError

@@ -12,8 +12,9 @@ import shutil
 import tempfile
 from typing import Any
 
-import banditsweep
 import ray
+
+import banditsweep
 from banditsweep.workers.ray_address import check_reachable
 from banditsweep.workers.signals import stop_cleanly_on_sigterm
 

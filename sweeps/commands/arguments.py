@@ -14,18 +14,9 @@ from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError, show
 from banditsweep.workers.errors import InputError
 from banditsweep.workers.folders import check_directory
-from banditsweep.workers.ray_address import (
-    RAY_ADDRESS_FORMS,
-    check_address,
-    ray_address,
-)
-from banditsweep.workers.tracking import (
-    TRACKING_URI_ENV_VAR,
-    check_tracking_uri,
-    database_in,
-    given_tracking_uri,
-    resolve_tracking_uri,
-)
+from banditsweep.workers.ray_address import RAY_ADDRESS_FORMS, check_address, ray_address
+from banditsweep.workers.tracking import (TRACKING_URI_ENV_VAR, check_tracking_uri, database_in, given_tracking_uri,
+                                          resolve_tracking_uri)
 
 # One absolute default for results, wherever `run` is started from: a Ray job runs in a temporary
 # copy of the submitted folder, so a relative default would write results there and lose them.

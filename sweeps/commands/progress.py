@@ -8,8 +8,9 @@ from __future__ import annotations
 import sys
 import time
 
-from banditsweep.workers.jobs import Progress
 from tqdm import tqdm
+
+from banditsweep.workers.jobs import Progress
 
 # Seconds without a placed actor before `run --no-progress` says it is waiting for nodes (starting
 # an actor takes a second or two; that is not worth a line).

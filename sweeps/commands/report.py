@@ -8,18 +8,8 @@ import sys
 
 from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
-from banditsweep.sweeps.commands.shared import (
-    env_order,
-    label_order,
-    say_health,
-    store_of,
-)
-from banditsweep.sweeps.report import (
-    finished_trials,
-    markdown_table,
-    summarise,
-    write_report,
-)
+from banditsweep.sweeps.commands.shared import env_order, label_order, say_health, store_of
+from banditsweep.sweeps.report import finished_trials, markdown_table, summarise, write_report
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.workers.mlflow_sink import attach_report
 

@@ -21,12 +21,7 @@ import banditsweep
 from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
 from banditsweep.sweeps.commands.progress import ProgressDisplay
-from banditsweep.sweeps.commands.shared import (
-    jobs_of,
-    print_results,
-    say_health,
-    store_of,
-)
+from banditsweep.sweeps.commands.shared import jobs_of, print_results, say_health, store_of
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError

@@ -8,6 +8,7 @@ import sys
 from dataclasses import asdict
 
 import pandas as pd
+
 from banditsweep.sweeps.commands import EXIT_INCONSISTENT
 from banditsweep.sweeps.commands.shared import jobs_of, say_health, store_of
 from banditsweep.sweeps.report import markdown_table
