@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 # What to write: the bytes or text themselves, or a function that writes the file at the path it
@@ -30,11 +31,17 @@ def _file_mode() -> int:
 FILE_MODE = _file_mode()
 
 
-def _discard(tmp: str) -> None:
+@contextmanager
+def _removed_on_failure(tmp: str):
+    """Whatever fails inside takes the temporary file with it."""
     try:
-        os.unlink(tmp)
-    except OSError:
-        pass   # never made, or a folder that takes nothing now: the error being raised says which
+        yield
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass   # never made, or a folder that takes nothing now: the error being raised says which
+        raise
 
 
 def written_temporary(directory: Path, prefix: str, content: Content) -> str:
@@ -44,7 +51,7 @@ def written_temporary(directory: Path, prefix: str, content: Content) -> str:
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
     os.close(fd)
-    try:
+    with _removed_on_failure(tmp):
         if callable(content):
             content(tmp)
         else:
@@ -52,19 +59,13 @@ def written_temporary(directory: Path, prefix: str, content: Content) -> str:
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.chmod(tmp, FILE_MODE)
-    except BaseException:
-        _discard(tmp)
-        raise
     return tmp
 
 
 def move_into_place(tmp: str, path: Path) -> Path:
     """Rename a finished temporary file to ``path`` (replacing what was there), or remove it."""
-    try:
+    with _removed_on_failure(tmp):
         os.replace(tmp, path)
-    except BaseException:
-        _discard(tmp)
-        raise
     return path
 
 
