@@ -20,7 +20,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from banditsweep.core.datasets import DATA_ENV_VAR
+from banditsweep.core.datasets import DATA_ENV_VAR, DatasetError
 from banditsweep.sweeps.commands import EXIT_BAD_INPUT, EXIT_INCONSISTENT, EXIT_INTERRUPTED, EXIT_STORE_UNWRITABLE
 from banditsweep.sweeps.commands.arguments import (DEFAULT_RESULTS_ROOT, RESULTS_ENV_VAR, check_arguments,
                                                    check_sweep_folder, results_root)
@@ -31,6 +31,8 @@ from banditsweep.workers.errors import (DamagedResultError, InputError, RayUnrea
                                         StoreWriteError, SweepBusyError)
 from banditsweep.workers.signals import stop_cleanly_on_sigterm
 
+# Bad input, found before anything is started or written: exit 2 with one line.
+INPUT_ERRORS = (SpecError, DatasetError, SweepBusyError, InputError, RayUnreachableError, ResourceRequestError)
 UNWRITABLE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 MAX_WORKERS = 100_000   # trial actors of one run, at most
 
@@ -124,13 +126,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     return getattr(importlib.import_module(f"banditsweep.sweeps.commands.{module}"), function)(args, sweep)
 
 
-def _input_errors() -> tuple[type[BaseException], ...]:
-    # core.datasets' error is imported only when there is an error to map: the module loads pyarrow.
-    from banditsweep.core.datasets import DatasetError
-
-    return (SpecError, DatasetError, SweepBusyError, InputError, RayUnreachableError, ResourceRequestError)
-
-
 def main(argv: list[str] | None = None) -> int:
     # Bad arguments: one line on stderr and SystemExit(2) from the parser.
     args = build_parser().parse_args(argv)
@@ -149,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     except DamagedResultError as error:   # a file damaged after it was checked
         print(one_line(f"error: {error}"), file=sys.stderr)
         return EXIT_INCONSISTENT
-    except _input_errors() as error:
+    except INPUT_ERRORS as error:
         # Bad input: one line naming the file or argument, the key, the value and what is allowed.
         if getattr(args, "debug", False):
             traceback.print_exc()
