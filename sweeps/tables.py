@@ -1,5 +1,5 @@
 """Tables as a paper and a terminal show them: Markdown (numbers rounded, a missing value as
-:data:`MISSING`), LaTeX with booktabs rules, a caption, a ``\label`` and the best value of each
+:data:`MISSING`), LaTeX with booktabs rules, a caption, a ``\\label`` and the best value of each
 column in bold; and the slugs that name their files and labels."""
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def latex_number(value, digits: int = 1) -> str:
 def latex_table(table: pd.DataFrame, caption: str, label: str, digits: int = 1, bold: str | None = "min",
                 std: pd.DataFrame | None = None, std_digits: int | None = None) -> str:
     """A booktabs table of numbers (rows: algorithms, columns: environments) with a caption, a
-    ``\label`` and the best value of each column in bold (``bold``: "min", "max" or None). With
-    ``std``, each cell is ``mean \pm std`` and the best mean is bold."""
+    ``\\label`` and the best value of each column in bold (``bold``: "min", "max" or None). With
+    ``std``, each cell is ``mean \\pm std`` and the best mean is bold."""
     columns = list(table.columns)
     best = {}
     if bold is not None:
@@ -82,7 +82,7 @@ def latex_table(table: pd.DataFrame, caption: str, label: str, digits: int = 1, 
 
 def latex_text_table(table: pd.DataFrame, caption: str, label: str) -> str:
     """A booktabs table of text cells (the by-setting table: ``9.0 ± 1.0``) with its index as the
-    leading columns, a caption and a ``\label``."""
+    leading columns, a caption and a ``\\label``."""
     frame = table.reset_index()
     numeric = [pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns]
     spec = "".join("r" if n and i >= table.index.nlevels else "l" for i, n in enumerate(numeric))

@@ -19,7 +19,7 @@ from pathlib import Path
 # Checkpoint files are written as every result file is; workers.shards writes its shards' states with it.
 from banditsweep.workers.atomic import write_atomically
 
-__all__ = ["CheckpointFiles", "QUARANTINE", "set_aside", "write_atomically"]
+__all__ = ["QUARANTINE", "CheckpointFiles", "set_aside", "write_atomically"]
 
 log = logging.getLogger(__name__)
 
