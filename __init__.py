@@ -31,7 +31,7 @@ def _submitted_tree() -> str | None:
 
 # The submitted code is the code that runs: a job's entrypoint imports the submitted copy's modules,
 # not the installed package's (the job's workers get the same copy as the runtime env's py_modules,
-# workers.dispatcher.RayConnection).
+# workers.ray_connection.RayConnection).
 SUBMITTED_TREE = _submitted_tree()
 if SUBMITTED_TREE and SUBMITTED_TREE != _os.path.dirname(_os.path.realpath(__file__)):
     __path__ = [SUBMITTED_TREE]

@@ -34,13 +34,22 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Hashable, Sequence
+from typing import Any, ClassVar, Hashable, Protocol, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-if TYPE_CHECKING:
-    from banditsweep.core.trial import TrialSpec
+
+class TrialContent(Protocol):
+    """What a policy's batching hooks read of a trial: its canonical content. ``core.trial.TrialSpec``
+    is one; naming it here would make this module, which the registry and the trial build on, import
+    them back."""
+
+    algorithm: str
+    params: dict[str, Any]
+    environment: dict[str, Any]   # includes "kind"
+    seed: int
+    horizon: int
 
 
 class Config(BaseModel):
@@ -238,17 +247,17 @@ class Policy(ABC):
     # ---- lockstep trial batching --------------------------------------------------------------
 
     @classmethod
-    def batch_key(cls, spec: "TrialSpec") -> Hashable | None:
+    def batch_key(cls, spec: TrialContent) -> Hashable | None:
         """Trials with equal non-None keys may run in one batch; None: the trial runs alone."""
         return None
 
     @classmethod
-    def preferred_batch_size(cls, spec: "TrialSpec", on_gpu: bool) -> int | None:
+    def preferred_batch_size(cls, spec: TrialContent, on_gpu: bool) -> int | None:
         """How many trials like ``spec`` to batch on this kind of device; None: the framework's default."""
         return None
 
     @classmethod
-    def largest_batch(cls, specs: Sequence["TrialSpec"], device: str) -> int:
+    def largest_batch(cls, specs: Sequence[TrialContent], device: str) -> int:
         """The most of ``specs`` that fit in one batch on ``device`` (memory); the runner splits."""
         return len(specs)
 

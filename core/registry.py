@@ -5,7 +5,8 @@ A sweep spec names algorithms, environments and sinks only by these keys; a spec
 Adding an algorithm is one module plus one line here. Out-of-tree code registers through plugins:
 modules named in ``BANDITSWEEP_PLUGINS`` (comma-separated) are imported on first lookup and may call
 :func:`register_algorithm` / :func:`register_environment` / :func:`register_sink`. Sinks live in the
-workers layer; this table only names them (their modules are imported when a run asks for them).
+workers layer, which registers its own (``banditsweep.workers.sinks``); this layer knows none of
+them, only the table plugins add theirs to.
 """
 
 from __future__ import annotations
@@ -42,11 +43,8 @@ _ENVIRONMENTS: dict[str, str] = {
     "kernel_lower_bound": "banditsweep.core.environments.kernel_lower_bound:KernelLowerBound",
 }
 
-# Mirrors of a sweep's Parquet record of truth (banditsweep.workers.sinks.Sink).
-_SINKS: dict[str, str] = {
-    "mlflow": "banditsweep.workers.mlflow_sink:MLflowSink",
-}
-DEFAULT_SINKS = ("mlflow",)
+# Mirrors of a sweep's Parquet record of truth: filled by the workers layer and by plugins.
+_SINKS: dict[str, str | type] = {}
 
 _plugins_loaded: set[str] = set()
 

@@ -472,9 +472,9 @@ def intra_op_threads(history_rows: float, block_dim: int, width: int, parameter_
     thread costs more than it saves, and on a shared machine it can stall every operation for a
     scheduler time slice. One thread per ``flops_per_thread`` FLOPs of step work, at least one, at most
     ``cores`` (default: the CPUs of this process). ``torch.set_num_threads`` is process-global, so
-    this only advises: the process that owns the trial (a trial actor, benchmarks/neural_step.py)
-    applies it; library code changes the count only inside :func:`gradient_ascent`'s thread split,
-    and restores it there.
+    this only advises whoever owns the process: benchmarks/neural_step.py applies it, while a trial
+    actor keeps one thread per CPU it was given (workers.actors); library code changes the count only
+    inside :func:`gradient_ascent`'s thread split, and restores it there.
     """
     import os
     available = cores if cores is not None else len(os.sched_getaffinity(0))

@@ -15,22 +15,18 @@ through the one checkpoint driver (core.round_loop.play_out).
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
 from banditsweep.core import registry, seeding
+from banditsweep.core.canonical import canonical_json
 from banditsweep.core.contracts import BatchedPolicy, Config, Environment, NonFiniteError, Policy
 from banditsweep.core.round_loop import (Checkpoints, Played, ProgressCallback, RoundLoop, TrialResult, at_round,
                                          check_decision, play_out)
 from banditsweep.core.state_codec import encode_state
 
-
-def canonical_json(value: Any) -> str:
-    """JSON with sorted keys and no whitespace: the same content gives the same bytes everywhere."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def resolve_algorithm(name: str, params: dict[str, Any]) -> Config:

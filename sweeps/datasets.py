@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from banditsweep.core.datasets import (
     CLASS_COLUMN,
+    DATA_ENV_VAR,
     DatasetError,
     dataset_info,
     dataset_path,
@@ -38,6 +39,8 @@ from banditsweep.core.datasets import (
     read_table,
     verify_table,
 )
+from banditsweep.workers.atomic import write_atomically
+from banditsweep.workers.errors import InputError
 
 INSTALL_HINT = "pip install 'banditsweep[openml]'"
 _MISSING_VALUES = {"?", ""}
@@ -121,18 +124,6 @@ def openml_to_table(name: str, features: pd.DataFrame, target: pd.Series | pd.Da
     return pa.table(columns)
 
 
-def _write_atomically(table: pa.Table, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    os.close(descriptor)
-    try:
-        pq.write_table(table, temporary, compression="zstd")
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def download_dataset(name: str, path: Path) -> Path:
     """Fetch ``name`` from OpenML, convert, verify and write it to ``path``."""
     info = dataset_info(name)
@@ -149,7 +140,7 @@ def download_dataset(name: str, path: Path) -> Path:
                 + how_to_provide(name, directory, downloader_installed=True)) from error
         table = openml_to_table(name, features, target)
     verify_table(name, table, f"downloaded from OpenML id {info.openml_id}")
-    _write_atomically(table, path)
+    write_atomically(path, lambda temporary: pq.write_table(table, temporary, compression="zstd"))
     return path
 
 
@@ -183,3 +174,41 @@ def ensure_datasets_for(environment_configs: Iterable[dict[str, Any]], data_dir:
     """Ensure every dataset a sweep needs; returns name -> path."""
     return {name: ensure_dataset(name, data_dir, allow_download)
             for name in datasets_of(environment_configs)}
+
+
+def chosen_data_dir(data_dir: str | None) -> Path | None:
+    """The data directory a run uses, absolute: ``--data-dir``, else ``$BANDITSWEEP_DATA``; None:
+    the default (core.datasets), wherever each process looks. A path that is a file is refused
+    (exit 2), naming where it came from."""
+    if data_dir is not None:
+        source, value = "--data-dir", data_dir
+    elif os.environ.get(DATA_ENV_VAR):
+        source, value = f"${DATA_ENV_VAR}", os.environ[DATA_ENV_VAR]
+    else:
+        return None
+    directory = Path(value).expanduser().resolve()
+    if os.path.lexists(directory) and not directory.is_dir():
+        raise InputError(f"{source}: {directory} is a file, not a directory; give the directory that holds (or will "
+                         f"hold) the <dataset>.parquet files")
+    return directory
+
+
+def ensure_datasets_of_trials(source: str, specs: Iterable[Any], data_dir: str | os.PathLike | None = None
+                              ) -> dict[str, Path]:
+    """Every dataset the trials (``TrialSpec``s) read, present and verified (downloaded if missing),
+    with rows enough for the longest horizon that reads it: rows are drawn without replacement
+    (SPEC 1.2), so T cannot exceed the dataset. ``source`` (the spec) begins the message of a
+    horizon too long. Returns name -> path."""
+    horizons: dict[str, int] = {}
+    for spec in specs:
+        if spec.environment["kind"] == "classification":
+            name = spec.environment["dataset"]
+            horizons[name] = max(horizons.get(name, 0), spec.horizon)
+    paths = {}
+    for name, horizon in horizons.items():
+        path = paths[name] = ensure_dataset(name, data_dir)
+        rows = pq.ParquetFile(path).metadata.num_rows
+        if horizon > rows:
+            raise DatasetError(f"{source}: horizon {horizon} exceeds the {rows} rows of {name} ({path}); "
+                               f"use a horizon <= {rows} for this dataset (e.g. an environment `horizon:`)")
+    return paths

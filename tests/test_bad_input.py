@@ -13,7 +13,7 @@ from typing import Callable
 
 import pytest
 
-import banditsweep.sweeps.cli as cli
+import banditsweep.sweeps.commands.run as run_command
 from banditsweep.sweeps.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -283,10 +283,9 @@ def run_case(case: Case, tmp_path: Path, monkeypatch, sweep: Callable = _reached
     else:
         spec.write_text(case.spec)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("BANDITSWEEP_DATA", str(tmp_path / "data"))   # restored afterwards: `run --data-dir` sets it
-    monkeypatch.delenv("BANDITSWEEP_DATA")
+    monkeypatch.delenv("BANDITSWEEP_DATA", raising=False)
     # A case that reached the sweep itself would start Ray: fail it instead.
-    monkeypatch.setattr(cli, "_run_locked", sweep)
+    monkeypatch.setattr(run_command, "run_locked", sweep)
     if case.setup:
         case.setup(tmp_path, monkeypatch)
     args = [a.format(spec="bad.yaml", tmp=tmp_path) for a in case.args]
@@ -342,13 +341,35 @@ def test_good_input_passes_every_check(args, tmp_path, monkeypatch, capsys):
 
 
 def test_good_classification_input_passes_every_check(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli, "_run_locked", lambda *a, **k: 0)
+    monkeypatch.setattr(run_command, "run_locked", lambda *a, **k: 0)
     spec = tmp_path / "cls.yaml"
     spec.write_text(CLASSIFICATION)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BANDITSWEEP_DATA", str(tmp_path))
     assert main(["run", "cls.yaml", "--data-dir", str(TEST_DATASETS)]) == 0, capsys.readouterr().err
     assert main(["status", "cls.yaml"]) == 0
+
+
+def test_set_help_lists_exactly_the_keys_it_accepts(capsys):
+    from banditsweep.sweeps.spec_overrides import OVERRIDABLE
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    listed = text.split("override a top-level spec value: ", 1)[1].split(" (repeatable)", 1)[0]
+    assert listed.split(", ") == list(OVERRIDABLE)
+
+
+def test_run_leaves_the_environment_as_it_found_it(tmp_path, monkeypatch):
+    """The data directory reaches the trial actors as a value, not through this process's environment."""
+    monkeypatch.setattr(run_command, "run_locked", lambda *a, **k: 0)
+    spec = tmp_path / "cls.yaml"
+    spec.write_text(CLASSIFICATION)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BANDITSWEEP_DATA", raising=False)
+    before = dict(os.environ)
+    assert main(["run", "cls.yaml", "--data-dir", str(TEST_DATASETS)]) == 0
+    assert dict(os.environ) == before
 
 
 def test_debug_adds_the_traceback(tmp_path, monkeypatch, capsys):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import banditsweep.workers.dispatcher as dispatcher
+import banditsweep.workers.pool as pool
+import banditsweep.workers.ray_connection as ray_connection
 from banditsweep.sweeps.spec import load_sweep
 
 from test_bad_input import KERNEL, MAX_LINE, RUN, Case, _tree, add, edit, run_case
@@ -197,7 +198,7 @@ CASES = [
 
 @pytest.fixture
 def fixed_node(monkeypatch):
-    monkeypatch.setattr(dispatcher, "local_node", lambda: dict(NODE))
+    monkeypatch.setattr(pool, "local_node", lambda: dict(NODE))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -213,7 +214,7 @@ def test_bad_input_exits_2_naming_the_value_and_writes_nothing(case, tmp_path, m
     def no_ray(self):
         raise AssertionError("bad input reached Ray")
 
-    monkeypatch.setattr(dispatcher.RayConnection, "__enter__", no_ray)   # also when a Ray is up already
+    monkeypatch.setattr(ray_connection.RayConnection, "__enter__", no_ray)   # also when a Ray is up already
     code = run_case(Case(**{**case.__dict__, "setup": snapshot}), tmp_path, monkeypatch)
     out, err = capsys.readouterr()
     lines = err.splitlines()
@@ -255,11 +256,13 @@ def test_every_shipped_spec_validates_and_fits_a_16_gib_node(spec, monkeypatch):
     """The estimate is conservative but refuses none of the shipped sweeps on a 16 GiB machine (the
     largest, table3_timing's full Z on Covertype, needs about 11 GiB)."""
     import banditsweep.sweeps.cli as cli
+    from banditsweep.sweeps.commands import run as run_command
+    from banditsweep.sweeps.commands.shared import jobs_of
 
-    monkeypatch.setattr(dispatcher, "local_node", lambda: {"CPU": 16.0, "GPU": 8.0, "memory": 16.0 * 2**30})
+    monkeypatch.setattr(pool, "local_node", lambda: {"CPU": 16.0, "GPU": 8.0, "memory": 16.0 * 2**30})
     sweep = load_sweep(REPO / spec)
     args = cli.build_parser().parse_args(["run", str(REPO / spec)])
-    cli._check_fits(args, sweep)
+    pool.check_fits(jobs_of(sweep), run_command.run_options(args, sweep, [], None), args.spec)
 
 
 GOOD_ARGS = [

@@ -1,5 +1,9 @@
 """Classification bandits through the CLI: data directory resolution and early horizon errors."""
 
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
 import yaml
 
 from banditsweep.sweeps.cli import main
@@ -16,7 +20,7 @@ def _spec(tmp_path, horizon, dataset="mushroom"):
 
 def test_horizon_beyond_the_dataset_exits_2_before_anything_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("BANDITSWEEP_DATA", raising=False)  # `run --data-dir` sets it; restored afterwards
+    monkeypatch.delenv("BANDITSWEEP_DATA", raising=False)
     _spec(tmp_path, 1001)  # the copies in tests/data hold 1000 rows
     assert main(["run", "cls.yaml", "--data-dir", str(TEST_DATASETS)]) == 2
     assert "horizon 1001 exceeds the 1000 rows of mushroom" in capsys.readouterr().err
@@ -40,3 +44,31 @@ def test_missing_dataset_offline_exits_2_naming_dataset_and_directory(tmp_path, 
     assert "shuttle" in err and str(empty) in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cls.yaml", "data"]
     assert list(empty.iterdir()) == []
+
+
+def test_the_data_directory_reaches_the_trial_actors_as_a_value(tmp_path, monkeypatch, shared_ray):
+    """``--data-dir`` names a copy of mushroom with its rows in reverse order. The trials read the
+    copy although the shared Ray's workers have the test copies' directory in their environment, and
+    the driver's environment is left as it was."""
+    import banditsweep
+    from banditsweep.core.trial import TrialSpec, run_trial
+
+    data = tmp_path / "data"
+    data.mkdir()
+    table = pq.read_table(TEST_DATASETS / "mushroom.parquet")
+    pq.write_table(table.take(np.arange(table.num_rows)[::-1]), data / "mushroom.parquet")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BANDITSWEEP_DATA", raising=False)
+    _spec(tmp_path, 50)
+    before = dict(os.environ)
+    assert main(["run", "cls.yaml", "--data-dir", str(data), "--results", str(tmp_path / "results"),
+                 "--sink", "none", "--no-progress"]) == 0
+    assert dict(os.environ) == before
+    trials, _ = banditsweep.load(tmp_path / "results", "cls")
+    spec = TrialSpec.create("linucb", {}, {"kind": "classification", "dataset": "mushroom"}, 0, 50)
+    monkeypatch.setenv("BANDITSWEEP_DATA", str(data))
+    on_the_copy = run_trial(spec).final_regret
+    monkeypatch.setenv("BANDITSWEEP_DATA", str(TEST_DATASETS))
+    assert run_trial(spec).final_regret != on_the_copy   # else the test could not tell them apart
+    assert trials["final_regret"].tolist() == [on_the_copy]
+

@@ -20,7 +20,7 @@ import sqlalchemy
 import yaml
 
 from banditsweep.sweeps.cli import main
-from banditsweep.workers.mlflow_sink import store_problem
+from banditsweep.workers.tracking import store_problem
 
 SPEC = {"horizon": 20, "seeds": 2, "log_every": 10, "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
         "algorithms": [{"name": "linucb", "grid": {"nu": [0.1, 1.0]}}]}

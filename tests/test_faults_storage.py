@@ -196,14 +196,14 @@ def test_a_checkpoint_that_cannot_be_saved_does_not_fail_its_trial(tmp_path, mon
     import numpy as np
 
     from banditsweep.core.trial import TrialSpec, run_trial, run_trials
-    from banditsweep.workers import checkpoints
+    from banditsweep.workers import atomic, checkpoints
 
     def disk_full(*arguments, **keywords):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "ck"))
 
     files = checkpoints.CheckpointFiles(tmp_path / "ck", 5)
     spec = TrialSpec.create("linucb", {}, {"kind": "synthetic", "function": "h1", "dim": 3}, 0, 20)
-    monkeypatch.setattr(checkpoints.tempfile, "mkstemp", disk_full)
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", disk_full)
     (result,) = run_trials([spec], "cpu", checkpoints=files)
     monkeypatch.undo()
     np.testing.assert_array_equal(result.cum_regret, run_trial(spec).cum_regret)

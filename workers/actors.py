@@ -28,11 +28,19 @@ def _describe_error() -> tuple[str, str]:
 
 @ray.remote
 class TrialActor:
-    """One per GPU (or per ``cpus_per_trial`` CPUs). Runs a batch of compatible trials at a time."""
+    """One per GPU (or per ``cpus_per_trial`` CPUs). Runs a batch of compatible trials at a time.
+    ``data_dir``: where the trials' dataset files are (None: where this worker's environment says)."""
 
-    def __init__(self, mirror, threads: int):
+    def __init__(self, mirror, threads: int, data_dir: str | None = None):
         self.mirror = mirror
         self.threads = max(1, threads)
+        if data_dir:
+            # The environments a trial builds read their dataset files from the data directory of the
+            # process they run in (core.datasets); this process is this actor's alone. Imported here:
+            # core.datasets loads pyarrow, which actors of trials without datasets never need.
+            from banditsweep.core.datasets import DATA_ENV_VAR
+
+            os.environ[DATA_ENV_VAR] = data_dir
         self.node = ray.util.get_node_ip_address()
         self.node_id = ray.get_runtime_context().get_node_id()
         self.device, self.device_label = "cpu", "cpu"

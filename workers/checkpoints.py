@@ -17,30 +17,15 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+# Checkpoint files are written as every result file is; workers.shards writes its shards' states with it.
+from banditsweep.workers.atomic import write_atomically
+
+__all__ = ["QUARANTINE", "CheckpointFiles", "set_aside", "write_atomically"]
+
 log = logging.getLogger(__name__)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename: a crash mid-write leaves the
-    previous file (or none), never a partial one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass   # never written, or a folder that takes nothing now: the error below says which
-        raise
 
 
 @dataclass

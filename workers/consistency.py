@@ -18,8 +18,10 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from banditsweep.workers.curves import CURVE_SCHEMA
+from banditsweep.workers.errors import one_line
 from banditsweep.workers.record import FINISHED, TrialRecord
-from banditsweep.workers.store import CURVE_SCHEMA, TRIAL_COLUMNS, one_line, trials_table
+from banditsweep.workers.trials_table import TRIAL_COLUMNS, trials_table
 
 # Trial ids named in one line at most (a count says how many more).
 SHOWN = 3

@@ -1,5 +1,10 @@
-"""Why a run cannot go on, as the CLI reports it (exit codes in sweeps/cli.py). Kept free of heavy
-imports: the CLI maps them before anything runs."""
+"""Why a run cannot go on, as the CLI reports it (exit codes in sweeps/commands/__init__.py), and an
+error's text on one line. Kept free of heavy imports: the CLI maps them before anything runs."""
+
+
+class InputError(ValueError):
+    """Bad input found before anything runs: an argument, or what it names (a Ray address, a
+    tracking URI, a folder), said in one line naming the argument."""
 
 
 class RayUnreachableError(ConnectionError):
@@ -18,3 +23,15 @@ class StoreWriteError(OSError):
 class DamagedResultError(RuntimeError):
     """A result file read back is damaged (a checksum that does not match, unreadable Parquet):
     ``status`` or ``run`` moves it aside and runs its trials again."""
+
+
+class SweepBusyError(RuntimeError):
+    """Another ``run`` of the same sweep holds its results folder."""
+
+
+def one_line(error: BaseException | str, limit: int = 200) -> str:
+    """An error's text on one line of printable characters, at most ``limit`` long (Parquet's
+    messages may span lines and quote the damaged bytes)."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in line).strip()
+                    for line in str(error).splitlines()).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -23,16 +23,11 @@ replacing the store's earlier cell runs.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import logging
 import math
-import os
 import re
-import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +36,10 @@ from mlflow.entities import Metric, Param, RunTag, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from banditsweep.workers.layout import MLFLOW_ARTIFACTS, MLFLOW_DB
 from banditsweep.workers.mlflow_bulk import RUNS_PER_TRANSACTION, SERVER_CONCURRENCY, RunWrite, sql_store, write_runs
 from banditsweep.workers.record import FINISHED, TrialRecord, thinned_curve
-from banditsweep.workers.sinks import Points, SinkContext
+from banditsweep.workers.sinks import Points, SinkContext, store_id
+from banditsweep.workers.tracking import local_artifact_root, store_setup_lock
 
 # The stepped metric: the cumulative regret, named as the Parquet column it mirrors (`regret` there is
 # the per-round increment).
@@ -53,24 +48,6 @@ REGRET_METRIC = "cum_regret"
 MAX_ENTITIES_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 MAX_TAGS_PER_BATCH = 100
-
-
-def resolve_tracking_uri(uri: str | None, results_root: str | Path) -> str:
-    """``--mlflow-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///<results root>/mlflow.db``;
-    relative SQLite paths become absolute so that every process (and the report later) sees the
-    same store."""
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(results_root).resolve() / MLFLOW_DB}"
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        uri = "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
-    return uri
-
-
-def local_artifact_root(uri: str) -> str | None:
-    """Artifacts of a local SQLite store go next to the database (``mlartifacts/``); a tracking
-    server chooses its own artifact store (None)."""
-    if uri.startswith("sqlite:///"):
-        return (Path(uri[len("sqlite:///"):]).parent / MLFLOW_ARTIFACTS).as_uri()
-    return None
 
 
 def get_experiment_id(client: MlflowClient, sweep: str, tracking_uri: str) -> str:
@@ -89,163 +66,27 @@ def get_experiment_id(client: MlflowClient, sweep: str, tracking_uri: str) -> st
         return experiment.experiment_id
 
 
-def sqlite_path(tracking_uri: str) -> str | None:
-    """The database file of a local SQLite store (None for any other store)."""
-    return tracking_uri[len("sqlite:///"):] if tracking_uri.startswith("sqlite:///") else None
+def experiment_of(tracking_uri: str, sweep: str) -> tuple[str | None, str | None]:
+    """The id of the sweep's experiment (None: there is none yet), and a line about the store when
+    opening it meant setting a broken one aside (else None)."""
+    with store_setup_lock(tracking_uri) as note:   # a new SQLite store gets its tables when the client opens it
+        experiment = MlflowClient(tracking_uri).get_experiment_by_name(sweep)
+    return (experiment.experiment_id if experiment is not None else None), note
 
 
-@contextmanager
-def store_setup_lock(tracking_uri: str):
-    """Held while a local SQLite store is opened: the first process to open a new store creates its
-    tables (MLflow's migrations), and two doing that at once fail ("Online migration expected to
-    match one row"). An OS lock (flock) on the database file itself, so it ends with the process;
-    SQLite's own locks are of another kind and do not interact with it.
-
-    Under the lock (so never while another process creates it) a store MLflow cannot open because
-    its creation was cut short (the process killed, the disk full) is moved aside and created anew:
-    the context yields one line saying so, else None."""
-    path = sqlite_path(tracking_uri)
-    if path is None or not os.path.isdir(os.path.dirname(path) or "."):
-        yield None   # not a local SQLite file, or one MLflow will refuse anyway (with its own error)
-        return
-    handle = _lock(path)
-    try:
-        note = None
-        problem = store_problem(path)
-        if problem is not None:
-            aside = set_aside(path)
-            fresh = _lock(path)   # the new (empty) file: MLflow creates its tables under this lock
-            _unlock(handle)
-            handle = fresh
-            note = (f"the MLflow store {path} could not be opened ({problem}: its creation was cut short, or the "
-                    f"disk filled); moved aside to {aside} (its data kept there) and created anew; a run restores "
-                    "its sweep's runs from the Parquet results, `banditsweep sync-mlflow SPEC` those of any sweep")
-        yield note
-    finally:
-        _unlock(handle)
-
-
-def _lock(path: str):
-    """The file at ``path``, opened (created if missing) and locked. A waiter whose file was moved
-    aside meanwhile (a broken store set aside) locks the new file instead."""
-    while True:
-        handle = open(path, "ab")
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            held, there = os.fstat(handle.fileno()), os.stat(path)
-            if (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino):
-                return handle
-        except FileNotFoundError:
-            pass
-        _unlock(handle)
-
-
-def _unlock(handle) -> None:
-    fcntl.flock(handle, fcntl.LOCK_UN)
-    handle.close()
-
-
-def store_problem(path: str) -> str | None:
-    """Why MLflow cannot open the SQLite store at ``path`` (one line), or None: it can (a new or
-    empty file, a current store, an older one MLflow migrates), or it cannot be told now (the file
-    busy or unreadable: MLflow's own error then stands). Called under the setup lock."""
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(16)
-    except OSError:
-        return None
-    if not header:
-        return None   # new: MLflow creates its tables
-    if header != b"SQLite format 3\x00":
-        return "not an SQLite database"
-    try:
-        connection = sqlite3.connect(path, timeout=20, isolation_level=None)
-        try:
-            tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            revision = (connection.execute("SELECT version_num FROM alembic_version").fetchone()
-                        if "alembic_version" in tables else None)
-        finally:
-            connection.close()
-    except sqlite3.OperationalError:
-        return None   # locked for longer than the timeout, or unreadable: not for us to judge
-    except sqlite3.DatabaseError as error:   # "database disk image is malformed", "file is not a database"
-        return f"{error}"
-    revision = revision[0] if revision else None
-    if not tables - {"alembic_version"}:
-        return None   # no tables yet: MLflow creates them all
-    from mlflow.store.db import utils
-
-    head = utils._get_latest_schema_revision()
-    if revision == head and set(utils.Base.metadata.tables) <= tables:
-        return None   # current and whole (the cheap answer for every store but a broken or older one)
-    if revision is not None and revision not in _known_revisions():
-        return None   # made by a newer MLflow: its own message says what to do
-    return _migration_problem(path)
-
-
-def _known_revisions() -> set[str]:
-    from alembic.script import ScriptDirectory
-    from mlflow.store.db import utils
-
-    return {script.revision for script in ScriptDirectory.from_config(utils._get_alembic_config("")).walk_revisions()}
-
-
-def _migration_problem(path: str) -> str | None:
-    """Whether MLflow brings a copy of the store to its current schema with every table, as it does
-    an older store it opens (the copy in the same folder; the store is not touched). A store whose
-    creation was cut short fails there: its schema is ahead of its recorded revision ("table ...
-    already exists") or lacks tables the revision promises."""
-    import sqlalchemy
-    from mlflow.store.db import utils
-
-    copy = f"{path}.check-{os.getpid()}"
-    quiet = [logging.getLogger(name) for name in ("mlflow.store.db.utils", "alembic")]
-    levels = [logger.level for logger in quiet]
-    engine = None
-    try:
-        source, target = sqlite3.connect(path, timeout=20), sqlite3.connect(copy)
-        try:
-            source.backup(target)
-        finally:
-            source.close()
-            target.close()
-        for logger in quiet:
-            logger.setLevel(logging.WARNING)
-        engine = sqlalchemy.create_engine(f"sqlite:///{copy}")
-        utils._initialize_tables(engine)   # what MLflow does with a store that lacks tables
-        if not utils._all_tables_exist(engine):
-            return "tables missing after MLflow's migrations"
-        if utils._get_schema_version(engine) != utils._get_latest_schema_revision():
-            return f"schema revision {utils._get_schema_version(engine)} after MLflow's migrations"
-        return None
-    except Exception as error:
-        cause = getattr(error, "orig", None) or error
-        if isinstance(cause, OSError) or (isinstance(cause, sqlite3.OperationalError) and re.search(
-                r"full|locked|busy|I/O|unable to open|readonly", f"{cause}")):
-            return None   # the copy could not be made or written here: nothing learnt
-        return f"{type(cause).__name__}: {f'{cause}'.splitlines()[0][:200] if f'{cause}' else ''}"
-    finally:
-        for logger, level in zip(quiet, levels):
-            logger.setLevel(level)
-        if engine is not None:
-            engine.dispose()
-        for leftover in (copy, f"{copy}-journal"):
-            with suppress(FileNotFoundError):
-                os.remove(leftover)
-
-
-def set_aside(path: str) -> str:
-    """Move the store (and SQLite's journal files, which belong to it) to ``<path>.broken-<time>``."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    aside, number = f"{path}.broken-{stamp}", 1
-    while os.path.lexists(aside):
-        number += 1
-        aside = f"{path}.broken-{stamp}-{number}"
-    os.rename(path, aside)
-    for suffix in ("-journal", "-wal", "-shm"):
-        if os.path.lexists(path + suffix):
-            os.rename(path + suffix, aside + suffix)
-    return aside
+def attach_report(tracking_uri: str, results_root: str, sweep: str, directory: Path) -> tuple[str | None, str | None]:
+    """Attach the report files to the latest parent run of the store the report read (not of another
+    results folder of the same sweep). Returns that run's id (None: there is none) and a line about
+    the tracking store as :func:`experiment_of` does."""
+    with store_setup_lock(tracking_uri) as note:
+        client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name(sweep)
+    if experiment is None:
+        return None, note
+    run_id = latest_parent_run(client, experiment.experiment_id, store_id(results_root, sweep))
+    if run_id is not None:
+        client.log_artifacts(run_id, str(directory), artifact_path="report")
+    return run_id, note
 
 
 def search_all(client: MlflowClient, experiment_id: str, filter_string: str) -> list:

@@ -1,8 +1,9 @@
 """The typed record of one trial, from plan to outcome: what the Parquet store writes, the MLflow
 mirror logs, the store reads back and the report aggregates. Defined once, here.
 
-A record is built from the sweep spec (:meth:`TrialRecord.planned`), stamped by the trial actor that
-runs it (:meth:`started`, then :meth:`finished` or :meth:`failed`), and made durable by the store.
+A record is built by the CLI from a planned trial of the sweep spec (its fields up to ``group``),
+stamped by the trial actor that runs it (:meth:`started`, then :meth:`finished` or :meth:`failed`),
+and made durable by the store.
 Times are epoch seconds in Python and UTC timestamps in Parquet.
 """
 
@@ -21,6 +22,9 @@ import numpy as np
 PENDING = "pending"
 FINISHED = "finished"
 FAILED = "failed"
+# Tries of a trial whose worker died (its actor, or its shards' actors), counted in ``attempts``:
+# a trial that kills its worker every time fails after these, alone.
+MAX_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,10 @@ from banditsweep.core.sharded_trial import run_sharded
 from banditsweep.core.sharding import shard_ranges
 from banditsweep.core.trial import TrialSpec
 from banditsweep.workers.checkpoints import CheckpointFiles
-from banditsweep.workers.record import TrialOutcome, TrialRecord
+from banditsweep.workers.record import MAX_ATTEMPTS, TrialOutcome, TrialRecord
 
 # Seconds to wait for the shards' placement group before saying that no node can hold it.
 PLACEMENT_NOTICE = 30.0
-MAX_ATTEMPTS = 3
 
 
 @ray.remote

@@ -31,6 +31,19 @@ from banditsweep.workers.record import TrialRecord
 
 log = logging.getLogger(__name__)
 
+# The sinks this package provides, by name, and those a run uses unless told otherwise. Registered
+# in the core registry, where plugins add theirs (``registry.register_sink``).
+BUILTIN_SINKS = {"mlflow": "banditsweep.workers.mlflow_sink:MLflowSink"}
+DEFAULT_SINKS = ("mlflow",)
+for _name, _target in BUILTIN_SINKS.items():
+    registry.register_sink(_name, _target)
+
+
+def sink_names() -> list[str]:
+    """Every registered sink: this package's and the plugins'."""
+    return registry.sink_names()
+
+
 # (t, cumulative regret) points of a trial's curve
 Points = list[tuple[int, float]]
 # Longest wait between two tries of a sink that fails (doubling from 1 s).

@@ -43,7 +43,7 @@ from banditsweep.core.exp3 import (RLS_BETA_FACTOR, Exp3Policy, Exp3Schedule, Ex
                                    empirical_distribution, g_optimal_design)
 from banditsweep.core.kernels import check_memory
 from banditsweep.core.mvr import mvr_sequence
-from banditsweep.core.trial import canonical_json
+from banditsweep.core.canonical import canonical_json
 
 # n x n float64 arrays alive at the peak of a round: K, D^{1/2} K, the system and its factor.
 EXACT_WORK_MATRICES = 4

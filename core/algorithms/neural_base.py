@@ -60,7 +60,7 @@ from banditsweep.core.contracts import (BatchDecision, BatchedPolicy, Config, De
 from banditsweep.core.networks import (StackedNetwork, initial_biases, initial_parameters, output_scale,
                                        rows_of_contexts, rows_to_arms)
 from banditsweep.core.training import History, gradient_ascent
-from banditsweep.core.trial import canonical_json
+from banditsweep.core.canonical import canonical_json
 from banditsweep.core.z_matrix import ZMatrix
 
 

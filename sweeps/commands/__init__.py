@@ -1,0 +1,13 @@
+"""The ``banditsweep`` commands, one module each: ``run``, ``status``, ``report``, ``sync-mlflow`` and
+``ui`` (``mlflow``), ``list`` (``listing``). Each module's ``main(args, sweep)`` calls the workers
+layer for what the store, Ray and the sinks do and prints what the user reads; the command line
+itself (parsing, the checks of the arguments and the exit codes of errors) is ``sweeps.cli``.
+
+The exit codes a command returns are named here, where every command and the CLI see them.
+"""
+
+EXIT_FAILED_TRIALS = 1
+EXIT_BAD_INPUT = 2
+EXIT_STORE_UNWRITABLE = 3   # the results folder cannot be written (disk full, read-only): nothing marked failed
+EXIT_INCONSISTENT = 4       # `status`: result files damaged or disagreeing with the journal (named)
+EXIT_INTERRUPTED = 130

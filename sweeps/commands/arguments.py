@@ -1,0 +1,84 @@
+"""The arguments every command shares, read and checked before the spec is read or anything is
+written (a mistake is exit 2, one line naming the argument): the results root, the MLflow tracking
+URI, a ``run``'s Ray address. Only light modules are imported here, so that bad input is refused
+in about the time it takes to read the spec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from banditsweep.sweeps.spec import Sweep
+from banditsweep.sweeps.spec_errors import SpecError, show
+from banditsweep.workers.errors import InputError
+from banditsweep.workers.folders import check_directory
+from banditsweep.workers.ray_address import RAY_ADDRESS_FORMS, check_address, ray_address
+from banditsweep.workers.tracking import (TRACKING_URI_ENV_VAR, check_tracking_uri, database_in, given_tracking_uri,
+                                          resolve_tracking_uri)
+
+# One absolute default for results, wherever `run` is started from: a Ray job runs in a temporary
+# copy of the submitted folder, so a relative default would write results there and lose them.
+RESULTS_ENV_VAR = "BANDITSWEEP_RESULTS"
+DEFAULT_RESULTS_ROOT = "~/banditsweep-results"
+
+# Commands that write under the results root (`status` only reads).
+WRITING_COMMANDS = ("run", "report", "sync-mlflow")
+
+
+def results_root(args: argparse.Namespace) -> Path:
+    """``--results``, else ``$BANDITSWEEP_RESULTS``, else ``~/banditsweep-results``; absolute."""
+    chosen = args.results or os.environ.get(RESULTS_ENV_VAR) or DEFAULT_RESULTS_ROOT
+    return Path(chosen).expanduser().resolve()
+
+
+def tracking_uri(args: argparse.Namespace) -> str:
+    """The MLflow store the command uses (workers.tracking.resolve_tracking_uri)."""
+    return resolve_tracking_uri(args.mlflow_uri, results_root(args))
+
+
+def _results_source(args: argparse.Namespace) -> str:
+    if args.results:
+        return "--results"
+    return f"${RESULTS_ENV_VAR}" if os.environ.get(RESULTS_ENV_VAR) else f"results root {DEFAULT_RESULTS_ROOT}"
+
+
+def uses_mlflow(args: argparse.Namespace) -> bool:
+    return args.command in ("report", "sync-mlflow", "ui") or (
+        args.command == "run" and [name.lower() for name in (args.sinks or [])] != ["none"])
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Arguments found wrong before the spec is read or anything is written (exit 2)."""
+    if args.results == "":
+        raise InputError("--results: empty path; give the results directory, e.g. --results ~/banditsweep-results")
+    writing = args.command in WRITING_COMMANDS
+    check_directory(_results_source(args), results_root(args), writing, "the results root")
+    if uses_mlflow(args):
+        if args.mlflow_uri == "":
+            raise InputError("--mlflow-uri: empty URI; give e.g. http://127.0.0.1:5000 or sqlite:///PATH/mlflow.db")
+        uri = given_tracking_uri(args.mlflow_uri)
+        if uri:   # the default is always fine
+            source = f"--mlflow-uri {show(uri)}" if args.mlflow_uri else f"${TRACKING_URI_ENV_VAR}={show(uri)}"
+            check_tracking_uri(uri, source, results_root(args), writing)
+    if args.command == "run":
+        if args.data_dir == "":
+            raise InputError("--data-dir: empty path; give the dataset directory")
+        if args.address == "":
+            raise InputError(f"--address: empty address; {RAY_ADDRESS_FORMS}")
+        address = ray_address(args.address)
+        if address:
+            check_address(address, f"--address {show(address)}" if args.address else f"$RAY_ADDRESS={show(address)}")
+
+
+def check_sweep_folder(args: argparse.Namespace, sweep: Sweep) -> None:
+    """``<results root>/<sweep>`` is a directory we may write to, if it exists, and does not hold
+    the MLflow store."""
+    folder = results_root(args) / sweep.name
+    if args.command in WRITING_COMMANDS and os.path.lexists(folder):
+        check_directory(_results_source(args), folder, True, "a sweep's results folder")
+    database = database_in(folder, given_tracking_uri(args.mlflow_uri) or "")
+    if database is not None:
+        raise SpecError(args.spec, "sweep", f"the sweep's folder {folder} would hold the MLflow store {database}; "
+                                            f"choose another sweep name or another --mlflow-uri")

@@ -1,0 +1,63 @@
+"""``banditsweep sync-mlflow SPEC`` (bring MLflow up to date with the Parquet results) and
+``banditsweep ui SPEC`` (the MLflow UI of the sweep's store, on loopback)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+
+from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
+from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
+from banditsweep.sweeps.commands.shared import store_of
+from banditsweep.sweeps.spec import Sweep
+from banditsweep.workers.mlflow_sink import experiment_of
+from banditsweep.workers.resume import catch_up
+from banditsweep.workers.sinks import SinkContext
+from banditsweep.workers.tracking import check_tracking_server
+
+
+def sync(args: argparse.Namespace, sweep: Sweep) -> int:
+    """Rebuild the MLflow runs the Parquet results have and MLflow lacks (idempotent)."""
+    uri = tracking_uri(args)
+    check_tracking_server(uri)
+    store = store_of(args, sweep)
+    with store.exclusive():
+        caught = catch_up(store, ["mlflow"], SinkContext(sweep.name, str(results_root(args)), uri,
+                                                         command="sync-mlflow"))
+    if not caught.sinks:
+        print(f"error: {caught.warnings[0]}", file=sys.stderr)
+        return EXIT_FAILED_TRIALS
+    for warning in caught.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"{sweep.name}: {caught.trials} trials in the Parquet results; {caught.rebuilt_runs} MLflow runs "
+          f"rebuilt, {caught.deleted_runs} stale runs deleted" + "".join(f"; {note}" for note in caught.notes))
+    return 0
+
+
+def ui(args: argparse.Namespace, sweep: Sweep) -> int:
+    """Start ``mlflow ui`` on loopback for the sweep's tracking store and say where to look."""
+    uri = tracking_uri(args)
+    if uri.startswith(("http://", "https://")):
+        print(f"{sweep.name}: the tracking server at {uri} serves the UI itself: open {uri}")
+        return 0
+    url = f"http://127.0.0.1:{args.port}"
+    experiment, note = experiment_of(uri, sweep.name)
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
+    where = f"{url}/#/experiments/{experiment}" if experiment else url
+    print(f"{sweep.name}: MLflow UI of {uri} at {where} (the \"Model training\" view shows the "
+          "regret curves; runs with the same `group` tag are the seeds of one cell). Ctrl-C stops it.", flush=True)
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+                               "--host", "127.0.0.1", "--port", str(args.port)], start_new_session=True)
+    try:
+        return server.wait()
+    except KeyboardInterrupt:   # Ctrl-C or SIGTERM: the way to stop the UI
+        print(f"{sweep.name}: MLflow UI stopped", file=sys.stderr)
+        return 0
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)   # the UI and the workers it started, nothing else
+            server.wait(timeout=30)

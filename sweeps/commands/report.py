@@ -1,0 +1,36 @@
+"""``banditsweep report SPEC``: tables (Markdown, CSV, LaTeX) and regret figures of the finished
+trials into ``<results root>/<sweep>/report/``, attached to the sweep's MLflow run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
+from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
+from banditsweep.sweeps.commands.shared import env_order, label_order, say_health, store_of
+from banditsweep.sweeps.report import finished_trials, markdown_table, summarise, write_report
+from banditsweep.sweeps.spec import Sweep
+from banditsweep.workers.mlflow_sink import attach_report
+
+
+def main(args: argparse.Namespace, sweep: Sweep) -> int:
+    store = store_of(args, sweep)
+    if store.root.is_dir():
+        say_health(store.verify(planned=[trial.trial_id for trial in sweep.trials]))
+    trials = finished_trials(store, sweep.trials)
+    if trials.empty:
+        print(f"{sweep.name}: no finished trials under {store.root}; run `banditsweep run {args.spec}` first",
+              file=sys.stderr)
+        return EXIT_FAILED_TRIALS
+    summary = summarise(trials, label_order(sweep), env_order(sweep))
+    files = write_report(store, summary, sweep.name)
+    run_id, note = attach_report(tracking_uri(args), str(results_root(args)), sweep.name, store.report_dir)
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
+    print(f"Mean final cumulative regret ({sweep.name}, {len(trials)} finished trials):")
+    print(markdown_table(summary.mean, 1))
+    print(f"\nStandard deviation:\n{markdown_table(summary.std, 2)}")
+    print(f"\nwrote {len(files)} files to {store.report_dir}"
+          + (f"; logged to MLflow run {run_id}" if run_id else ""))
+    return 0

@@ -1,0 +1,143 @@
+"""``banditsweep run SPEC``: run every trial of the spec not yet finished, then show the results.
+
+The datasets the trials read are made sure of, the sinks chosen and every trial checked to fit its
+node before the sweep's folder is locked; then the store says where the sweep stands
+(workers.resume), and either the dispatcher runs what is left (workers.dispatcher) or, with nothing
+left, the store and the sinks are brought up to date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import replace
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import banditsweep
+from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
+from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
+from banditsweep.sweeps.commands.progress import ProgressDisplay
+from banditsweep.sweeps.commands.shared import jobs_of, print_results, say_health, store_of
+from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
+from banditsweep.sweeps.spec import Sweep
+from banditsweep.sweeps.spec_errors import SpecError
+from banditsweep.workers.dispatcher import run_sweep
+from banditsweep.workers.jobs import Job, RunOptions
+from banditsweep.workers.pool import check_fits
+from banditsweep.workers.ray_address import ray_address
+from banditsweep.workers.resume import catch_up, failed_records, plan_resume
+from banditsweep.workers.sinks import DEFAULT_SINKS, SinkContext, sink_names
+from banditsweep.workers.tracking import check_tracking_server
+
+# What the driver's environment hands every Ray worker process: the plugins it imports.
+PLUGINS_ENV_VAR = "BANDITSWEEP_PLUGINS"
+
+
+def main(args: argparse.Namespace, sweep: Sweep) -> int:
+    data_dir = chosen_data_dir(args.data_dir)
+    ensure_datasets_of_trials(args.spec, (trial.spec for trial in sweep.trials), data_dir)
+    options = run_options(args, sweep, chosen_sinks(args, sweep), data_dir)
+    if "mlflow" in options.sinks:
+        check_tracking_server(options.tracking_uri)
+    jobs = jobs_of(sweep)
+    check_fits(jobs, options, args.spec)
+    with store_of(args, sweep).exclusive():
+        return run_locked(args, sweep, jobs, options)
+
+
+def chosen_sinks(args: argparse.Namespace, sweep: Sweep) -> list[str]:
+    """--sink, else the spec's ``sinks:``, else the default; each must be a registered sink."""
+    names = args.sinks or sweep.spec.sinks or list(DEFAULT_SINKS)
+    if names == ["none"]:
+        return []
+    known = sink_names()
+    for name in names:
+        if name not in known:
+            source = "--sink" if args.sinks else f"{args.spec}: sinks"
+            raise SpecError(source, name, f"unknown sink; allowed: {', '.join(known)} (or none alone)")
+    return list(dict.fromkeys(names))
+
+
+def run_options(args: argparse.Namespace, sweep: Sweep, sinks: list[str], data_dir: Path | None) -> RunOptions:
+    resources = sweep.spec.resources
+    plugins = os.environ.get(PLUGINS_ENV_VAR)
+    return RunOptions(results_root=str(results_root(args)), tracking_uri=tracking_uri(args), sinks=sinks,
+                      cpus_per_trial=resources.cpus_per_trial, gpus_per_trial=resources.gpus_per_trial,
+                      batch_trials=resources.batch_trials, max_workers=args.max_workers,
+                      checkpoint_every=sweep.spec.checkpoint_every, spec_path=args.spec,
+                      address=ray_address(args.address), env_vars={PLUGINS_ENV_VAR: plugins} if plugins else {},
+                      cpus_per_shard=resources.cpus_per_shard, gpus_per_shard=resources.gpus_per_shard,
+                      data_dir=str(data_dir) if data_dir is not None else None)
+
+
+def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options: RunOptions) -> int:
+    """With the sweep's folder locked: resume where the store stands, run, say how it went."""
+    store = store_of(args, sweep)
+    plan = plan_resume(store, jobs, args.retry_failed)
+    say_health(plan.health)
+    print(f"{sweep.name}: {plan.total} trials, {plan.finished} finished, {plan.failed} failed, "
+          f"{len(plan.pending)} to run")
+    if not plan.pending:
+        caught = catch_up(store, options.sinks, SinkContext(sweep.name, options.results_root, options.tracking_uri))
+        for warning in caught.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        if caught.rebuilt_runs:
+            print(f"restored {caught.rebuilt_runs} MLflow runs from the Parquet results")
+        print_results(store, sweep)
+        return EXIT_FAILED_TRIALS if plan.failed else 0
+    options = replace(options, spec_text=_spec_text(args.spec), source_commit=_source_commit())
+    display = ProgressDisplay(len(plan.pending), sweep.name, bar=not args.no_progress)
+    try:
+        outcome = run_sweep(sweep.name, plan.pending, options, display.show)
+    finally:
+        display.close()
+    sharded = f" and {outcome.sharded} sharded trial(s) over shard actors" if outcome.sharded else ""
+    print(f"{outcome.finished} finished, {outcome.failed} failed in {outcome.seconds:.1f} s "
+          f"on {outcome.workers} {outcome.device} worker(s){sharded}"
+          + "".join(f"; {note}" for note in outcome.mirror.notes))
+    for error in outcome.mirror.errors[:5]:
+        print(f"warning: result sink: {error}", file=sys.stderr)
+    for note in outcome.notes:
+        print(f"warning: {note}", file=sys.stderr)
+    print(f"results: {store.root}")
+    print_results(store, sweep)
+    repeated = "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in
+                       [("--results", args.results), ("--mlflow-uri", args.mlflow_uri),
+                        *(("--set", item) for item in args.overrides or [])] if value is not None)
+    print(f"\nnext: `banditsweep report {shlex.quote(args.spec)}{repeated}` for tables and figures, "
+          f"`banditsweep ui {shlex.quote(args.spec)}{repeated}` to compare runs in MLflow; in Python: "
+          f"`trials, curves = banditsweep.load({options.results_root!r}, {sweep.name!r})`")
+    failures = failed_records(store, [job.record.trial_id for job in jobs])
+    for record in failures[:5]:
+        print(f"failed: {record.label} | {record.environment} | seed {record.seed}: {record.error}", file=sys.stderr)
+    return EXIT_FAILED_TRIALS if failures else 0
+
+
+def _spec_text(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _source_commit() -> str:
+    """The git commit of the code that runs (with ``+dirty`` when it has changes), where it is a
+    git checkout; else the installed version."""
+    package = Path(banditsweep.__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=False, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(package), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=False, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "", ""
+    if commit:
+        return commit + ("+dirty" if dirty else "")
+    try:
+        return f"banditsweep {version('banditsweep')}"
+    except PackageNotFoundError:
+        return ""

@@ -1,0 +1,61 @@
+"""What several commands do alike: the trials of a spec as the workers layer takes them, the sweep's
+store, warnings about its files, and the results table a command ends with."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from banditsweep.sweeps.commands.arguments import results_root
+from banditsweep.sweeps.report import finished_trials, markdown_table, summarise
+from banditsweep.sweeps.spec import PlannedTrial, Sweep
+from banditsweep.workers.jobs import Job
+from banditsweep.workers.record import TrialRecord
+from banditsweep.workers.store import StoreHealth, SweepStore
+
+
+def record_of(sweep: Sweep, trial: PlannedTrial) -> TrialRecord:
+    """A planned trial's record before it runs: what it is, from the spec."""
+    spec = trial.spec
+    return TrialRecord(trial_id=trial.trial_id, sweep=sweep.name, algorithm=spec.algorithm, label=trial.label,
+                       environment=trial.environment, seed=spec.seed, horizon=spec.horizon, params=spec.params,
+                       environment_config=spec.environment, log_every=sweep.spec.log_every,
+                       run_name=trial.run_name, group=trial.group)
+
+
+def jobs_of(sweep: Sweep) -> list[Job]:
+    """Every trial of the spec, as the workers layer runs and counts them."""
+    return [Job(spec=trial.spec, record=record_of(sweep, trial), shards=trial.shards) for trial in sweep.trials]
+
+
+def store_of(args: argparse.Namespace, sweep: Sweep) -> SweepStore:
+    return SweepStore.for_sweep(results_root(args), sweep.name)
+
+
+def say_health(health: StoreHealth | None) -> None:
+    """What the check of the result files found: damaged files moved aside, trials that run again."""
+    if health is None:
+        return
+    for line in health.quarantined:
+        print(f"warning: damaged result file {line}", file=sys.stderr)
+    if health.missing_results:
+        print(f"warning: {len(health.missing_results)} finished trial(s) have lost their per-round results; "
+              "`run` runs them again", file=sys.stderr)
+
+
+def label_order(sweep: Sweep) -> list[str]:
+    return list(dict.fromkeys(t.label for t in sweep.trials))
+
+
+def env_order(sweep: Sweep) -> list[str]:
+    return list(dict.fromkeys(t.environment for t in sweep.trials))
+
+
+def print_results(store: SweepStore, sweep: Sweep) -> None:
+    trials = finished_trials(store, sweep.trials)
+    if trials.empty:
+        print("no finished trials yet")
+        return
+    summary = summarise(trials, label_order(sweep), env_order(sweep))
+    print(f"\nMean final cumulative regret (best grid point per cell, {sweep.name}):")
+    print(markdown_table(summary.mean, 1))

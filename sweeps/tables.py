@@ -1,0 +1,105 @@
+"""Tables as a paper and a terminal show them: Markdown (numbers rounded, a missing value as
+:data:`MISSING`), LaTeX with booktabs rules, a caption, a ``\\label`` and the best value of each
+column in bold; and the slugs that name their files and labels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+MISSING = "—"  # a setting an environment does not have (another kind's key), or left unset (None)
+
+
+def markdown_table(table: pd.DataFrame, digits: int = 2, index: bool = True) -> str:
+    frame = table.reset_index() if index else table
+    header = [str(c) for c in frame.columns]
+
+    def cell(value) -> str:
+        if isinstance(value, (float, np.floating)):
+            return "—" if np.isnan(value) else (f"{value:.{digits}f}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}")
+        return str(value)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$",
+                  "ε": r"$\varepsilon$"}
+
+
+def latex_escape(text) -> str:
+    return "".join(_LATEX_SPECIAL.get(c, c) for c in str(text))
+
+
+def latex_number(value, digits: int = 1) -> str:
+    """A number for a LaTeX table, in math mode: fixed with ``digits`` decimals, scientific
+    (``2.50\times10^{-5}``) below 0.01 (and below ``10**-digits``), where fixed decimals would
+    show one significant digit or none, and from a million up; ``--`` for a missing value."""
+    if value is None or (isinstance(value, (float, np.floating)) and not np.isfinite(value)):
+        return "--"
+    value = float(value)
+    if value != 0 and (abs(value) < max(10.0 ** -digits, 1e-2) or abs(value) >= 1e6):
+        mantissa, exponent = f"{value:.2e}".split("e")
+        return rf"{mantissa}\times10^{{{int(exponent)}}}"
+    return f"{value:.{digits}f}"
+
+
+def latex_table(table: pd.DataFrame, caption: str, label: str, digits: int = 1, bold: str | None = "min",
+                std: pd.DataFrame | None = None, std_digits: int | None = None) -> str:
+    """A booktabs table of numbers (rows: algorithms, columns: environments) with a caption, a
+    ``\\label`` and the best value of each column in bold (``bold``: "min", "max" or None). With
+    ``std``, each cell is ``mean \\pm std`` and the best mean is bold."""
+    columns = list(table.columns)
+    best = {}
+    if bold is not None:
+        for column in columns:
+            values = pd.to_numeric(table[column], errors="coerce")
+            if values.notna().any():
+                best[column] = values.min() if bold == "min" else values.max()
+    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{latex_escape(caption)}}}",
+             rf"\label{{{label}}}", r"\begin{tabular}{l" + "r" * len(columns) + "}", r"\toprule",
+             " & ".join([latex_escape(table.index.name or ""), *(latex_escape(c) for c in columns)]) + r" \\",
+             r"\midrule"]
+    for name, row in table.iterrows():
+        cells = []
+        for column in columns:
+            value = row[column]
+            if value is None or (isinstance(value, (float, np.floating)) and np.isnan(value)):
+                cells.append("--")
+                continue
+            text = latex_number(value, digits)
+            if std is not None:
+                text += r" \pm " + latex_number(std.loc[name, column], digits if std_digits is None else std_digits)
+            if column in best and value == best[column]:
+                text = rf"\mathbf{{{text}}}"
+            cells.append(f"${text}$")
+        lines.append(" & ".join([latex_escape(name), *cells]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def latex_text_table(table: pd.DataFrame, caption: str, label: str) -> str:
+    """A booktabs table of text cells (the by-setting table: ``9.0 ± 1.0``) with its index as the
+    leading columns, a caption and a ``\\label``."""
+    frame = table.reset_index()
+    numeric = [pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns]
+    spec = "".join("r" if n and i >= table.index.nlevels else "l" for i, n in enumerate(numeric))
+    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{latex_escape(caption)}}}", rf"\label{{{label}}}",
+             rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+             " & ".join(latex_escape(c) for c in frame.columns) + r" \\", r"\midrule"]
+    for row in frame.itertuples(index=False):
+        lines.append(" & ".join("--" if pd.isna(v) else latex_escape(v) for v in row) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def slug(text: str) -> str:
+    """``text`` as part of a file name."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+def label_slug(text: str) -> str:
+    """``text`` as part of a LaTeX ``\\label``."""
+    return "".join(c if c.isalnum() or c in "-." else "-" for c in text)

@@ -1,0 +1,170 @@
+"""The curves table of a sweep (``<sweep>/curves/``): one row per trial per round in
+:data:`CURVE_SCHEMA`, in Parquet files with a CRC on every page; how rows are built from outcomes,
+how a file is checked, and which copy of a round wins when a trial's rows were written twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from banditsweep.workers.checksums import file_digest, named_digest
+from banditsweep.workers.errors import one_line
+from banditsweep.workers.record import FINISHED, TrialOutcome, TrialRecord
+
+# Per-round values every environment of the project may report (``Environment.round_extras``) get
+# a column of their own (NaN where a trial has none); any other reported value goes into
+# ``other_extras``. Nothing a trial reports per round is dropped.
+CURVE_EXTRA_COLUMNS = ("expected_regret", "adversary_choice")
+# What a curve row says about its trial, so that an analysis needs no join: dictionary-encoded
+# (one copy of each name per file; pandas reads them as categoricals).
+NAME = pa.dictionary(pa.int32(), pa.string())
+CURVE_TRIAL_COLUMNS = ("algorithm", "label", "environment", "seed")
+CURVE_SCHEMA = pa.schema([
+    ("trial_id", pa.string()),
+    ("algorithm", NAME),
+    ("label", NAME),
+    ("environment", NAME),
+    ("seed", pa.int64()),
+    ("t", pa.int64()),
+    ("arm", pa.int64()),
+    ("reward", pa.float64()),
+    ("regret", pa.float64()),          # per-round regret increment
+    ("cum_regret", pa.float64()),      # cumulative regret after round t
+    ("seconds", pa.float64()),
+    *[(name, pa.float64()) for name in CURVE_EXTRA_COLUMNS],
+    ("other_extras", pa.map_(pa.string(), pa.float64())),
+])
+
+# Curve files are compacted into one when a sweep has more (each `run` leaves one).
+MAX_CURVE_FILES = 8
+
+WRITE_OPTIONS = {"write_page_checksum": True}
+
+def write_parquet(table: pa.Table, path: str, **options) -> None:
+    pq.write_table(table, path, **WRITE_OPTIONS, **options)
+
+
+def read_parquet(path: Path | str, **options) -> pa.Table:
+    return pq.read_table(path, page_checksum_verification=True, **options)
+
+
+def curve_table(outcomes: Iterable[TrialOutcome]) -> pa.Table:
+    """The curve rows of finished trials, in CURVE_SCHEMA."""
+    columns: dict[str, list] = {name: [] for name in CURVE_SCHEMA.names}
+    for outcome in outcomes:
+        arrays = outcome.arrays
+        horizon = len(arrays["cum_regret"])
+        record = outcome.record
+        columns["trial_id"].append(pa.array([record.trial_id] * horizon, pa.string()))
+        for name in ("algorithm", "label", "environment"):
+            columns[name].append(pa.DictionaryArray.from_arrays(pa.array(np.zeros(horizon, np.int32)),
+                                                                pa.array([getattr(record, name)], pa.string())))
+        columns["seed"].append(pa.array(np.full(horizon, record.seed, dtype=np.int64)))
+        columns["t"].append(pa.array(np.arange(1, horizon + 1, dtype=np.int64)))
+        for name in ("arm", "reward", "regret", "cum_regret", "seconds", *CURVE_EXTRA_COLUMNS):
+            values = arrays.get(name)
+            values = np.full(horizon, np.nan) if values is None else np.asarray(values)
+            columns[name].append(pa.array(values, CURVE_SCHEMA.field(name).type))
+        other = sorted(set(arrays) - set(CURVE_SCHEMA.names))
+        columns["other_extras"].append(pa.array(
+            [[(name, float(arrays[name][i])) for name in other] for i in range(horizon)],
+            CURVE_SCHEMA.field("other_extras").type))
+    return pa.table({name: _concat(parts, CURVE_SCHEMA.field(name).type) for name, parts in columns.items()},
+                    schema=CURVE_SCHEMA)
+
+
+def _concat(parts: list[pa.Array], kind: pa.DataType) -> pa.Array:
+    if not parts:
+        return pa.array([], kind)
+    if pa.types.is_dictionary(kind):   # one dictionary for the whole column
+        return pa.chunked_array(parts, kind).unify_dictionaries().combine_chunks()
+    return pa.concat_arrays(parts)
+
+
+def with_trial_columns(table: pa.Table, records: dict[str, TrialRecord] | Callable[[], dict[str, TrialRecord]]
+                       ) -> pa.Table:
+    """Curve rows in :data:`CURVE_SCHEMA` with their trial's algorithm, label, environment and seed
+    filled in from ``records`` where a file of an earlier layout left them empty."""
+    if table.num_rows == 0 or all(table[name].null_count == 0 for name in CURVE_TRIAL_COLUMNS):
+        return table
+    records = records() if callable(records) else records
+    ids = pc.unique(table["trial_id"]).to_pylist()
+    known = [records.get(tid) for tid in ids]
+    index = pc.index_in(table["trial_id"], value_set=pa.array(ids, pa.string()))
+    for name in CURVE_TRIAL_COLUMNS:
+        column = table[name]
+        if column.null_count == 0:
+            continue
+        values = pa.array([None if r is None else getattr(r, name) for r in known],
+                          pa.int64() if name == "seed" else pa.string())
+        filled = values.take(index)
+        if name != "seed":
+            filled = pc.coalesce(column.cast(pa.string()), filled).combine_chunks().dictionary_encode()
+        else:
+            filled = pc.coalesce(column, filled)
+        table = table.set_column(table.schema.get_field_index(name), CURVE_SCHEMA.field(name), filled)
+    return table
+
+
+def curves_damage(path: Path, rows: dict[str, int] | None = None) -> str:
+    """What is wrong with a curves file ("" when nothing): bytes that do not match the checksum in
+    its name, a page that fails its CRC, or not Parquet at all. Counts each trial's rows into
+    ``rows``. A file without a checksum (written before) is decoded whole, every column."""
+    expected = named_digest(path)
+    try:
+        matches = expected is not None and file_digest(path) == expected
+        if expected is not None and not matches:
+            pq.ParquetFile(path)   # a file cut short says so (below); one that still opens, the checksum
+            return "its bytes do not match the SHA-256 in its name"
+        counts: dict[str, int] = {}
+        handle = pq.ParquetFile(path, page_checksum_verification=True)
+        columns = ["trial_id"] if matches else None   # a matching checksum vouches for every byte
+        for group in range(handle.num_row_groups):
+            table = handle.read_row_group(group, columns=columns)
+            for trial_id, count in zip(*pc.value_counts(table["trial_id"]).flatten()):
+                counts[trial_id.as_py()] = counts.get(trial_id.as_py(), 0) + count.as_py()
+    except (pa.ArrowException, OSError, KeyError) as error:
+        return f"not readable Parquet: {one_line(error)}"
+    if rows is not None:
+        for trial_id, count in counts.items():
+            rows[trial_id] = rows.get(trial_id, 0) + count
+    return ""
+
+
+def has_trial_columns(path: Path) -> bool:
+    try:
+        return "label" in pq.read_schema(path).names
+    except (pa.ArrowException, OSError):
+        return True   # unreadable: verify() moves it aside, compaction leaves it alone
+
+
+def write_order(path: Path) -> tuple:
+    """Files of earlier versions (one per trial, named by trial id) first, then parts and merged
+    files by the time in their names."""
+    stem = path.stem
+    if stem.startswith(("part-", "c-")):
+        return (1, stem.split("-", 1)[1])
+    return (0, stem)
+
+
+def latest_rows(table: pa.Table, records: dict[str, TrialRecord] | None) -> pa.Table:
+    """One row per (trial, round): a trial's curves can be on disk twice only when a crash fell
+    between its curves and its journal entry and it then ran again; the rows of the last write win
+    (files are read in write order). With ``records``, rows of trials the journal does not hold as
+    finished are dropped."""
+    if table.num_rows == 0:
+        return table
+    frame = pa.table({"trial_id": table["trial_id"], "t": table["t"],
+                      "order": pa.array(np.arange(table.num_rows))})
+    keep = frame.group_by(["trial_id", "t"]).aggregate([("order", "max")])["order_max"]
+    table = table.take(pa.array(np.sort(keep.to_numpy())))
+    if records is not None:
+        done = [tid for tid, r in records.items() if r.status == FINISHED]
+        table = table.filter(pc.is_in(table["trial_id"], pa.array(done, pa.string())))
+    return table

@@ -1,0 +1,59 @@
+"""What ``banditsweep status`` reports of a sweep's store: per algorithm and environment how many
+trials are done, failed and pending, and (when the store exists) whether its files are whole and
+agree with each other (workers.store's check, then workers.consistency's counts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from banditsweep.workers.consistency import Consistency, check
+from banditsweep.workers.jobs import Job
+from banditsweep.workers.record import FAILED, FINISHED
+from banditsweep.workers.store import StoreHealth, SweepStore
+
+
+@dataclass
+class CellCounts:
+    algorithm: str              # the trials' label
+    environment: str
+    done: int = 0
+    failed: int = 0
+    pending: int = 0
+
+
+@dataclass
+class StatusSummary:
+    cells: list[CellCounts]             # in the order the spec names them
+    health: StoreHealth | None          # None: no results folder yet (nothing checked)
+    consistency: Consistency | None
+
+    def total(self, what: str) -> int:
+        return sum(getattr(cell, what) for cell in self.cells)
+
+    @property
+    def inconsistent(self) -> bool:
+        """Damaged files were moved aside, or the files disagree with the journal."""
+        return self.health is not None and bool(self.health.quarantined or self.consistency.problems)
+
+
+def status_summary(store: SweepStore, jobs: list[Job]) -> StatusSummary:
+    """Check the store's files (when it exists; damaged ones are moved to quarantine) and count the
+    state of each of ``jobs``: a finished trial whose results are lost counts as pending."""
+    health = store.verify(planned=[job.record.trial_id for job in jobs]) if store.root.is_dir() else None
+    journal = store.journal()
+    lost = health.missing_results if health is not None else set()
+    cells: dict[tuple[str, str], CellCounts] = {}
+    for job in jobs:
+        record = job.record
+        state = journal[record.trial_id].status if record.trial_id in journal else None
+        if record.trial_id in lost:
+            state = None
+        cell = cells.setdefault((record.label, record.environment), CellCounts(record.label, record.environment))
+        if state == FINISHED:
+            cell.done += 1
+        elif state == FAILED:
+            cell.failed += 1
+        else:
+            cell.pending += 1
+    consistency = check(store.root, journal) if health is not None else None
+    return StatusSummary(list(cells.values()), health, consistency)
