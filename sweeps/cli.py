@@ -38,7 +38,8 @@ MAX_WORKERS = 100_000   # trial actors of one run, at most
 
 # command -> (module of sweeps.commands, its function); each is imported only when it runs.
 COMMANDS = {"run": ("run", "main"), "status": ("status", "main"), "report": ("report", "main"),
-            "sync-mlflow": ("mlflow", "sync"), "ui": ("mlflow", "ui"), "list": ("listing", "main")}
+            "sync-mlflow": ("mlflow", "sync"), "ui": ("mlflow", "ui"), "list": ("listing", "main"),
+            "plan": ("plan", "main")}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,6 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a result sink mirroring the Parquet results (repeatable; default: the spec's "
                           "`sinks:`, else mlflow; `none`: Parquet only); `banditsweep list` names them")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    plan = commands.add_parser("plan", help="what a sweep will cost: trials, rounds, seconds per round, memory, "
+                                            "wall time (a short timed probe per cell)")
+    _common(plan)
+    plan.add_argument("--data-dir", default=None, help=f"dataset directory (default: ${DATA_ENV_VAR}, else "
+                                                       "a per-user cache directory)")
+    plan.add_argument("--workers", type=_worker_count, default=None,
+                      help="trials at once (default: this machine's CPUs / cpus_per_trial)")
+    plan.add_argument("--gpus", type=_worker_count, default=None, help="GPUs of the cluster (for trials that ask for GPUs)")
+    plan.add_argument("--probe-seconds", type=float, default=3.0, help="at most this long timing each cell (default 3)")
     status = commands.add_parser("status", help="done / failed / pending trial counts")
     _common(status)
     report = commands.add_parser("report", help="tables and figures of a sweep's results")

@@ -21,6 +21,7 @@ cold starts slower. ``tests/test_plan.py`` checks it within 2x of a small sweep'
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -110,8 +111,22 @@ def duration(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
-def probe(spec, budget: float = PROBE_SECONDS) -> tuple[float, int]:
-    """(estimated seconds of the whole trial, rounds probed): a short timed run, extrapolated."""
+def probe(spec, budget: float = PROBE_SECONDS, threads: int = 1) -> tuple[float, int]:
+    """(estimated seconds of the whole trial, rounds probed): a short timed run, extrapolated. The
+    probe runs with the trial actor's thread count (``threads``: its CPUs), as the trial will."""
+    spec.policy_class   # imports the algorithm's module (and torch, if it uses it)
+    torch = sys.modules.get("torch")
+    previous = torch.get_num_threads() if torch is not None else None
+    if torch is not None:
+        torch.set_num_threads(max(1, threads))
+    try:
+        return _timed(spec, budget)
+    finally:
+        if torch is not None:
+            torch.set_num_threads(previous)
+
+
+def _timed(spec, budget: float) -> tuple[float, int]:
     started = time.perf_counter()
     run = TrialRun([spec])
     build = time.perf_counter() - started
@@ -127,12 +142,14 @@ def probe(spec, budget: float = PROBE_SECONDS) -> tuple[float, int]:
         return build + sum(times), probed
     later = np.asarray(times[1:]) if probed > 1 else np.asarray(times)
     t = np.arange(2, probed + 1, dtype=float) if probed > 1 else np.ones(1)
-    if getattr(spec.policy_class, "round_cost_grows", False) and len(later) >= 3:
-        slope, intercept = np.polyfit(t, later, 1)
-        slope = max(slope, 0.0)
-        intercept = float(np.median(later - slope * t))
-    else:
-        slope, intercept = 0.0, float(np.median(later))
+    slope, intercept = 0.0, float(np.mean(later))
+    if getattr(spec.policy_class, "round_cost_grows", False) and len(later) >= 4:
+        # a + b t from the means of the probe's two halves: a round's time has heavy tails on a shared
+        # machine, and a least-squares slope through a few dozen of them extrapolates the noise.
+        half = len(later) // 2
+        early, late = later[:half].mean(), later[half:].mean()
+        slope = max(0.0, (late - early) / (t[half:].mean() - t[:half].mean()))
+        intercept = float(later.mean() - slope * t.mean())
     rest = np.arange(probed + 1, horizon + 1, dtype=float)
     return build + sum(times) + float(np.sum(np.maximum(intercept + slope * rest, 0.0))), probed
 
@@ -159,7 +176,7 @@ def plan_sweep(sweep, workers: int, store_records=None, budget: float = PROBE_SE
         if times:
             seconds, source = float(np.mean(times)), f"measured ({len(times)} trial{'s' if len(times) > 1 else ''})"
         else:
-            seconds, rounds = probe(first.spec, budget)
+            seconds, rounds = probe(first.spec, budget, max(1, int(resources.cpus_per_trial)))
             source = f"probe ({rounds} of {horizon} rounds)"
         memory = sum(trial_footprint(first.spec, first.shards).values())
         gpus = resources.gpus_per_trial or 0.0

@@ -29,7 +29,7 @@ import math
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
@@ -116,6 +116,9 @@ class SweepSpec(_Strict):
     checkpoint_every: Int | None = Field(None, ge=1)
     # Result sinks mirroring the Parquet results (registry names; None: the default, MLflow).
     sinks: list[str] | None = None
+    # What MLflow gets: a run per trial, per cell (label x grid point x environment: the seeds' mean
+    # and band), or both; auto: per trial up to 2,000 trials, else per cell (workers.mlflow_sink).
+    mlflow_runs: Literal["auto", "trials", "cells", "both"] = "auto"
 
     @field_validator("sweep")
     @classmethod

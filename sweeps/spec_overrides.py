@@ -12,7 +12,7 @@ from banditsweep.sweeps.spec_yaml import check_values, load_yaml
 
 OVERRIDABLE = ("sweep", "horizon", "seeds", "log_every", "checkpoint_every", "resources.cpus_per_trial",
                "resources.gpus_per_trial", "resources.batch_trials", "resources.cpus_per_shard",
-               "resources.gpus_per_shard")
+               "resources.gpus_per_shard", "mlflow_runs")
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:

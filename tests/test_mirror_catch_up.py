@@ -145,7 +145,7 @@ def test_cell_runs_hold_their_seeds_mean_and_band(tmp_path):
     band of the curves, rebuilt from the Parquet record; no run per trial."""
     import numpy as np
 
-    from banditsweep.workers.mlflow_sink import run_mode
+    from banditsweep.workers.sinks import run_mode
     from banditsweep.workers.record import TrialOutcome
     from banditsweep.workers.store import SweepStore
 

@@ -31,6 +31,7 @@ class RunOptions:
     # Where the trial actors read dataset files; None: wherever their own environment says (their
     # BANDITSWEEP_DATA, else their per-user cache).
     data_dir: str | None = None
+    mlflow_runs: str = "trials"           # what the MLflow mirror gets (workers.mlflow_sink.run_mode)
 
 
 @dataclass

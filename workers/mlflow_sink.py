@@ -38,7 +38,7 @@ from mlflow.tracking import MlflowClient
 
 from banditsweep.workers.mlflow_bulk import RUNS_PER_TRANSACTION, SERVER_CONCURRENCY, RunWrite, sql_store, write_runs
 from banditsweep.workers.record import FINISHED, TrialRecord, thinned_curve
-from banditsweep.workers.sinks import Points, SinkContext, store_id
+from banditsweep.workers.sinks import RUN_MODES, Points, SinkContext, store_id
 from banditsweep.workers.tracking import local_artifact_root, store_setup_lock
 
 # The stepped metric: the cumulative regret, named as the Parquet column it mirrors (`regret` there is
@@ -169,20 +169,6 @@ def final_params(record: TrialRecord) -> dict[str, Any]:
     """Single values that are not worth a chart of their own (one bar each would bury the regret
     curve in the chart view): the trial's wall time and diagnostics, as parameters."""
     return {"wall_seconds": record.wall_seconds, **{f"diag.{k}": v for k, v in record.diagnostics.items()}}
-
-
-RUN_MODES = ("trials", "cells", "both")
-# ``auto``: runs per trial up to this many trials in the sweep, else per cell.
-MAX_TRIAL_RUNS_AUTO = 2000
-
-
-def run_mode(requested: str, trials: int) -> str:
-    """``trials`` / ``cells`` / ``both`` as asked, ``auto`` by the sweep's size."""
-    if requested == "auto":
-        return "trials" if trials <= MAX_TRIAL_RUNS_AUTO else "cells"
-    if requested not in RUN_MODES:
-        raise ValueError(f"mlflow runs {requested!r}: allowed are auto, {', '.join(RUN_MODES)}")
-    return requested
 
 
 def cell_summaries(records, curves) -> list[dict]:

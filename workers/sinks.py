@@ -57,6 +57,21 @@ HOLD_STARTS = 2.0
 OPEN_ATTEMPTS = 3
 
 
+# What the MLflow mirror writes (SinkContext.mlflow_runs; workers.mlflow_sink).
+RUN_MODES = ("trials", "cells", "both")
+# ``auto``: runs per trial up to this many trials in the sweep, else per cell.
+MAX_TRIAL_RUNS_AUTO = 2000
+
+
+def run_mode(requested: str, trials: int) -> str:
+    """``trials`` / ``cells`` / ``both`` as asked, ``auto`` by the sweep's size."""
+    if requested == "auto":
+        return "trials" if trials <= MAX_TRIAL_RUNS_AUTO else "cells"
+    if requested not in RUN_MODES:
+        raise ValueError(f"mlflow runs {requested!r}: allowed are auto, {', '.join(RUN_MODES)}")
+    return requested
+
+
 @dataclass(frozen=True)
 class SinkContext:
     """What a sink knows about the store it mirrors."""

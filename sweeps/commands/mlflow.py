@@ -15,7 +15,7 @@ from banditsweep.sweeps.commands.shared import store_of
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.workers.mlflow_sink import experiment_of
 from banditsweep.workers.resume import catch_up
-from banditsweep.workers.sinks import SinkContext
+from banditsweep.workers.sinks import SinkContext, run_mode
 from banditsweep.workers.tracking import check_tracking_server
 
 
@@ -26,7 +26,9 @@ def sync(args: argparse.Namespace, sweep: Sweep) -> int:
     store = store_of(args, sweep)
     with store.exclusive():
         caught = catch_up(store, ["mlflow"], SinkContext(sweep.name, str(results_root(args)), uri,
-                                                         command="sync-mlflow"))
+                                                         command="sync-mlflow",
+                                                         mlflow_runs=run_mode(sweep.spec.mlflow_runs,
+                                                                              len(sweep.trials))))
     if not caught.sinks:
         print(f"error: {caught.warnings[0]}", file=sys.stderr)
         return EXIT_FAILED_TRIALS

@@ -30,7 +30,7 @@ from banditsweep.workers.jobs import Job, RunOptions
 from banditsweep.workers.pool import check_fits
 from banditsweep.workers.ray_address import ray_address
 from banditsweep.workers.resume import catch_up, failed_records, plan_resume
-from banditsweep.workers.sinks import DEFAULT_SINKS, SinkContext, sink_names
+from banditsweep.workers.sinks import DEFAULT_SINKS, SinkContext, run_mode, sink_names
 from banditsweep.workers.tracking import check_tracking_server
 
 # What the driver's environment hands every Ray worker process: the plugins it imports.
@@ -71,7 +71,8 @@ def run_options(args: argparse.Namespace, sweep: Sweep, sinks: list[str], data_d
                       checkpoint_every=sweep.spec.checkpoint_every, spec_path=args.spec,
                       address=ray_address(args.address), env_vars={PLUGINS_ENV_VAR: plugins} if plugins else {},
                       cpus_per_shard=resources.cpus_per_shard, gpus_per_shard=resources.gpus_per_shard,
-                      data_dir=str(data_dir) if data_dir is not None else None)
+                      data_dir=str(data_dir) if data_dir is not None else None,
+                      mlflow_runs=run_mode(sweep.spec.mlflow_runs, len(sweep.trials)))
 
 
 def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options: RunOptions) -> int:
@@ -82,13 +83,15 @@ def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options:
     print(f"{sweep.name}: {plan.total} trials, {plan.finished} finished, {plan.failed} failed, "
           f"{len(plan.pending)} to run")
     if not plan.pending:
-        caught = catch_up(store, options.sinks, SinkContext(sweep.name, options.results_root, options.tracking_uri))
+        caught = catch_up(store, options.sinks, SinkContext(sweep.name, options.results_root, options.tracking_uri,
+                                                            mlflow_runs=options.mlflow_runs))
         for warning in caught.warnings:
             print(f"warning: {warning}", file=sys.stderr)
         if caught.rebuilt_runs:
             print(f"restored {caught.rebuilt_runs} MLflow runs from the Parquet results")
         print_results(store, sweep)
         return EXIT_FAILED_TRIALS if plan.failed else 0
+    say_estimate(sweep, store, plan.pending, options)
     options = replace(options, spec_text=_spec_text(args.spec), source_commit=_source_commit())
     display = ProgressDisplay(len(plan.pending), sweep.name, bar=not args.no_progress)
     try:
@@ -115,6 +118,36 @@ def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options:
     for record in failures[:5]:
         print(f"failed: {record.label} | {record.environment} | seed {record.seed}: {record.error}", file=sys.stderr)
     return EXIT_FAILED_TRIALS if failures else 0
+
+
+# Cells a run probes for its first-line estimate (each for at most RUN_PROBE_SECONDS); a sweep of more
+# cells without measured costs is left to `banditsweep plan`.
+RUN_PROBE_CELLS = 12
+RUN_PROBE_SECONDS = 0.3
+
+
+def say_estimate(sweep: Sweep, store, pending: list[Job], options: RunOptions) -> None:
+    """The run's cost in its first lines (sweeps.plan), and a word before a long one starts."""
+    from banditsweep.sweeps.plan import LONG_RUN_SECONDS, default_workers, duration, plan_sweep
+
+    records = store.journal()
+    wanted = {job.record.trial_id for job in pending}
+    done = {trial.trial_id for trial in sweep.trials} - wanted
+    measured = {(r.label, r.environment, r.horizon) for r in records.values() if r.status == "finished"}
+    unmeasured = {(t.label, t.environment, t.spec.horizon) for t in sweep.trials if t.trial_id in wanted} - measured
+    if len(unmeasured) > RUN_PROBE_CELLS:
+        print(f"estimate: `banditsweep plan {shlex.quote(options.spec_path)}` times its {len(unmeasured)} cells")
+        return
+    cpus = len(os.sched_getaffinity(0)) if options.address is None else 0
+    workers = options.max_workers or (default_workers(cpus, options.cpus_per_trial) if cpus else 0)
+    estimate = plan_sweep(sweep, max(1, workers), records, RUN_PROBE_SECONDS, done)
+    where = f"on {workers} worker(s)" if workers else "of one core (the cluster's size is not known yet)"
+    seconds = estimate.wall_seconds if workers else estimate.serial_seconds
+    print(f"estimate: the trials take about {duration(seconds)} {where}, plus Ray's start "
+          "(`banditsweep plan` for the breakdown)")
+    if seconds > LONG_RUN_SECONDS:
+        print(f"note: a long run ({duration(seconds)}); --set horizon=... / --set seeds=... cut it down, and "
+              "an interrupted run resumes where it stopped")
 
 
 def _spec_text(path: str) -> str:

@@ -1,0 +1,44 @@
+"""``banditsweep plan``: a sweep's cost before it runs, checked against the same sweep's measured time."""
+
+import re
+
+import pandas as pd
+import yaml
+
+from banditsweep.sweeps.cli import main
+
+
+def _plan_rows(text: str) -> dict[str, float]:
+    """cell -> estimated seconds per round, from the plan's table."""
+    rows = {}
+    for line in text.splitlines():
+        match = re.match(r"^(.+?\|.+?)\s+([\d,]+)\s+([\d,]+)\s+([\d.]+)\s", line)
+        if match:
+            rows[match.group(1).strip()] = float(match.group(4))
+    return rows
+
+
+def test_the_plan_estimates_a_small_sweep_within_2x(tmp_path, monkeypatch, shared_ray, capsys):
+    monkeypatch.chdir(tmp_path)
+    spec = {"sweep": "planned", "horizon": 300, "seeds": 2, "log_every": 50,
+            "environments": [{"kind": "synthetic", "function": "h1", "dim": 8}],
+            "algorithms": [{"name": "linucb", "params": {"nu": 0.1}},
+                           {"name": "neural_ucb", "params": {"width": 16, "steps": 10, "nu": 0.1}}],
+            "resources": {"cpus_per_trial": 1, "batch_trials": 1}}
+    (tmp_path / "planned.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["plan", "planned.yaml", "--probe-seconds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "4 trials, 1,200 trial-rounds" in out and "on 2 worker(s)" in out
+    estimated = _plan_rows(out)
+    assert sorted(estimated) == ["linucb | synthetic:h1,dim=8", "neural_ucb | synthetic:h1,dim=8"], out
+    assert main(["run", "planned.yaml", "--sink", "none", "--no-progress", "--max-workers", "1"]) == 0
+    trials = pd.read_parquet("results/planned/trials")
+    measured = trials.groupby(trials["label"] + " | " + trials["environment"])["seconds_per_round"].mean()
+    for cell, seconds in estimated.items():
+        ratio = seconds / measured[cell]
+        assert 0.5 <= ratio <= 2.0, (cell, seconds, measured[cell])
+    # Once trials are in the store, the plan takes their measured cost and leaves them out.
+    capsys.readouterr()
+    assert main(["plan", "planned.yaml"]) == 0
+    again = capsys.readouterr().out
+    assert "0 trials" in again and "4 trials of the spec are finished" in again
