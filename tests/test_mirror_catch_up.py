@@ -217,3 +217,21 @@ def test_a_long_trials_curve_grows_in_mlflow_while_it_runs(tmp_path, monkeypatch
     runner.join(300)
     assert codes == [0]
     assert seen and all(step % 100 == 0 for step in seen[0]), seen
+
+
+def test_without_a_terminal_progress_is_a_plain_line_every_interval(tmp_path, monkeypatch, plugins, shared_ray, capsys):
+    """Piped to a log, `run` prints a progress line every LOG_LINE_SECONDS even while no trial ends."""
+    from banditsweep.sweeps.commands import progress
+
+    monkeypatch.setattr(progress, "LOG_LINE_SECONDS", 1.0)
+    monkeypatch.chdir(tmp_path)
+    spec = {"sweep": "logged", "horizon": 400, "seeds": 2, "log_every": 100,
+            "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
+            "algorithms": [{"name": "slow_random", "params": {"pause": 0.01}}],
+            "resources": {"batch_trials": 1}}
+    (tmp_path / "logged.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", "logged.yaml", "--sink", "none", "--max-workers", "1"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("logged: ")]
+    assert len(lines) >= 3, lines
+    assert lines[0].startswith("logged: 0/2 trials (0 done, 0 failed)") and "elapsed" in lines[0]
+    assert any("1/2 trials (1 done, 0 failed)" in line and "left" in line for line in lines), lines

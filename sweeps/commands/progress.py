@@ -1,7 +1,9 @@
 """What a running sweep shows: a progress bar (tqdm) with the trials done, failed and running and the
 actors at work, and each message of the run once (which Ray, sinks that fail). Without a bar
 (``--no-progress``) the messages alone, and a line when the run has waited a while for actors no
-node can place yet."""
+node can place yet. Where the output is not a terminal (a Ray job's log, tmux, nohup), no bar: one
+plain line every :data:`LOG_LINE_SECONDS` seconds, whether or not a trial ended meanwhile (a round
+of a big trial may take minutes), with the counts, the rate and the time left."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from banditsweep.workers.jobs import Progress
 # Seconds without a placed actor before `run --no-progress` says it is waiting for nodes (starting
 # an actor takes a second or two; that is not worth a line).
 WAIT_NOTICE_SECONDS = 5.0
+# Seconds between two progress lines where the output is not a terminal.
+LOG_LINE_SECONDS = 30.0
 
 
 class ProgressDisplay:
@@ -22,9 +26,12 @@ class ProgressDisplay:
         # In a terminal the bar redraws in place; in a log (a Ray job's, a batch scheduler's) every
         # redraw is a line, so there it updates at most every 30 s.
         self.interactive = sys.stderr.isatty()
-        self.bar = (tqdm(total=total, unit="trial", desc=name, dynamic_ncols=True,
-                         mininterval=0.1 if self.interactive else 30.0,
-                         maxinterval=10.0 if self.interactive else 300.0) if bar else None)
+        self.bar = (tqdm(total=total, unit="trial", desc=name, dynamic_ncols=True, mininterval=0.1,
+                         maxinterval=10.0) if bar and self.interactive else None)
+        self.log_lines = bar and not self.interactive
+        self.total, self.name = total, name
+        self.started = time.monotonic()
+        self.last_line: float | None = None
         self.state: tuple | None = None
         self.messages: set[str] = set()
         self.waiting_since: float | None = None
@@ -35,6 +42,8 @@ class ProgressDisplay:
             if message not in self.messages:
                 self.messages.add(message)
                 (self.bar.write if self.bar is not None else print)(message)
+        if self.log_lines:
+            self._log_line(progress)
         if self.bar is None:
             self._say_waiting(progress)
             return
@@ -53,6 +62,20 @@ class ProgressDisplay:
         else:
             self.bar.update(0)   # drawn only when mininterval has passed
 
+    def _log_line(self, progress: Progress) -> None:
+        now = time.monotonic()
+        if self.last_line is not None and now - self.last_line < LOG_LINE_SECONDS:
+            return
+        self.last_line = now
+        elapsed = now - self.started
+        ended = progress.done + progress.failed
+        rate = ended / elapsed if elapsed > 0 else 0.0
+        left = f", ~{_duration((self.total - ended) / rate)} left" if rate > 0 and ended < self.total else ""
+        waiting = f", waiting for {progress.waiting_actors} {progress.device} actor(s)" if progress.waiting_actors else ""
+        print(f"{self.name}: {ended}/{self.total} trials ({progress.done} done, {progress.failed} failed), "
+              f"{progress.running} running on {progress.actors} actor(s){waiting}; {_duration(elapsed)} elapsed"
+              f"{f', {rate * 60:.1f} trials/min' if rate > 0 else ''}{left}", file=sys.stderr, flush=True)
+
     def _say_waiting(self, progress: Progress) -> None:
         waiting = progress.waiting_actors if not progress.actors else 0
         if not waiting:
@@ -67,3 +90,9 @@ class ProgressDisplay:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
