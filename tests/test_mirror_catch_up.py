@@ -171,6 +171,8 @@ def test_cell_runs_hold_their_seeds_mean_and_band(tmp_path):
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("cells").experiment_id
     assert search_all(client, experiment, "tags.kind = 'trial'") == []
+    # MLflow 3's UI opens the experiment on its runs ("Model training"), not on GenAI traces.
+    assert client.get_experiment(experiment).tags["mlflow.experimentKind"] == "custom_model_development"
     cells = {run.data.tags["group"]: run for run in search_all(client, experiment, "tags.kind = 'cell'")}
     assert sorted(cells) == ["A | env", "B | env"]
     for group, offset in (("A | env", 0.0), ("B | env", 10.0)):

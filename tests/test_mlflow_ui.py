@@ -79,7 +79,7 @@ class UI:
             time.sleep(0.5)
         else:
             pytest.fail(f"the MLflow UI did not answer within {timeout} s:\n{self.output()}")
-        found = re.search(rf"http://127\.0\.0\.1:{self.port}/#/experiments/\d+", self.output())
+        found = re.search(rf"http://127\.0\.0\.1:{self.port}/#/experiments/\d+/runs", self.output())
         assert found, self.output()
         return found.group(0)
 

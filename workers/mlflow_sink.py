@@ -41,6 +41,9 @@ from banditsweep.workers.record import FINISHED, TrialRecord, thinned_curve
 from banditsweep.workers.sinks import RUN_MODES, Points, SinkContext, store_id
 from banditsweep.workers.tracking import local_artifact_root, store_setup_lock
 
+# The experiment tag MLflow 3's UI chooses an experiment's first page by, and the kind of ours.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_DEVELOPMENT = "custom_model_development"
 # The stepped metric: the cumulative regret, named as the Parquet column it mirrors (`regret` there is
 # the per-round increment).
 REGRET_METRIC = "cum_regret"
@@ -243,6 +246,9 @@ class MLflowSink:
 
     def open(self, records: dict[str, TrialRecord], pending: list[str]) -> dict[str, int]:
         store = self.context.store_id
+        # MLflow 3's UI opens an experiment on its GenAI traces page unless the experiment says it is
+        # model development: then on its runs, with the "Model training" charts.
+        self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, MODEL_DEVELOPMENT)
         if self.context.spec_path:
             self.client.set_experiment_tag(
                 self.experiment_id, "mlflow.note.content",

@@ -49,7 +49,7 @@ def ui(args: argparse.Namespace, sweep: Sweep) -> int:
     experiment, note = experiment_of(uri, sweep.name)
     if note:
         print(f"warning: {note}", file=sys.stderr)
-    where = f"{url}/#/experiments/{experiment}" if experiment else url
+    where = f"{url}/#/experiments/{experiment}/runs" if experiment else url
     print(f"{sweep.name}: MLflow UI of {uri} at {where} (the \"Model training\" view shows the "
           "regret curves; runs with the same `group` tag are the seeds of one cell). Ctrl-C stops it.", flush=True)
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
