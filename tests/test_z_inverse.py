@@ -27,3 +27,25 @@ def test_a_parameter_added_later_keeps_the_ids_recorded_before_it():
     # The id of NeuralUCB's default trial on this bandit before z_inverse existed.
     assert TrialSpec.create("neural_ucb", {}, ENV, 0, 30).trial_id == "e0ec496d80b632eb5750"
     assert TrialSpec.create("neural_ucb", {"z_inverse": "invert"}, ENV, 0, 30).trial_id != "e0ec496d80b632eb5750"
+
+
+def test_a_journal_record_of_a_trial_with_a_later_parameter_at_its_default_is_valid(tmp_path):
+    """The journal's content check names a trial by the trial's own rule: `z_inverse: update` (a
+    parameter added later, at its default) is not part of the id, so the record is the trial's,
+    not a damaged one (it was read as damaged, and the whole segment quarantined)."""
+    from banditsweep.core.trial import TrialSpec
+    from banditsweep.workers.journal import journal_text, read_records
+    from banditsweep.workers.record import FINISHED, TrialRecord
+
+    spec = TrialSpec.create("neural_rbmle_pc", {"width": 10, "z": "full", "z_inverse": "update"},
+                            {"kind": "synthetic", "function": "h1", "dim": 3}, 0, 10)
+    assert spec.params["z_inverse"] == "update"
+    record = TrialRecord(trial_id=spec.trial_id, sweep="s", algorithm=spec.algorithm, label="pc",
+                         environment="synthetic:h1", seed=0, horizon=10, params=spec.params,
+                         environment_config=spec.environment, log_every=5, status=FINISHED, attempts=1,
+                         final_regret=1.0)
+    assert record.content_ids()[0] == spec.trial_id
+    path = tmp_path / "segment.jsonl"
+    path.write_text(journal_text([record]))
+    read = read_records(path, {spec.trial_id})
+    assert not read.damage and [r.trial_id for r in read.records] == [spec.trial_id]

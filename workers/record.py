@@ -106,9 +106,15 @@ class TrialRecord:
     def content_ids(self) -> tuple[str, str]:
         """The ids a trial of this content has (core.trial.TrialSpec.trial_id), unsharded and
         sharded: a record whose ``trial_id`` is neither does not describe the trial it names."""
-        content = {"algorithm": self.algorithm, "params": self.params, "environment": self.environment_config,
-                   "seed": self.seed, "horizon": self.horizon}
-        return (_content_id(content), _content_id({**content, "sharded": True}))
+        from banditsweep.core.trial import TrialSpec
+
+        try:   # the trial's own content rule (parameters added later are left out at their defaults)
+            return tuple(TrialSpec(self.algorithm, self.params, self.environment_config, self.seed, self.horizon,
+                                   sharded).trial_id for sharded in (False, True))
+        except (KeyError, ValueError):   # an algorithm this process does not know (a plugin not loaded)
+            content = {"algorithm": self.algorithm, "params": self.params, "environment": self.environment_config,
+                       "seed": self.seed, "horizon": self.horizon}
+            return (_content_id(content), _content_id({**content, "sharded": True}))
 
 
 class RecordError(ValueError):
