@@ -174,29 +174,6 @@ def final_params(record: TrialRecord) -> dict[str, Any]:
     return {"wall_seconds": record.wall_seconds, **{f"diag.{k}": v for k, v in record.diagnostics.items()}}
 
 
-def cell_summaries(records, curves) -> list[dict]:
-    """Per cell (the seeds of one label, grid point and environment: ``record.group``) of finished
-    trials: its name, a representative record, the seeds' final regrets and the band of their curves
-    at the rounds every seed logged. ``curves`` is the store's curve rows of those trials."""
-    cells: dict[str, list[TrialRecord]] = {}
-    for record in records:
-        if record.status == FINISHED and record.final_regret is not None:
-            cells.setdefault(record.group or f"{record.label} | {record.environment}", []).append(record)
-    by_trial = {tid: frame for tid, frame in curves.groupby("trial_id")} if len(curves) else {}
-    summaries = []
-    for group, members in sorted(cells.items()):
-        members.sort(key=lambda r: r.seed)
-        finals = np.array([r.final_regret for r in members], dtype=float)
-        logged = [dict(thinned_curve({"cum_regret": by_trial[r.trial_id].sort_values("t")["cum_regret"].to_numpy()},
-                                     r.log_every)) for r in members if r.trial_id in by_trial]
-        steps = sorted(set.intersection(*(set(c) for c in logged))) if logged else []
-        values = np.array([[c[t] for t in steps] for c in logged]) if steps else np.zeros((0, 0))
-        summaries.append({"group": group, "record": members[0], "seeds": [r.seed for r in members],
-                          "finals": finals, "steps": steps,
-                          "mean": values.mean(axis=0) if steps else [], "std": values.std(axis=0) if steps else []})
-    return summaries
-
-
 class MLflowSink:
     def __init__(self, context: SinkContext):
         self.context = context
@@ -423,7 +400,10 @@ class MLflowSink:
         if self.mode in ("cells", "both"):
             journal = self.context.store.journal()
             if any(record.status == FINISHED for record in journal.values()):
-                self.write_cell_runs(journal.values())
+                # (imported here: the cells module builds on this one's helpers)
+                from banditsweep.workers.mlflow_cells import write_cell_runs
+
+                write_cell_runs(self, journal.values())
         if self._parent_run_id is None:
             return None
         journal = self.context.store.journal() if journal is None else journal
@@ -433,42 +413,6 @@ class MLflowSink:
             self.client.log_batch(self.parent_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()])
         self.client.set_terminated(self.parent_run_id, status)
         return f"MLflow parent run {self.parent_run_id}"
-
-    def write_cell_runs(self, records) -> int:
-        """One run per cell under this invocation's parent (module docstring), replacing the store's
-        earlier cell runs. Returns how many were written."""
-        finished = [record for record in records if record.status == FINISHED]
-        curves = self.context.store.read_curves([record.trial_id for record in finished])
-        writes = []
-        for cell in cell_summaries(finished, curves):
-            record, finals = cell["record"], cell["finals"]
-            now = int(time.time() * 1000)
-            metrics = [Metric("final_regret_mean", float(finals.mean()), now, 0),
-                       Metric("final_regret_std", float(finals.std()), now, 0),
-                       Metric("seeds", float(len(finals)), now, 0)]
-            for step, mean, std in zip(cell["steps"], cell["mean"], cell["std"]):
-                metrics += [Metric("cum_regret_mean", float(mean), now, int(step)),
-                            Metric("cum_regret_lower", float(mean - std), now, int(step)),
-                            Metric("cum_regret_upper", float(mean + std), now, int(step))]
-            params = {k: v for k, v in trial_params(record).items() if k != "seed"}
-            tags = {"kind": "cell", "sweep": self.context.sweep, "store": self.context.store_id,
-                    "group": cell["group"], "seeds": ",".join(map(str, cell["seeds"]))[:5000]}
-            writes.append(RunWrite(None, name=cell["group"], tags=tags,
-                                   params={k: _param_value(v) for k, v in params.items()}, metrics=metrics,
-                                   status="FINISHED", parent_run_id=self.parent_run_id))
-        for old in search_all(self.client, self.experiment_id,
-                              f"tags.kind = 'cell' and tags.store = '{self.context.store_id}'"):
-            self.client.delete_run(old.info.run_id)
-        if self.bulk_store is not None:
-            for chunk in _chunks(writes):
-                write_runs(self.bulk_store, self.experiment_id, chunk)
-            return len(writes)
-        for write in writes:
-            run_id = self.client.create_run(self.experiment_id, run_name=write.name,
-                                            tags={"mlflow.parentRunId": self.parent_run_id, **write.tags}).info.run_id
-            self._log_batch(run_id, metrics=write.metrics, params=write.params)
-            self.client.set_terminated(run_id, "FINISHED")
-        return len(writes)
 
     # ---- helpers -------------------------------------------------------------------------------
 
