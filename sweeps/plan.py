@@ -21,18 +21,23 @@ cold starts slower. ``tests/test_plan.py`` checks it within 2x of a small sweep'
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from banditsweep.core.datasets import DATA_ENV_VAR
 from banditsweep.core.memory import gib, trial_footprint
 from banditsweep.core.trial import TrialRun
 
 PROBE_SECONDS = 3.0       # per cell, at most (a probe stops at the first round past it)
 PROBE_MIN_ROUNDS = 3
 PROBE_MAX_ROUNDS = 200
+# A trial larger than this is not built in the planning process (its cost is left unknown).
+PROBE_MAX_BYTES = 2 * 1024 ** 3
 # A run whose estimate exceeds this says so before it starts.
 LONG_RUN_SECONDS = 3600.0
 
@@ -77,13 +82,19 @@ class SweepPlan:
         return sum(cell.trial_rounds for cell in self.cells)
 
     @property
+    def unknown(self) -> int:
+        """Cells whose cost could not be estimated (left out of the totals)."""
+        return sum(1 for cell in self.cells if math.isnan(cell.seconds_per_trial))
+
+    @property
     def serial_seconds(self) -> float:
-        return sum(cell.seconds for cell in self.cells)
+        return sum(cell.seconds for cell in self.cells if not math.isnan(cell.seconds))
 
     @property
     def wall_seconds(self) -> float:
         """On ``workers`` parallel trials: the work shared out, never less than the longest trial."""
-        longest = max((cell.seconds_per_trial for cell in self.cells), default=0.0)
+        longest = max((cell.seconds_per_trial for cell in self.cells if not math.isnan(cell.seconds_per_trial)),
+                      default=0.0)
         return max(self.serial_seconds / max(1, self.workers), longest)
 
     def lines(self) -> list[str]:
@@ -94,10 +105,12 @@ class SweepPlan:
         rows = [header, "-" * len(header)]
         for cell, name in zip(self.cells, names):
             name = name if len(name) <= width else name[:width - 3] + "..."
-            rows.append(f"{name:<{width}} {cell.trials:>7,} {cell.trial_rounds:>11,} {cell.seconds_per_round:>9.4f} "
+            per_round = "?" if math.isnan(cell.seconds_per_round) else f"{cell.seconds_per_round:.4f}"
+            rows.append(f"{name:<{width}} {cell.trials:>7,} {cell.trial_rounds:>11,} {per_round:>9} "
                         f"{gib(cell.memory_bytes):>10} {cell.gpus_per_trial:>4g}  {cell.source}")
         rows.append(f"{self.trials:,} trials, {self.trial_rounds:,} trial-rounds; about {duration(self.serial_seconds)} "
-                    f"of one core, {duration(self.wall_seconds)} on {self.workers} worker(s)")
+                    f"of one core, {duration(self.wall_seconds)} on {self.workers} worker(s)"
+                    + (f" ({self.unknown} cell(s) not estimated)" if self.unknown else ""))
         return rows
 
 
@@ -155,10 +168,12 @@ def _timed(spec, budget: float) -> tuple[float, int]:
 
 
 def plan_sweep(sweep, workers: int, store_records=None, budget: float = PROBE_SECONDS,
-               done: set[str] | None = None) -> SweepPlan:
+               done: set[str] | None = None, probe_plugins: bool = True) -> SweepPlan:
     """The plan of ``sweep`` (a parsed spec) on ``workers`` parallel trials. ``store_records``:
     the records of its store (measured costs come from their finished trials); ``done``: trial ids
-    already finished (left out of the totals)."""
+    already finished (left out of the totals). A cell is not probed when its trial is sharded or
+    too big to build here, or (``probe_plugins=False``) when its algorithm is a plugin's; a probe
+    that raises leaves the cell's cost unknown: planning never fails a run."""
     measured: dict[tuple, list[float]] = {}
     for record in (store_records or {}).values():
         if record.status == "finished" and record.wall_seconds:
@@ -173,12 +188,21 @@ def plan_sweep(sweep, workers: int, store_records=None, budget: float = PROBE_SE
     for (label, environment, horizon), trials in cells.items():
         first = trials[0]
         times = measured.get((label, environment, horizon))
+        memory = sum(trial_footprint(first.spec, first.shards).values())
         if times:
             seconds, source = float(np.mean(times)), f"measured ({len(times)} trial{'s' if len(times) > 1 else ''})"
+        elif first.shards:
+            seconds, source = math.nan, "not probed (sharded)"
+        elif memory > PROBE_MAX_BYTES:
+            seconds, source = math.nan, f"not probed ({gib(memory)} a trial)"
+        elif not probe_plugins and not first.spec.policy_class.__module__.startswith("banditsweep."):
+            seconds, source = math.nan, "not probed (a plugin's algorithm: `banditsweep plan` probes it)"
         else:
-            seconds, rounds = probe(first.spec, budget, max(1, int(resources.cpus_per_trial)))
-            source = f"probe ({rounds} of {horizon} rounds)"
-        memory = sum(trial_footprint(first.spec, first.shards).values())
+            try:
+                seconds, rounds = probe(first.spec, budget, max(1, int(resources.cpus_per_trial)))
+                source = f"probe ({rounds} of {horizon} rounds)"
+            except Exception as error:   # the trial itself will say what is wrong, in its record
+                seconds, source = math.nan, f"probe failed ({type(error).__name__})"
         gpus = resources.gpus_per_trial or 0.0
         plan.cells.append(CellCost(label, environment, horizon, len(trials), seconds, memory, gpus, source))
     return plan
@@ -190,3 +214,19 @@ def default_workers(cpus: float, cpus_per_trial: float, gpus: float = 0.0, gpus_
     if gpus_per_trial > 0:
         return max(1, min(by_cpu, math.floor(gpus / gpus_per_trial)))
     return max(1, by_cpu)
+
+
+@contextmanager
+def data_directory(data_dir):
+    """The probes build classification environments in this process: they read the data directory
+    from its environment, as a trial actor's do; restored afterwards."""
+    before = os.environ.get(DATA_ENV_VAR)
+    if data_dir is not None:
+        os.environ[DATA_ENV_VAR] = str(data_dir)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(DATA_ENV_VAR, None)
+        else:
+            os.environ[DATA_ENV_VAR] = before

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from contextlib import contextmanager
 
-from banditsweep.core.datasets import DATA_ENV_VAR
 from banditsweep.sweeps.commands.shared import store_of
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
-from banditsweep.sweeps.plan import default_workers, plan_sweep
+from banditsweep.sweeps.plan import data_directory, default_workers, plan_sweep
 from banditsweep.sweeps.spec import Sweep
 
 
@@ -21,7 +19,7 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
     store = store_of(args, sweep)
     records = store.journal() if store.root.exists() else {}
     done = {trial_id for trial_id, record in records.items() if record.status == "finished"}
-    with _data_directory(data_dir):
+    with data_directory(data_dir):
         plan = plan_sweep(sweep, workers(args, sweep), records, args.probe_seconds, done)
     for line in plan.lines():
         print(line)
@@ -36,19 +34,3 @@ def workers(args: argparse.Namespace, sweep: Sweep) -> int:
         return args.workers
     cpus = len(os.sched_getaffinity(0))
     return default_workers(cpus, resources.cpus_per_trial, args.gpus or 0, resources.gpus_per_trial or 0.0)
-
-
-@contextmanager
-def _data_directory(data_dir):
-    """The probes build classification environments in this process: they read the data directory
-    from its environment, as a trial actor's do; restored afterwards."""
-    before = os.environ.get(DATA_ENV_VAR)
-    if data_dir is not None:
-        os.environ[DATA_ENV_VAR] = str(data_dir)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(DATA_ENV_VAR, None)
-        else:
-            os.environ[DATA_ENV_VAR] = before

@@ -128,7 +128,7 @@ RUN_PROBE_SECONDS = 0.3
 
 def say_estimate(sweep: Sweep, store, pending: list[Job], options: RunOptions) -> None:
     """The run's cost in its first lines (sweeps.plan), and a word before a long one starts."""
-    from banditsweep.sweeps.plan import LONG_RUN_SECONDS, default_workers, duration, plan_sweep
+    from banditsweep.sweeps.plan import LONG_RUN_SECONDS, data_directory, default_workers, duration, plan_sweep
 
     records = store.journal()
     wanted = {job.record.trial_id for job in pending}
@@ -140,10 +140,12 @@ def say_estimate(sweep: Sweep, store, pending: list[Job], options: RunOptions) -
         return
     cpus = len(os.sched_getaffinity(0)) if options.address is None else 0
     workers = options.max_workers or (default_workers(cpus, options.cpus_per_trial) if cpus else 0)
-    estimate = plan_sweep(sweep, max(1, workers), records, RUN_PROBE_SECONDS, done)
+    with data_directory(options.data_dir):
+        estimate = plan_sweep(sweep, max(1, workers), records, RUN_PROBE_SECONDS, done, probe_plugins=False)
     where = f"on {workers} worker(s)" if workers else "of one core (the cluster's size is not known yet)"
     seconds = estimate.wall_seconds if workers else estimate.serial_seconds
-    print(f"estimate: the trials take about {duration(seconds)} {where}, plus Ray's start "
+    unknown = f" ({estimate.unknown} cell(s) not estimated)" if estimate.unknown else ""
+    print(f"estimate: the trials take about {duration(seconds)} {where}{unknown}, plus Ray's start "
           "(`banditsweep plan` for the breakdown)")
     if seconds > LONG_RUN_SECONDS:
         print(f"note: a long run ({duration(seconds)}); --set horizon=... / --set seeds=... cut it down, and "
