@@ -42,3 +42,22 @@ def test_the_plan_estimates_a_small_sweep_within_2x(tmp_path, monkeypatch, share
     assert main(["plan", "planned.yaml"]) == 0
     again = capsys.readouterr().out
     assert "0 trials" in again and "4 trials of the spec are finished" in again
+
+
+def test_code_without_git_is_named_by_its_sources_digest(tmp_path):
+    """A Ray job's upload has no .git: the run records a digest of the package's sources, the same
+    for the same tree wherever it lies, another for changed code."""
+    import shutil
+    from pathlib import Path
+
+    import banditsweep
+    from banditsweep.sweeps.commands.run import _source_commit
+
+    package = Path(banditsweep.__file__).resolve().parent
+    first, second = tmp_path / "a" / "banditsweep", tmp_path / "b" / "banditsweep"
+    for copy in (first, second):
+        shutil.copytree(package / "core", copy / "core", ignore=shutil.ignore_patterns("__pycache__"))
+    named = _source_commit(first)
+    assert "source sha256:" in named and "(no git)" in named and named == _source_commit(second)
+    (second / "core" / "trial.py").write_text((second / "core" / "trial.py").read_text() + "\n# changed\n")
+    assert _source_commit(second) != named

@@ -159,10 +159,11 @@ def _spec_text(path: str) -> str:
         return ""
 
 
-def _source_commit() -> str:
+def _source_commit(package: Path | None = None) -> str:
     """The git commit of the code that runs (with ``+dirty`` when it has changes), where it is a
-    git checkout; else the installed version."""
-    package = Path(banditsweep.__file__).resolve().parent
+    git checkout; else (a Ray job's uploaded tree, an installed package) the SHA-256 of the package's
+    source files with the installed version: every result still names the code that made it."""
+    package = package or Path(banditsweep.__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True,
                                 check=False, timeout=5).stdout.strip()
@@ -173,6 +174,20 @@ def _source_commit() -> str:
     if commit:
         return commit + ("+dirty" if dirty else "")
     try:
-        return f"banditsweep {version('banditsweep')}"
+        installed = f"banditsweep {version('banditsweep')}"
     except PackageNotFoundError:
-        return ""
+        installed = "banditsweep"
+    return f"{installed}, source sha256:{source_digest(package)[:16]} (no git)"
+
+
+def source_digest(package: Path) -> str:
+    """SHA-256 over the package's Python files and sweep specs, by relative path: the same tree gives
+    the same digest wherever it was copied (what a Ray job uploads has no ``.git``)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    files = sorted(path for pattern in ("*.py", "*.yaml") for path in package.rglob(pattern)
+                   if ".venv" not in path.parts and "__pycache__" not in path.parts)
+    for path in files:
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
