@@ -331,6 +331,7 @@ class MLflowSink:
                     self._closed(record, run_id)
             return
         if len(ended) > 1:   # a tracking server serves several calls at once
+            self.parent_run_id   # made here, once: the threads below would each make one
             with ThreadPoolExecutor(SERVER_CONCURRENCY, thread_name_prefix="banditsweep-mlflow") as pool:
                 list(pool.map(lambda item: self._end_one(*item), ended))
         else:
