@@ -134,7 +134,7 @@ def test_the_mlflow_ui_shows_the_sweep_runs_by_name_and_compares_them(tmp_path, 
                 pytest.skip(f"{executable} does not start headless: {str(error).splitlines()[0]}")
             try:
                 page = browser.new_page(viewport={"width": 1500, "height": 1400})
-                page.goto(url + "/runs", wait_until="load")
+                page.goto(url, wait_until="load")
                 page.get_by_text("matching runs").wait_for(timeout=60_000)
                 assistant = page.get_by_role("button", name="Close")
                 if assistant.count():
