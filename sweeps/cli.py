@@ -26,6 +26,7 @@ from banditsweep.sweeps.commands.arguments import (DEFAULT_RESULTS_ROOT, RESULTS
                                                    check_sweep_folder, results_root)
 from banditsweep.sweeps.spec import Sweep, load_sweep
 from banditsweep.sweeps.spec_errors import SpecError, one_line, show
+from banditsweep.sweeps.selection import parse_selectors, select
 from banditsweep.sweeps.spec_overrides import OVERRIDABLE, parse_overrides
 from banditsweep.workers.errors import (DamagedResultError, InputError, RayUnreachableError, ResourceRequestError,
                                         StoreWriteError, SweepBusyError)
@@ -58,6 +59,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<results root>/mlflow.db)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help=f"override a top-level spec value: {', '.join(OVERRIDABLE)} (repeatable)")
+    parser.add_argument("--only", dest="selectors", action="append", default=[], metavar="KEY=VALUE[,VALUE]",
+                        help="only the trials whose algorithm (name or label), environment (kind, name or "
+                             "dataset), seed, environment setting or parameter has one of the values, e.g. "
+                             "--only algorithm=linucb --only setting=1,2 (repeatable; every key must match)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,7 +127,7 @@ def _port(text: str) -> int:
 
 def load(args: argparse.Namespace) -> Sweep:
     """The spec with its ``--set`` overrides, validated, and the sweep's folder checked."""
-    sweep = load_sweep(args.spec, parse_overrides(args.overrides))
+    sweep = select(load_sweep(args.spec, parse_overrides(args.overrides)), parse_selectors(args.selectors))
     check_sweep_folder(args, sweep)
     return sweep
 

@@ -187,6 +187,7 @@ class Sweep:
     spec: SweepSpec
     source: str
     trials: list[PlannedTrial]
+    selected_by: str = ""   # the `--only` selectors that cut the spec's trials down, as written
 
     @property
     def name(self) -> str:

@@ -80,7 +80,8 @@ def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options:
     store = store_of(args, sweep)
     plan = plan_resume(store, jobs, args.retry_failed)
     say_health(plan.health)
-    print(f"{sweep.name}: {plan.total} trials, {plan.finished} finished, {plan.failed} failed, "
+    selected = f" (selected by {sweep.selected_by})" if sweep.selected_by else ""
+    print(f"{sweep.name}: {plan.total} trials{selected}, {plan.finished} finished, {plan.failed} failed, "
           f"{len(plan.pending)} to run")
     if not plan.pending:
         caught = catch_up(store, options.sinks, SinkContext(sweep.name, options.results_root, options.tracking_uri,
@@ -110,7 +111,8 @@ def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options:
     print_results(store, sweep)
     repeated = "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in
                        [("--results", args.results), ("--mlflow-uri", args.mlflow_uri),
-                        *(("--set", item) for item in args.overrides or [])] if value is not None)
+                        *(("--set", item) for item in args.overrides or []),
+                        *(("--only", item) for item in args.selectors or [])] if value is not None)
     print(f"\nnext: `banditsweep report {shlex.quote(args.spec)}{repeated}` for tables and figures, "
           f"`banditsweep ui {shlex.quote(args.spec)}{repeated}` to compare runs in MLflow; in Python: "
           f"`trials, curves = banditsweep.load({options.results_root!r}, {sweep.name!r})`")

@@ -20,7 +20,8 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
     summary = status_summary(store_of(args, sweep), jobs_of(sweep))
     say_health(summary.health)
     print(markdown_table(pd.DataFrame([asdict(cell) for cell in summary.cells]), index=False))
-    print(f"\n{sweep.name}: {len(sweep.trials)} trials: {summary.total('done')} done, {summary.total('failed')} failed, "
+    selected = f" (selected by {sweep.selected_by})" if sweep.selected_by else ""
+    print(f"\n{sweep.name}: {len(sweep.trials)} trials{selected}: {summary.total('done')} done, {summary.total('failed')} failed, "
           f"{summary.total('pending')} pending")
     if summary.consistency is None:
         return 0
