@@ -1,5 +1,6 @@
 """A sweep through the CLI on an embedded local Ray with 2 workers, streaming to MLflow and Parquet."""
 
+import json
 import re
 
 import pandas as pd
@@ -9,6 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from banditsweep.sweeps.cli import main
 from banditsweep.workers.store import SweepStore
+from banditsweep.workers.mlflow_sink import regret_metric
 
 HORIZON = 60
 SPEC = {
@@ -52,23 +54,32 @@ def test_run_resume_report(tmp_path, monkeypatch, capsys, shared_ray):
     children, parents = _child_runs(client)
     assert len(parents) == 1
     assert len(children) == TRIALS
+    # The parent run holds what the run was asked to do.
+    settings = parents[0].data.params
+    assert settings["horizon"] == str(HORIZON) and settings["trials"] == str(TRIALS)
+    assert json.loads(settings["seeds"]) == [0, 1] and settings["mlflow_runs"] == "trials"
+    assert json.loads(settings["environments"]) == ["synthetic:h1,dim=5", "synthetic:h3,dim=5"]
     assert {r.data.tags["trial_id"] for r in children} == set(trials["trial_id"])
     assert all(r.info.status == "FINISHED" for r in children)
     assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in children)
     linucb = next(r for r in children if r.data.params["algorithm"] == "linucb")
     assert {"algorithm", "environment", "seed", "horizon", "nu", "lam"} <= set(linucb.data.params)
-    history = client.get_metric_history(linucb.info.run_id, "cum_regret")
+    history = client.get_metric_history(linucb.info.run_id, regret_metric(linucb.data.params["environment"]))
     assert [m.step for m in history] == [20, 40, 60]
     row = trials.set_index("trial_id").loc[linucb.data.tags["trial_id"]]
     assert linucb.data.metrics["final_regret"] == pytest.approx(row["final_regret"])
     # Runs name their grid point; the seeds of one cell share a group; single values are parameters,
-    # so the chart view holds the curves (cum_regret, final_regret, seconds_per_round) only.
+    # so the chart view holds the curves (cum_regret/<environment>, final_regret, seconds_per_round) only:
+    # one regret key per environment, so no chart mixes the regrets of two problems.
     names = sorted(r.info.run_name for r in children if r.data.params["algorithm"] == "linucb")
     assert names[:2] == ["linucb nu=0.1 | synthetic:h1,dim=5 | seed 0", "linucb nu=0.1 | synthetic:h1,dim=5 | seed 1"]
     assert len(set(r.info.run_name for r in children)) == TRIALS
     groups = pd.Series([r.data.tags["group"] for r in children]).value_counts()
     assert len(groups) == 6 and set(groups) == {2}
-    assert set(linucb.data.metrics) == {"cum_regret", "final_regret", "seconds_per_round"}
+    assert set(linucb.data.metrics) == {regret_metric(linucb.data.params["environment"]), "final_regret",
+                                        "seconds_per_round"}
+    assert {key for r in children for key in r.data.metrics if key.startswith("cum_regret")} == {
+        "cum_regret/synthetic:h1_dim_5", "cum_regret/synthetic:h3_dim_5"}
     assert "wall_seconds" in linucb.data.params
     parent = parents[0]
     assert parent.data.tags["spec"] == "e2e.yaml" and "mlflow.source.git.commit" in parent.data.tags

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from banditsweep.sweeps.cli import main
+from banditsweep.workers.mlflow_sink import regret_metric
 
 TRIALS = 16
 # One trial: 100 rounds of 10 ms, about 1 s; 16 trials on the tests' two workers, about 8 s.
@@ -249,7 +250,7 @@ def test_a_delivery_cut_off_part_way_is_handed_again_without_duplicate_runs_or_l
         (run,) = by_trial[record.trial_id]   # one run each, however often the call was handed
         assert run.info.status == "FINISHED" and run.data.metrics["final_regret"] == 3.0 + record.seed
         assert run.data.params["seed"] == str(record.seed)
-        history = client.get_metric_history(run.info.run_id, "cum_regret")
+        history = client.get_metric_history(run.info.run_id, regret_metric(run.data.params["environment"]))
         assert [(m.step, m.value) for m in history] == [(2, 1.0 + record.seed), (4, 3.0 + record.seed)]
 
 

@@ -15,7 +15,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from banditsweep.sweeps.cli import main
-from banditsweep.workers.mlflow_sink import MLflowSink, search_all
+from banditsweep.workers.mlflow_sink import MLflowSink, regret_metric, search_all
 from banditsweep.workers.record import FINISHED, TrialRecord
 from banditsweep.workers.sinks import SinkContext
 
@@ -114,7 +114,7 @@ def test_the_bulk_writer_writes_what_the_client_writes(tmp_path):
         experiment = client.get_experiment_by_name("bulk").experiment_id
         runs = {}
         for run in search_all(client, experiment, "tags.kind = 'trial'"):
-            history = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "cum_regret")]
+            history = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, regret_metric(run.data.params["environment"]))]
             tags = {k: v for k, v in run.data.tags.items() if k not in ("mlflow.parentRunId", "store")}
             runs[run.data.tags["trial_id"]] = (run.info.status, run.info.run_name, tags, run.data.params,
                                                run.data.metrics, history, run.info.end_time is not None)
@@ -122,7 +122,7 @@ def test_the_bulk_writer_writes_what_the_client_writes(tmp_path):
     assert len(seen["bulk"]) == 5 and seen["bulk"] == seen["client"]
     status, _, tags, params, metrics, history, ended = seen["bulk"]["0" * 20]
     assert status == "FINISHED" and ended and tags["status"] == "finished" and params["nu"] == "0.5"
-    assert metrics == {"cum_regret": 3.0, "final_regret": 3.0, "seconds_per_round": 0.125}
+    assert metrics == {"cum_regret/env": 3.0, "final_regret": 3.0, "seconds_per_round": 0.125}
     assert history == [(2, 1.0), (4, 3.0)]
 
 
@@ -181,9 +181,9 @@ def test_cell_runs_hold_their_seeds_mean_and_band(tmp_path):
         assert run.data.metrics["final_regret_mean"] == finals.mean()
         assert abs(run.data.metrics["final_regret_std"] - finals.std()) < 1e-12
         assert run.data.metrics["seeds"] == 3 and run.data.tags["seeds"] == "0,1,2" and run.info.status == "FINISHED"
-        means = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "cum_regret_mean")]
+        means = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, regret_metric(run.data.params["environment"], "cum_regret_mean"))]
         assert means == [(2, 2 * (2.0 + offset)), (4, 4 * (2.0 + offset))]
-        upper = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "cum_regret_upper")}
+        upper = {m.step: m.value for m in client.get_metric_history(run.info.run_id, regret_metric(run.data.params["environment"], "cum_regret_upper"))}
         assert abs(upper[4] - (finals.mean() + finals.std())) < 1e-12
     # A second run's end replaces the cell runs, never adds to them.
     again = MLflowSink(SinkContext("cells", str(tmp_path / "results"), uri, mlflow_runs="cells"))
@@ -213,7 +213,7 @@ def test_a_long_trials_curve_grows_in_mlflow_while_it_runs(tmp_path, monkeypatch
         if experiment is None:
             continue
         for run in search_all(client, experiment.experiment_id, "tags.kind = 'trial' and attributes.status = 'RUNNING'"):
-            steps = [m.step for m in client.get_metric_history(run.info.run_id, "cum_regret")]
+            steps = [m.step for m in client.get_metric_history(run.info.run_id, regret_metric(run.data.params["environment"]))]
             if steps and max(steps) < 2000:
                 seen.append(steps)
     runner.join(300)

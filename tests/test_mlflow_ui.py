@@ -162,10 +162,17 @@ def test_the_mlflow_ui_shows_the_sweep_runs_by_name_and_compares_them(tmp_path, 
                 assert re.search(r"\bnu\s+0\.1\s+1\.0\b", text), text[:2000]   # the grid point that differs
                 metric.evaluate("element => element.scrollIntoView({block: 'center'})")
                 page.screenshot(path=str(artifacts / "compare.png"))
+
+                # The chart view: one regret chart per environment, none that mixes the two.
+                page.goto(url + "?compareRunsMode=CHART", wait_until="load")
+                for key in ("cum_regret/synthetic:h1", "cum_regret/synthetic:h3_arms_4_dim_20_noise_0.1"):
+                    page.get_by_text(key, exact=True).first.wait_for(timeout=60_000)
+                assert page.get_by_text("cum_regret", exact=True).count() <= 1   # at most the section's name
+                page.screenshot(path=str(artifacts / "charts.png"))
             finally:
                 browser.close()
     finally:
         ui.stop()
     assert ui.process.returncode is not None and not ui.answers()   # `ui` stopped the server it started
-    for name in ("experiment.png", "compare.png"):
+    for name in ("experiment.png", "compare.png", "charts.png"):
         assert (artifacts / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

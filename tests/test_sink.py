@@ -10,7 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from banditsweep.workers import store as store_module
-from banditsweep.workers.mlflow_sink import MLflowSink, child_runs_by_trial
+from banditsweep.workers.mlflow_sink import MLflowSink, child_runs_by_trial, regret_metric
 from banditsweep.workers.record import FAILED, FINISHED, TrialOutcome, TrialRecord
 from banditsweep.workers.sinks import Mirror, SinkContext
 from banditsweep.workers.store import CURVE_SCHEMA, SweepStore, TrialsTable
@@ -129,7 +129,7 @@ def test_mlflow_reconcile_rebuilds_lost_runs_and_clears_stale_ones(tmp_path):
     rebuilt = runs["a" * 20][0]
     assert rebuilt.info.status == "FINISHED" and rebuilt.data.metrics["final_regret"] == 3.0
     assert rebuilt.data.params["nu"] == "1.0" and rebuilt.data.tags["status"] == FINISHED
-    assert [m.step for m in client.get_metric_history(rebuilt.info.run_id, "cum_regret")] == [2, 4]
+    assert [m.step for m in client.get_metric_history(rebuilt.info.run_id, regret_metric(rebuilt.data.params["environment"]))] == [2, 4]
 
 
 class Recording:
@@ -239,7 +239,7 @@ def test_streamed_points_are_not_logged_twice(tmp_path):
     sink.close("FINISHED", {})
     runs = _runs(uri, sink)["a" * 20]
     assert len(runs) == 1
-    history = MlflowClient(uri).get_metric_history(runs[0].info.run_id, "cum_regret")
+    history = MlflowClient(uri).get_metric_history(runs[0].info.run_id, regret_metric(runs[0].data.params["environment"]))
     assert [(m.step, m.value) for m in history] == [(2, 1.5), (4, 3.0)]
 
 
@@ -283,7 +283,7 @@ def test_the_mlflow_sink_given_a_start_after_the_end_keeps_one_finished_run(tmp_
     for trial_id, final in (("a" * 20, 3.0), ("b" * 20, 4.0)):
         (run,) = runs[trial_id]
         assert run.info.status == "FINISHED" and run.data.metrics["final_regret"] == final
-        assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "cum_regret")] == \
+        assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, regret_metric(run.data.params["environment"]))] == \
             [(2, final - 2.0), (4, final)]
 
 

@@ -7,6 +7,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from banditsweep.sweeps.cli import main
+from banditsweep.workers.mlflow_sink import regret_metric
 
 
 def _events(path):
@@ -63,7 +64,7 @@ def test_a_batch_that_raised_logs_each_regret_point_once(tmp_path, monkeypatch, 
     runs = client.search_runs([client.get_experiment_by_name("rerun").experiment_id], "tags.kind = 'trial'")
     assert len(runs) == 4
     for run in runs:
-        steps = [m.step for m in client.get_metric_history(run.info.run_id, "cum_regret")]
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, regret_metric(run.data.params["environment"]))]
         if run.data.tags["status"] == "finished":
             assert sorted(steps) == list(range(1, 13)), run.data.tags["trial_id"]
         else:

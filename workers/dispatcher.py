@@ -164,7 +164,7 @@ class SweepLoop:
         self.ray_line = connection.describe()
         context = SinkContext(sweep_name, str(store.root.parent), options.tracking_uri, spec_path=options.spec_path,
                               spec_text=options.spec_text, source_commit=options.source_commit,
-                              mlflow_runs=options.mlflow_runs)
+                              mlflow_runs=options.mlflow_runs, settings=options.settings)
         here = ray.get_runtime_context().get_node_id()
         self.mirror = MirrorActor.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)

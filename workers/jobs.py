@@ -32,6 +32,7 @@ class RunOptions:
     # BANDITSWEEP_DATA, else their per-user cache).
     data_dir: str | None = None
     mlflow_runs: str = "trials"           # what the MLflow mirror gets (workers.mlflow_sink.run_mode)
+    settings: dict[str, str] = field(default_factory=dict)   # the sweep-level settings, for the parent run
 
 
 @dataclass

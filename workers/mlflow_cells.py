@@ -11,7 +11,7 @@ import numpy as np
 from mlflow.entities import Metric
 
 from banditsweep.workers.mlflow_bulk import RunWrite, write_runs
-from banditsweep.workers.mlflow_sink import _chunks, _param_value, search_all, trial_params
+from banditsweep.workers.mlflow_sink import _chunks, _param_value, regret_metric, search_all, trial_params
 from banditsweep.workers.record import FINISHED, TrialRecord, thinned_curve
 
 
@@ -51,10 +51,10 @@ def write_cell_runs(sink, records) -> int:
         metrics = [Metric("final_regret_mean", float(finals.mean()), now, 0),
                    Metric("final_regret_std", float(finals.std()), now, 0),
                    Metric("seeds", float(len(finals)), now, 0)]
+        keys = [regret_metric(record.environment, f"cum_regret_{band}") for band in ("mean", "lower", "upper")]
         for step, mean, std in zip(cell["steps"], cell["mean"], cell["std"]):
-            metrics += [Metric("cum_regret_mean", float(mean), now, int(step)),
-                        Metric("cum_regret_lower", float(mean - std), now, int(step)),
-                        Metric("cum_regret_upper", float(mean + std), now, int(step))]
+            metrics += [Metric(key, float(value), now, int(step))
+                        for key, value in zip(keys, (mean, mean - std, mean + std))]
         params = {k: v for k, v in trial_params(record).items() if k != "seed"}
         tags = {"kind": "cell", "sweep": sink.context.sweep, "store": sink.context.store_id,
                 "group": cell["group"], "seeds": ",".join(map(str, cell["seeds"]))[:5000]}

@@ -1,8 +1,9 @@
 """The MLflow mirror of a sweep: experiment = sweep, one parent run per ``run`` command, one child
 run per trial named by its label, grid point, environment and seed, with its parameters, tags
 ``trial_id``, ``status`` and ``group`` (the seeds of one cell: MLflow's Group-by aggregates them),
-the stepped metric ``cum_regret`` (the cumulative regret every ``log_every`` rounds, as the Parquet
-column of that name), the metrics ``final_regret`` and ``seconds_per_round``, and the single values
+the stepped metric ``cum_regret/<environment>`` (the cumulative regret every ``log_every`` rounds, as
+the Parquet column ``cum_regret``; a key per environment, so that a chart never mixes regrets of
+different problems), the metrics ``final_regret`` and ``seconds_per_round``, and the single values
 ``wall_seconds`` and ``diag.*`` as parameters (so the chart view shows the curves).
 
 A trial costs three store calls when it starts and ends between two deliveries of the mirror
@@ -15,8 +16,8 @@ has exactly one FINISHED (or FAILED) child run.
 At ten thousand trials one run per trial is more than the UI can browse. ``runs`` (the spec's
 ``mlflow_runs``, ``run --mlflow-runs``) chooses what MLflow gets: ``trials`` (one run per trial, as
 above), ``cells`` (one run per cell, i.e. label x grid point x environment, holding its seeds' mean
-final regret and its band, and the curves ``cum_regret_mean`` / ``cum_regret_lower`` /
-``cum_regret_upper``: mean and mean -/+ one standard deviation over the seeds, at the logged rounds),
+final regret and its band, and the curves ``cum_regret_mean/<environment>`` / ``cum_regret_lower/...`` /
+``cum_regret_upper/...``: mean and mean -/+ one standard deviation over the seeds, at the logged rounds),
 or ``both``. Cell runs are written from the Parquet record when the run ends (and by ``sync-mlflow``),
 replacing the store's earlier cell runs.
 """
@@ -137,6 +138,13 @@ def metric_name(text: str) -> str:
     return re.sub(r"[^/\w.\- :]", "_", text)
 
 
+def regret_metric(environment: str, curve: str = REGRET_METRIC) -> str:
+    """The stepped metric of one environment (``cum_regret/classification:mushroom``): MLflow charts a
+    metric key across runs, so one key per environment keeps regrets of different scales apart (and
+    its chart view groups the keys under ``cum_regret``)."""
+    return metric_name(f"{curve}/{environment}")
+
+
 def best_final_regret(records) -> dict[str, float]:
     """Per environment, the lowest mean final regret over the seeds of one (label, grid point): the
     paper's tuning rule, as the parent run's summary (``best_final_regret.<environment>``)."""
@@ -190,6 +198,7 @@ class MLflowSink:
         self._parent_run_id: str | None = None
         self.open_runs: dict[str, str] = {}       # trial id -> run of its current attempt
         self.last_step: dict[str, int] = {}       # trial id -> last regret step logged to that run
+        self.regret_keys: dict[str, str] = {}     # trial id -> its environment's regret metric
         # A call the mirror hands again after it failed part-way (a server that went away) must not
         # do twice what it did before: runs whose parameters are logged, trials whose run is closed
         # (with the attempt that ended: a trial ends once per run, and a start of that attempt or an
@@ -202,7 +211,8 @@ class MLflowSink:
     @property
     def parent_run_id(self) -> str:
         """The parent run of this invocation, created when the first child run needs it: it carries
-        the spec (as a tag and as the artifact ``spec/``), the code's commit and the store."""
+        the spec (as a tag and as the artifact ``spec/``), the run's sweep-level settings and command line
+        (as parameters: horizon, seeds, overrides, selection...), the code's commit and the store."""
         if self._parent_run_id is None:
             context = self.context
             tags = {"kind": "sweep", "sweep": context.sweep, "command": context.command,
@@ -214,6 +224,8 @@ class MLflowSink:
             self._parent_run_id = self.client.create_run(
                 self.experiment_id, run_name=f"{context.sweep} {time.strftime('%Y-%m-%d %H:%M:%S')}", tags=tags,
             ).info.run_id
+            if context.settings:
+                self._log_batch(self._parent_run_id, params=context.settings)
             if context.spec_text:
                 self.client.log_text(self._parent_run_id, context.spec_text,
                                      f"spec/{Path(context.spec_path).name or 'spec.yaml'}")
@@ -354,6 +366,7 @@ class MLflowSink:
     def _end_write(self, record: TrialRecord, curve: Points, run_id: str | None = None) -> RunWrite:
         """What a trial's run gets when the trial ends (a new run when it has none)."""
         run_id = run_id or self.open_runs.get(record.trial_id)
+        self.regret_keys[record.trial_id] = regret_metric(record.environment)
         params = {} if run_id in self.described else trial_params(record)
         metrics = self._regret_metrics(record.trial_id, curve)
         tags = {"status": record.status}
@@ -379,6 +392,7 @@ class MLflowSink:
 
     def _opened(self, record: TrialRecord, run_id: str, described: bool = True) -> None:
         self.open_runs[record.trial_id] = run_id
+        self.regret_keys[record.trial_id] = regret_metric(record.environment)
         self.last_step[record.trial_id] = 0
         if described:
             self.described.add(run_id)
@@ -387,6 +401,7 @@ class MLflowSink:
         self.described.add(run_id)
         self.open_runs.pop(record.trial_id, None)
         self.last_step.pop(record.trial_id, None)
+        self.regret_keys.pop(record.trial_id, None)
         self.ended[record.trial_id] = record.attempts
 
     def close(self, status: str, summary: dict[str, float]) -> str | None:
@@ -451,12 +466,13 @@ class MLflowSink:
         """The points not yet logged to the trial's run (streamed points are not logged twice)."""
         last = self.last_step.get(trial_id, 0)
         now = int(time.time() * 1000)
-        return [Metric(REGRET_METRIC, float(value), now, int(t)) for t, value in points if t > last]
+        key = self.regret_keys[trial_id]
+        return [Metric(key, float(value), now, int(t)) for t, value in points if t > last]
 
     def _logged(self, trial_id: str, metrics: list[Metric]) -> None:
         """Note the regret points a store call took (only once it succeeded: a call that failed is
         handed again, and its points must go with it)."""
-        steps = [m.step for m in metrics if m.key == REGRET_METRIC]
+        steps = [m.step for m in metrics if m.key == self.regret_keys.get(trial_id)]
         if steps:
             self.last_step[trial_id] = max(self.last_step.get(trial_id, 0), max(steps))
 

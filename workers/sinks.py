@@ -84,6 +84,7 @@ class SinkContext:
     spec_text: str = ""
     source_commit: str = ""  # the git commit of the code that ran, where known
     mlflow_runs: str = "trials"   # what MLflow gets: a run per trial, per cell, or both (workers.mlflow_sink)
+    settings: dict[str, str] = field(default_factory=dict)   # the run's sweep-level settings (horizon, seeds...)
 
     @property
     def store_id(self) -> str:

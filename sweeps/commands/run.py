@@ -9,6 +9,7 @@ left, the store and the sinks are brought up to date.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -72,7 +73,23 @@ def run_options(args: argparse.Namespace, sweep: Sweep, sinks: list[str], data_d
                       address=ray_address(args.address), env_vars={PLUGINS_ENV_VAR: plugins} if plugins else {},
                       cpus_per_shard=resources.cpus_per_shard, gpus_per_shard=resources.gpus_per_shard,
                       data_dir=str(data_dir) if data_dir is not None else None,
-                      mlflow_runs=run_mode(sweep.spec.mlflow_runs, len(sweep.trials)))
+                      mlflow_runs=run_mode(sweep.spec.mlflow_runs, len(sweep.trials)),
+                      settings=sweep_settings(args, sweep))
+
+
+def sweep_settings(args: argparse.Namespace, sweep: Sweep) -> dict[str, str]:
+    """What a run was asked to do, as the parent run's parameters: the spec's sweep-level values and
+    the command line's overrides and selection (the trials' own values are on their runs)."""
+    spec = sweep.spec
+    settings = {"trials": len(sweep.trials), "horizon": spec.horizon, "seeds": spec.seed_list,
+                "log_every": spec.log_every, "checkpoint_every": spec.checkpoint_every,
+                "mlflow_runs": run_mode(spec.mlflow_runs, len(sweep.trials)),
+                "algorithms": sorted({trial.label for trial in sweep.trials}),
+                "environments": sorted({trial.environment for trial in sweep.trials}),
+                **{f"resources.{key}": value for key, value in spec.resources.model_dump().items()},
+                "overrides": " ".join(f"--set {item}" for item in args.overrides), "only": sweep.selected_by}
+    return {key: value if isinstance(value, str) else json.dumps(value) for key, value in settings.items()
+            if value not in (None, "")}
 
 
 def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options: RunOptions) -> int:
