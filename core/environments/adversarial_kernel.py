@@ -46,9 +46,10 @@ class KernelDomainConfig(Config):
     domain: domains.GridDomain | domains.UniformDomain | domains.ContinuousDomain | None = Field(
         None, description="{grid: [n1, ...]}, {uniform: n, dim: d} or {continuous: d} (the (1/sqrt T)-net "
                           "of [0, 1]^d, core.domains), instead of a setting")
-    kernel: Literal["se", "matern52", "matern32", "matern", "linear"] = "se"
+    kernel: Literal["se", "matern52", "matern32", "matern", "linear"] = Field(
+        "se", description="k: squared exponential, Matern nu = 5/2, 3/2 or the given nu, or linear")
     nu: float | None = Field(None, gt=0, description="Matern smoothness, only for kernel 'matern'")
-    lengthscale: float | None = Field(None, gt=0, description="None: 0.3 sqrt(d) (linear kernel: sqrt(d))")
+    lengthscale: float | None = Field(None, gt=0, description="kernel lengthscale; unset: 0.3 sqrt(d) (linear kernel: sqrt(d))")
     norm_bound: float = Field(2.0, gt=0, description="B, the RKHS-norm bound")
 
     @model_validator(mode="after")
@@ -218,6 +219,8 @@ class RegretTally:
 
 
 class AdversarialKernelBandit(KernelDomainEnvironment):
+    """Adaptive adversary of the kernel paper (App. 17): each round the candidate RKHS function that hurts the learner most."""
+
     Config = AdversarialKernelConfig
     label_always = ("setting", "kernel")  # display name e.g. "adversarial_kernel:setting=1,kernel=se"
     round_extras = {

@@ -20,18 +20,25 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
+from pydantic import Field
 
 from banditsweep.core.contracts import Config, Decision, Environment, Feedback, Problem
 from banditsweep.core.datasets import DATASETS, Encoding, dataset_path, load_dataset
 
 
 class ClassificationConfig(Config):
-    dataset: Literal["adult", "covertype", "magictelescope", "mushroom", "shuttle", "mnist"]
-    encoding: Encoding = "ordinal_openml"  # core.datasets: ordinal in OpenML's declared order (the reference code's)
-    scaling: Literal["rownorm", "standard"] = "rownorm"
+    dataset: Literal["adult", "covertype", "magictelescope", "mushroom", "shuttle", "mnist"] = Field(
+        description="the OpenML dataset; its classes are the arms")
+    encoding: Encoding = Field(
+        "ordinal_openml", description="categorical features: ordinal_openml (codes in OpenML's declared order, the "
+                                      "reference code's), ordinal (sorted values) or onehot")
+    scaling: Literal["rownorm", "standard"] = Field(
+        "rownorm", description="rownorm: each row scaled to unit norm; standard: each column to mean 0, std 1")
 
 
 class ClassificationBandit(Environment):
+    """Classification bandit: a dataset row per round, its classes the arms, reward 1 for the true class."""
+
     Config = ClassificationConfig
     label_field = "dataset"
 
