@@ -26,6 +26,11 @@ from banditsweep.core.contracts import Config, Decision, Environment, Feedback, 
 from banditsweep.core.datasets import DATASETS, Encoding, dataset_path, load_dataset
 
 
+# The datasets as the papers name them.
+DATASET_TITLES = {"adult": "Adult", "covertype": "Covertype", "magictelescope": "MagicTelescope",
+                  "mushroom": "Mushroom", "shuttle": "Shuttle", "mnist": "MNIST"}
+
+
 class ClassificationConfig(Config):
     dataset: Literal["adult", "covertype", "magictelescope", "mushroom", "shuttle", "mnist"] = Field(
         description="the OpenML dataset; its classes are the arms")
@@ -41,6 +46,11 @@ class ClassificationBandit(Environment):
 
     Config = ClassificationConfig
     label_field = "dataset"
+    title_fields = ("dataset",)
+
+    @classmethod
+    def title(cls, config: ClassificationConfig) -> str:
+        return DATASET_TITLES.get(config.dataset, config.dataset)
 
     def __init__(self, config: ClassificationConfig, horizon: int, rng: np.random.Generator):
         super().__init__(config, horizon, rng)

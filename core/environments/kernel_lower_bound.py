@@ -91,6 +91,7 @@ class KernelLowerBound(KernelDomainEnvironment):
 
     Config = KernelLowerBoundConfig
     label_always = ("setting", "kernel")  # e.g. "kernel_lower_bound:setting=1,kernel=se"
+    title_prefix = "lower bound,"
     round_extras = {
         "expected_regret": "R^E_t, the expected form of the regret (SPEC 2.1); NaN if the policy gives no P_t",
         "pseudo_regret": "sum_s (max_x f(x) - f(x_s)): the noise-free regret against f, whose expectation "

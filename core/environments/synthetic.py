@@ -32,6 +32,11 @@ class SyntheticBandit(Environment):
 
     Config = SyntheticConfig
     label_field = "function"
+    title_fields = ("function",)
+
+    @classmethod
+    def title(cls, config: SyntheticConfig) -> str:
+        return f"synthetic {config.function}"
 
     def __init__(self, config: SyntheticConfig, horizon: int, rng: np.random.Generator):
         super().__init__(config, horizon, rng)
