@@ -158,6 +158,14 @@ class Environment(ABC):
     round_extras: ClassVar[dict[str, str]] = {}
     label_field: ClassVar[str | None] = None
     label_always: ClassVar[tuple[str, ...]] = ()
+    #: The settings :meth:`title` names; a figure shows the others beside it when not at their default.
+    title_fields: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def title(cls, config: Config) -> str | None:
+        """The environment as a figure or a paper names it ("Mushroom", "kernel setting 1, Matérn-5/2");
+        None: by its trials' name (kind and settings)."""
+        return None
 
     def __init__(self, config: Config, horizon: int, rng: np.random.Generator):
         self.config = config

@@ -64,6 +64,23 @@ def environment_label(config: dict[str, Any]) -> str:
     return ":".join(parts[:2]) + "".join(f",{p}" for p in parts[2:])
 
 
+def environment_title(config: dict[str, Any]) -> str:
+    """How a figure or a paper names the environment: a spec's ``label`` as given, else its kind's
+    ``title`` ("Mushroom") with the settings the title does not name, where not at their default, in
+    parentheses ("synthetic h1 (dim = 5)"); a kind without a title by :func:`environment_label`."""
+    if config.get("label"):
+        return str(config["label"])
+    env_cls = registry.environment_class(config["kind"])
+    resolved = resolve_environment(config)
+    title = env_cls.title(resolved)
+    if title is None:
+        return environment_label(config)
+    defaults = {name: f.default for name, f in env_cls.Config.model_fields.items()}
+    others = [f"{key} = {_label_value(value)}" for key, value in resolved.model_dump(mode="json").items()
+              if key not in env_cls.title_fields and value != defaults.get(key)]
+    return f"{title} ({', '.join(others)})" if others else title
+
+
 # A parameter added to an algorithm after trials of it were recorded is marked with this key in its
 # Field's json_schema_extra: at its default (the behaviour the recorded trials had) it is left out of
 # the trial's id, so those trials keep their ids and results; it is still recorded with every trial.

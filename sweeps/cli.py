@@ -100,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     ui = commands.add_parser("ui", help="the MLflow UI of the sweep's store, on 127.0.0.1 (Ctrl-C stops it)")
     _common(ui)
     ui.add_argument("--port", type=_port, default=5000, help="port on 127.0.0.1, 1-65535 (default: 5000)")
-    commands.add_parser("list", help="the registered algorithms and environment kinds")
+    listing = commands.add_parser("list", help="the registered algorithms and environment kinds: their parameters, "
+                                               "allowed values, defaults and descriptions")
+    listing.add_argument("name", nargs="?", default=None, help="one algorithm or environment kind (default: all)")
     return parser
 
 

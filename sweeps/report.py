@@ -4,10 +4,12 @@ The tuning rule of both papers: for each (algorithm, environment) keep the grid 
 lowest mean final regret over seeds; report that point's mean and standard deviation.
 
 The files for a paper name algorithms by display name (the spec's ``label``, else the algorithm's
-usual name: ``LinUCB``, ``NeuralRBMLE-GA``), figures as PDF and PNG with the chosen grid point in
-the legend and the band stated (mean ± 1 std over n seeds), LaTeX tables with booktabs rules, a
-``\label`` and the best value of each column in bold. Markdown and CSV tables keep the labels the
-Parquet results hold, so that they join with them.
+usual name: ``LinUCB``, ``NeuralRBMLE-GA``) and environments by title (``Mushroom``, ``kernel
+setting 1, Matérn-5/2``); figures (sweeps.figures) as PDF and PNG with the chosen grid point in the
+legend (``ν = 10⁻³``) and the band stated (mean ± 1 std over n seeds); LaTeX tables with booktabs
+rules and a ``\label``. A column's best value is bold only where the seeds' spread separates it
+from every other (tables.separated_best), as each caption states. Markdown and CSV tables keep the
+labels the Parquet results hold, so that they join with them.
 """
 
 from __future__ import annotations
@@ -15,46 +17,33 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from banditsweep.core.canonical import canonical_json
+from banditsweep.core.trial import environment_label, environment_title
+from banditsweep.sweeps.display import DISPLAY_NAMES, display_name, grid_point_latex  # noqa: F401 (DISPLAY_NAMES: API)
+from banditsweep.sweeps.figures import plot_curves
 from banditsweep.sweeps.paper_comparison import compare_with_papers, write_paper_comparisons
-from banditsweep.sweeps.tables import (MISSING, label_slug, latex_escape, latex_table, latex_text_table, markdown_table,
-                                       slug)
+from banditsweep.sweeps.tables import (MISSING, label_slug, latex_table, latex_text_table, markdown_table,
+                                       separated_best, separation_rule)
 from banditsweep.workers.record import FINISHED
 from banditsweep.workers.store import SweepStore
-
-# The usual names of the registered algorithms, for figures and LaTeX tables of a spec that gives
-# no ``label`` (a label the spec gives is used as it is).
-DISPLAY_NAMES = {
-    "random": "Random", "linucb": "LinUCB", "lints": "LinTS", "linrbmle": "LinRBMLE",
-    "neural_rbmle_ga": "NeuralRBMLE-GA", "neural_rbmle_pc": "NeuralRBMLE-PC", "neural_ucb": "NeuralUCB",
-    "neural_ts": "NeuralTS", "deep_fpl": "DeepFPL", "bootstrapped_nn": "BootstrappedNN",
-    "neural_eps_greedy": "Neural ε-greedy", "kernel_exp3": "Kernelized Exp3",
-    "rls_kernel_exp3": "RLS-Kernelized Exp3", "rls_kernel_exp3_amvr": "RLS-Kernelized Exp3 (AMVR)",
-    "apg_exp3": "APG-Exp3",
-}
-
-
-def display_name(label: str, algorithm: str | None = None) -> str:
-    """The name a paper shows: the spec's label, or the algorithm's usual name when the label is
-    just its registry name."""
-    if algorithm is not None and label != algorithm:
-        return label
-    return DISPLAY_NAMES.get(label, label)
 
 
 @dataclass
 class Summary:
-    best: pd.DataFrame        # one row per (label, environment): params, grid_point, mean, std, seeds, seconds/round
+    best: pd.DataFrame        # one row per (label, environment): params, grid_point (+ grid_values), mean, std, seeds, s/round
     mean: pd.DataFrame        # algorithms x environments
     std: pd.DataFrame
     seconds: pd.DataFrame     # mean seconds per round, same layout
     diagnostics: pd.DataFrame  # mean of every *_seconds diagnostic, per (label, environment)
     by_setting: pd.DataFrame  # rows: the environment settings that vary; columns: algorithm x (regret, s/round)
+    seconds_std: pd.DataFrame = field(default_factory=pd.DataFrame)  # std over seeds of seconds per round
+    titles: dict[str, str] = field(default_factory=dict)  # environment (and table column) -> display title
+    columns: dict[str, str] = field(default_factory=dict)  # environment -> its table column
 
 
 def finished_trials(store: SweepStore, planned) -> pd.DataFrame:
@@ -77,12 +66,14 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
     named = {"algorithm": ("algorithm", "first")} if "algorithm" in trials.columns else {}
     grouped = (trials.groupby(["label", "environment", "params"], sort=False)
                .agg(mean=("final_regret", "mean"), std=("final_regret", "std"), seeds=("seed", "nunique"),
-                    seconds_per_round=("seconds_per_round", "mean"), trial_ids=("trial_id", list), **named)
+                    seconds_per_round=("seconds_per_round", "mean"), seconds_std=("seconds_per_round", "std"),
+                    trial_ids=("trial_id", list), **named)
                .reset_index())
-    grouped["std"] = grouped["std"].fillna(0.0)
+    grouped[["std", "seconds_std"]] = grouped[["std", "seconds_std"]].fillna(0.0)
     best = grouped.loc[grouped.groupby(["label", "environment"], sort=False)["mean"].idxmin()].reset_index(drop=True)
-    best["grid_point"] = [grid_point(grouped, row["label"], row["environment"], row["params"])
-                          for _, row in best.iterrows()]
+    best["grid_values"] = [grid_values(grouped, row["label"], row["environment"], row["params"])
+                           for _, row in best.iterrows()]
+    best["grid_point"] = [", ".join(f"{k}={v}" for k, v in values.items()) for values in best["grid_values"]]
     best["display"] = [display_name(row["label"], row.get("algorithm")) for _, row in best.iterrows()]
     labels = [x for x in label_order if x in set(best["label"])]
     envs = [x for x in env_order if x in set(best["environment"])]
@@ -104,18 +95,36 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
         timing = {c: values[c].mean() for c in values.columns if "seconds" in c and c != "batch_wall_seconds"}
         diag_rows.append({"algorithm": row["label"], "environment": row["environment"],
                           "seconds_per_round": row["seconds_per_round"], **timing})
+    titles = environment_titles(trials, envs)
+    titles |= {short[env]: titles[env] for env in short}
     return Summary(best, layout("mean"), layout("std"), layout("seconds_per_round"), pd.DataFrame(diag_rows),
-                   setting_table(trials, best, labels, envs))
+                   setting_table(trials, best, labels, envs), layout("seconds_std"), titles,
+                   {env: short.get(env, env) for env in envs})
 
 
-def grid_point(grouped: pd.DataFrame, label: str, environment: str, params: str) -> str:
-    """The values of ``params`` that the grid varied for this (label, environment), as the legend
-    shows them (``nu=0.1``); empty when the label had one point there."""
+def environment_titles(trials: pd.DataFrame, envs: list[str]) -> dict[str, str]:
+    """Each environment's title in figures and LaTeX (core.trial.environment_title): the spec's
+    label where it gave one (the trials' name is then not the one their settings make), else the
+    kind's title of its settings (``Mushroom``)."""
+    configs = dict(trials.drop_duplicates("environment")[["environment", "environment_config"]]
+                   .itertuples(index=False))
+    titles = {}
+    for env in envs:
+        config = json.loads(configs[env])
+        try:
+            titles[env] = env if environment_label(config) != env else environment_title(config)
+        except (KeyError, ValueError):   # a kind no longer registered (a plugin not loaded): its name
+            titles[env] = env
+    return titles
+
+
+def grid_values(grouped: pd.DataFrame, label: str, environment: str, params: str) -> dict:
+    """The values of ``params`` that the grid varied for this (label, environment) (``{"nu": 0.1}``);
+    empty when the label had one point there."""
     cell = grouped[(grouped["label"] == label) & (grouped["environment"] == environment)]
     points = [json.loads(text) for text in cell["params"]]
     chosen = json.loads(params)
-    varied = [k for k in chosen if len({json.dumps(p.get(k), sort_keys=True) for p in points}) > 1]
-    return ", ".join(f"{k}={chosen[k]}" for k in varied)
+    return {k: chosen[k] for k in chosen if len({json.dumps(p.get(k), sort_keys=True) for p in points}) > 1}
 
 
 
@@ -176,90 +185,17 @@ def setting_table(trials: pd.DataFrame, best: pd.DataFrame, labels: list[str], e
 
 
 def _write_table(directory: Path, name: str, table: pd.DataFrame, digits: int, caption: str, sweep: str,
-                 names: dict[str, str], bold: str | None = "min", latex_digits: int | None = None) -> None:
-    (directory / f"{name}.md").write_text(f"{caption}\n\n{markdown_table(table, digits)}\n")
+                 names: dict[str, str], titles: dict[str, str], bold: dict | None = None,
+                 latex_digits: int | None = None) -> None:
+    (directory / f"{name}.md").write_text(f"{caption}\n\n{markdown_table(table, digits, bold=bold)}\n")
     table.to_csv(directory / f"{name}.csv")
     (directory / f"{name}.tex").write_text(latex_table(
-        table.rename(index=names), caption, f"tab:{label_slug(sweep)}:{label_slug(name)}",
-        digits if latex_digits is None else latex_digits, bold))
+        table.rename(index=names, columns=titles), caption, f"tab:{label_slug(sweep)}:{label_slug(name)}",
+        digits if latex_digits is None else latex_digits, _renamed(bold, names, titles)))
 
 
-# Distinct at a glance and in black and white: a colour, a line style and a marker per algorithm.
-LINE_STYLES = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1))]
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
-
-
-def legend_entry(row) -> str:
-    point = row.get("grid_point") or ""
-    return f"{row['display']} ({point})" if point else row["display"]
-
-
-def band_text(seeds: list[int]) -> str:
-    """What the shaded band is."""
-    counts = sorted(set(seeds))
-    over = f"{counts[0]} seeds" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} seeds (per algorithm)"
-    return f"line: mean; band: ±1 std over {over}"
-
-
-def plot_curves(store: SweepStore, summary: Summary, directory: Path, sweep: str = "") -> list[Path]:
-    """One figure per environment, as PDF and PNG: mean cumulative regret vs round of each
-    algorithm's chosen grid point, ±1 std over its seeds as a band (the legend says so); and
-    ``figures.tex``, one LaTeX figure per environment with its caption and label."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = list(summary.mean.index)   # the spec's order: colours and styles follow it
-    written, latex = [], []
-    style = {"pdf.fonttype": 42, "ps.fonttype": 42, "font.size": 9, "axes.labelsize": 9, "legend.fontsize": 7.5,
-             "axes.spines.top": False, "axes.spines.right": False}
-    with plt.rc_context(style):
-        for environment in dict.fromkeys(summary.best["environment"]):
-            rows = summary.best[summary.best["environment"] == environment]
-            rows = rows.assign(order=[labels.index(label) for label in rows["label"]]).sort_values("order")
-            fig, ax = plt.subplots(figsize=(4.8, 3.3))
-            seeds = []
-            for _, row in rows.iterrows():
-                curves = store.read_curves(row["trial_ids"])
-                if curves.empty:
-                    continue
-                matrix = curves.pivot(index="t", columns="trial_id", values="cum_regret")
-                mean, std = matrix.mean(axis=1), matrix.std(axis=1).fillna(0.0)
-                i = labels.index(row["label"])
-                color = plt.cm.tab10(i % 10)
-                step = max(1, len(mean) // 8)   # markers staggered between algorithms, so that none hides another
-                ax.plot(mean.index, mean.values, label=legend_entry(row), color=color, lw=1.4,
-                        linestyle=LINE_STYLES[i % len(LINE_STYLES)], marker=MARKERS[i % len(MARKERS)], ms=4,
-                        markevery=(i * step // max(1, len(labels)) % step, step))
-                ax.fill_between(mean.index, (mean - std).values, (mean + std).values, color=color, alpha=0.18, lw=0)
-                seeds.append(matrix.shape[1])
-            if not seeds:
-                plt.close(fig)
-                continue
-            band = band_text(seeds)
-            ax.set_xlabel("round $t$")
-            ax.set_ylabel("cumulative regret")
-            ax.set_title(environment, fontsize=9)
-            ax.grid(alpha=0.25, lw=0.5)
-            ax.set_xlim(left=0)
-            ax.legend(title=band, title_fontsize=7, frameon=False, loc="upper left")
-            fig.tight_layout()
-            stem = f"regret_{slug(environment)}"
-            for suffix, options in ((".pdf", {}), (".png", {"dpi": 200})):
-                fig.savefig(directory / f"{stem}{suffix}", **options)
-                written.append(directory / f"{stem}{suffix}")
-            plt.close(fig)
-            names = ", ".join(legend_entry(row) for _, row in rows.iterrows())
-            caption = (f"{sweep}: cumulative regret on {environment} of {names} (each at its grid point of lowest "
-                       f"mean final regret). Lines are the mean, shaded bands ±1 standard deviation over "
-                       f"{band.split('over ', 1)[1]}.")
-            latex += [r"\begin{figure}[t]", r"\centering", rf"\includegraphics[width=\linewidth]{{{stem}.pdf}}",
-                      rf"\caption{{{latex_escape(caption)}}}",
-                      rf"\label{{fig:{label_slug(sweep)}:{label_slug(stem)}}}", r"\end{figure}", ""]
-    if latex:
-        (directory / "figures.tex").write_text("\n".join(latex))
-    return written
+def _renamed(bold: dict | None, names: dict[str, str], titles: dict[str, str]) -> dict:
+    return {titles.get(column, column): names.get(row, row) for column, row in (bold or {}).items()}
 
 
 def write_report(store: SweepStore, summary: Summary, sweep: str, echo=print) -> list[Path]:
@@ -282,6 +218,19 @@ def write_report(store: SweepStore, summary: Summary, sweep: str, echo=print) ->
     return sorted(final.iterdir())
 
 
+def _write_grid_points(directory: Path, summary: Summary, sweep: str, names: dict[str, str]) -> None:
+    """``best_params.tex``: the chosen grid point of each cell in math (``$\\nu = 10^{-3}$``)."""
+    columns = list(summary.mean.columns)
+    cells = {(row["label"], summary.columns.get(row["environment"], row["environment"])):
+             grid_point_latex(row["grid_values"]) or "(one point)" for _, row in summary.best.iterrows()}
+    table = pd.DataFrame([[cells.get((label, column)) for column in columns] for label in summary.mean.index],
+                         index=pd.Index([names.get(label, label) for label in summary.mean.index], name="algorithm"),
+                         columns=[summary.titles.get(column, column) for column in columns])
+    (directory / "best_params.tex").write_text(latex_text_table(
+        table, f"{sweep}: the grid point of lowest mean final regret of each algorithm and environment",
+        f"tab:{label_slug(sweep)}:best-params", escape=False))
+
+
 def _seeds_text(summary: Summary) -> str:
     counts = sorted(set(summary.best["seeds"]))
     return f"{counts[0]} seeds" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} seeds"
@@ -290,19 +239,23 @@ def _seeds_text(summary: Summary) -> str:
 def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sweep: str) -> str:
     """Every file of the report; returns the vs-paper Markdown (empty when no paper matches)."""
     names = {row["label"]: row["display"] for _, row in summary.best.iterrows()}
+    titles = summary.titles
     seeds = _seeds_text(summary)
+    regret_bold = separated_best(summary.mean, summary.std)
+    regret_rule = separation_rule("mean final regret", seeds)
     _write_table(directory, "final_regret_mean", summary.mean, 1,
-                 f"{sweep}: mean final cumulative regret over {seeds} (best grid point per cell; "
-                 f"lowest per column in bold)", sweep, names)
+                 f"{sweep}: mean final cumulative regret over {seeds} (best grid point per cell; {regret_rule})",
+                 sweep, names, titles, regret_bold)
     _write_table(directory, "final_regret_std", summary.std, 2,
-                 f"{sweep}: standard deviation of the final cumulative regret over {seeds}", sweep, names, bold=None)
+                 f"{sweep}: standard deviation of the final cumulative regret over {seeds}", sweep, names, titles)
     _write_table(directory, "seconds_per_round", summary.seconds, 4,
-                 f"{sweep}: mean wall seconds per round (fastest per column in bold)", sweep, names)
+                 f"{sweep}: mean wall seconds per round ({separation_rule('seconds per round', seeds)})",
+                 sweep, names, titles, separated_best(summary.seconds, summary.seconds_std))
     caption = (f"{sweep}: final cumulative regret, mean ± standard deviation over {seeds} (best grid point per "
-               f"cell; lowest mean per column in bold)")
+               f"cell; {regret_rule})")
     (directory / "final_regret_mean_std.tex").write_text(latex_table(
-        summary.mean.rename(index=names), caption, f"tab:{label_slug(sweep)}:final-regret-mean-std", 1, "min",
-        std=summary.std.rename(index=names)))
+        summary.mean.rename(index=names, columns=titles), caption, f"tab:{label_slug(sweep)}:final-regret-mean-std",
+        1, _renamed(regret_bold, names, titles), std=summary.std.rename(index=names, columns=titles)))
     by_setting = summary.by_setting.copy()
     by_setting.columns = [f"{a} {b}" for a, b in by_setting.columns]
     (directory / "by_setting.md").write_text(
@@ -313,7 +266,8 @@ def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sw
         by_setting.set_axis([f"{names.get(a, a)} {b}" for a, b in summary.by_setting.columns], axis=1),
         f"{sweep}: final regret (mean ± std over {seeds}) and seconds per round, per environment setting",
         f"tab:{label_slug(sweep)}:by-setting"))
-    best = summary.best.drop(columns=["trial_ids", "display"]).drop(columns=["algorithm"], errors="ignore")
+    _write_grid_points(directory, summary, sweep, names)
+    best = summary.best.drop(columns=["trial_ids", "display", "grid_values"]).drop(columns=["algorithm"], errors="ignore")
     best = best.rename(columns={"label": "algorithm"})
     best.to_csv(directory / "best_params.csv", index=False)
     (directory / "best_params.md").write_text(f"{sweep}: chosen grid point per cell\n\n"

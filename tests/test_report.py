@@ -224,7 +224,7 @@ def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
     real_savefig = matplotlib.figure.Figure.savefig
 
     def savefig(fig, path, **options):
-        legend = fig.axes[0].get_legend()
+        (legend,) = fig.legends   # the figure's, outside the axes
         lines = fig.axes[0].get_lines()
         shown.append((str(path), legend.get_title().get_text(), [t.get_text() for t in legend.get_texts()],
                       [(line.get_linestyle(), line.get_marker()) for line in lines], options.get("dpi")))
@@ -240,7 +240,7 @@ def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
     assert [Path(p).suffix for p, *_ in shown] == [".pdf", ".png"] and shown[1][4] == 200
     _, title, entries, styles, _ = shown[0]
     assert title == "line: mean; band: ±1 std over 2 seeds"
-    assert entries == ["LinUCB (nu=0.1)", "NeuralRBMLE-GA", "Random"]
+    assert entries == ["LinUCB (ν = 0.1)", "NeuralRBMLE-GA", "Random"]
     assert len(set(styles)) == 3   # each algorithm its own line style and marker
     figures = (report / "figures.tex").read_text()
     assert r"\includegraphics[width=\linewidth]{regret_synthetic_h1.pdf}" in figures

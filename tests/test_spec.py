@@ -154,15 +154,6 @@ def test_shipped_specs_are_valid(repo):
         assert load_sweep(path).trials, path
 
 
-def test_list_shows_every_algorithm_with_its_parameters(capsys):
-    assert main(["list"]) == 0
-    out = capsys.readouterr().out
-    assert "  linucb [contextual]: nu=1.0 (float), lam=1.0 (float)" in out
-    assert "dataset=required (adult|covertype|magictelescope|mushroom|shuttle|mnist)" in out
-    assert "kernel_exp3 [adversarial_domain]" in out
-    assert "sharded trials (shards: N or shard_points: P" in out and "rls_kernel_exp3 on adversarial_kernel" in out
-
-
 def test_label_templates_split_rows_by_a_parameter():
     raw = copy.deepcopy(GOOD)
     raw["algorithms"][0]["label"] = "LinUCB (nu={nu})"

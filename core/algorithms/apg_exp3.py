@@ -41,7 +41,7 @@ class APGExp3Params(Config):
     c2: float = Field(0.1, gt=0, description="alpha = c2 eta D_T")
     epsilon: float = Field(0.1, gt=0, description="Frank-Wolfe stops at max ||N(x)||^2_{V^-1} <= (1 + eps) D")
     max_iterations: int = Field(100_000, ge=1, description="Frank-Wolfe iteration cap")
-    tolerance: float | None = Field(None, gt=0, description="P-greedy admissible error e; None: log|X| / T")
+    tolerance: float | None = Field(None, gt=0, description="P-greedy admissible error e; unset: log|X| / T")
 
 
 def newton_basis(kernel: Kernel, domain: np.ndarray, tolerance: float,
@@ -67,6 +67,8 @@ def newton_basis(kernel: Kernel, domain: np.ndarray, tolerance: float,
 
 
 class APGExp3(Exp3Policy):
+    """APG-Exp3 (Takemori & Sato 2021): linear Exp3 on a P-greedy Newton basis of the kernel."""
+
     Params = APGExp3Params
     label = "APG-Exp3"
 

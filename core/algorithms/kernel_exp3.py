@@ -77,12 +77,12 @@ class Exp3ScheduleParams(Config):
     c3: float = Field(5.0, gt=0, description="eta = c3 / sqrt(T gamma_T)")
     c4: float = Field(0.1, gt=0, description="alpha = c4 eta gamma_T")
     lam: float = Field(1.0, gt=0, description="lambda: GP noise of MVR, ridge mu = lambda / T")
-    beta: float | None = Field(None, ge=0, description="confidence width; None: B sqrt(lambda / T)")
+    beta: float | None = Field(None, ge=0, description="confidence width; unset: B sqrt(lambda / T)")
 
 
 class KernelExp3Params(Exp3ScheduleParams):
     beta_rule: Literal["theorem1", "theorem3"] = Field(
-        "theorem1", description="beta when beta is None: theorem1 B sqrt(lambda / T) (Thm. 1); theorem3 "
+        "theorem1", description="beta when beta is unset: theorem1 B sqrt(lambda / T) (Thm. 1); theorem3 "
                                 "B (1 + sqrt 2) sqrt(lambda / T), RLS-Kernelized Exp3's width (Thm. 3)")
     exploration: Literal["mvr", "g_optimal", "uniform"] = Field(
         "mvr", description="exploration distribution pi (App. 16): mvr (Alg. 1), g_optimal (generalised "
@@ -131,6 +131,8 @@ def kernel_form_statistics(kernel_matrix: torch.Tensor, probabilities: torch.Ten
 
 
 class KernelExp3(Exp3Policy):
+    """Kernelized Exp3 (kernel paper, Alg. 1): exact exponential weights on kernel ridge estimates."""
+
     Params = KernelExp3Params
     label = "Kernelized Exp3"
 

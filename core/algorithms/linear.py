@@ -94,6 +94,8 @@ class _LinearPolicy(Policy):
 
 
 class LinUCB(_LinearPolicy):
+    """LinUCB (Li et al. 2010): ridge estimate plus nu sqrt(x^T V^-1 x)."""
+
     score_name = "index"
 
     def index(self, t, contexts):
@@ -102,6 +104,8 @@ class LinUCB(_LinearPolicy):
 
 
 class LinTS(_LinearPolicy):
+    """LinTS (Agrawal & Goyal 2013): a draw from N(theta_hat, nu^2 V^-1)."""
+
     score_name = "sampled reward"
 
     def index(self, t, contexts):
@@ -122,6 +126,8 @@ class LinTS(_LinearPolicy):
 
 
 class LinRBMLE(_LinearPolicy):
+    """LinRBMLE (Hung et al. 2021): ridge estimate plus a reward bias alpha(t) / 2 x^T V^-1 x."""
+
     score_name = "index"
 
     def index(self, t, contexts):

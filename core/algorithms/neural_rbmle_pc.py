@@ -35,6 +35,8 @@ class NeuralRBMLEPCParams(BiasedParams):
 
 
 class NeuralRBMLEPC(GradientExplorationPolicy):
+    """NeuralRBMLE-PC (NeuralRBMLE paper, Algorithm 2): one network, the reward bias as a parameter correction (eq. 15)."""
+
     Params = NeuralRBMLEPCParams
     label = "NeuralRBMLE-PC"
     score_name = "index"

@@ -12,6 +12,8 @@ class RandomParams(Config):
 
 
 class RandomPolicy(Policy):
+    """Every arm (every point of X) with equal probability: the baseline every method must beat."""
+
     Params = RandomParams
 
     @classmethod

@@ -53,7 +53,7 @@ BETA_FACTOR = RLS_BETA_FACTOR  # Theorem 3: beta = B (1 + sqrt 2) sqrt(lambda / 
 
 
 class RLSKernelExp3Params(Exp3ScheduleParams):
-    beta: float | None = Field(None, ge=0, description="confidence width; None: B (1 + sqrt 2) sqrt(lambda / T)")
+    beta: float | None = Field(None, ge=0, description="confidence width; unset: B (1 + sqrt 2) sqrt(lambda / T)")
     delta: float = Field(0.1, gt=0, lt=1, description="failure probability of the Nystrom sampler")
     oversample: float = Field(1.0, gt=0, description="practical sampler: c in the oversampling q = c log(d_eff / delta)")
     base_size: int = Field(256, ge=2, description="practical sampler: size of the sampler's smallest level")
@@ -82,6 +82,8 @@ def nystrom_statistics(kernel, domain: np.ndarray, probabilities: np.ndarray, la
 
 
 class RLSKernelExp3(Exp3Policy):
+    """RLS-Kernelized Exp3 (kernel paper, Alg. 5): Kernelized Exp3 on a Nystrom approximation."""
+
     Params = RLSKernelExp3Params
     label = "RLS-Kernelized Exp3"
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Callable, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -46,9 +46,10 @@ class KernelDomainConfig(Config):
     domain: domains.GridDomain | domains.UniformDomain | domains.ContinuousDomain | None = Field(
         None, description="{grid: [n1, ...]}, {uniform: n, dim: d} or {continuous: d} (the (1/sqrt T)-net "
                           "of [0, 1]^d, core.domains), instead of a setting")
-    kernel: Literal["se", "matern52", "matern32", "matern", "linear"] = "se"
+    kernel: Literal["se", "matern52", "matern32", "matern", "linear"] = Field(
+        "se", description="k: squared exponential, Matern nu = 5/2, 3/2 or the given nu, or linear")
     nu: float | None = Field(None, gt=0, description="Matern smoothness, only for kernel 'matern'")
-    lengthscale: float | None = Field(None, gt=0, description="None: 0.3 sqrt(d) (linear kernel: sqrt(d))")
+    lengthscale: float | None = Field(None, gt=0, description="kernel lengthscale; unset: 0.3 sqrt(d) (linear kernel: sqrt(d))")
     norm_bound: float = Field(2.0, gt=0, description="B, the RKHS-norm bound")
 
     @model_validator(mode="after")
@@ -61,6 +62,24 @@ class KernelDomainConfig(Config):
         if self.kernel != "matern" and self.nu is not None:
             raise ValueError(f"'nu' is only used with kernel 'matern' (kernel {self.kernel!r} fixes it)")
         return self
+
+
+KERNEL_TITLES = {"se": "SE", "matern52": "Matérn-5/2", "matern32": "Matérn-3/2", "matern": "Matérn ν = {nu:g}",
+                 "linear": "linear"}
+SUPERSCRIPTS = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def domain_title(config: KernelDomainConfig) -> str:
+    """The domain in a title: ``setting 1``, ``grid 20×20``, ``400 uniform points in [0, 1]²``,
+    ``[0, 1]² (continuous)``."""
+    if config.setting is not None:
+        return f"setting {config.setting}"
+    domain = config.domain
+    if isinstance(domain, domains.GridDomain):
+        return "grid " + "×".join(str(n) for n in domain.grid)
+    if isinstance(domain, domains.UniformDomain):
+        return f"{domain.uniform} uniform points in [0, 1]{str(domain.dim).translate(SUPERSCRIPTS)}"
+    return f"[0, 1]{str(domain.continuous).translate(SUPERSCRIPTS)} (continuous)"
 
 
 def domain_and_kernel(config: KernelDomainConfig, rng: np.random.Generator, horizon: int) -> tuple[np.ndarray, Kernel]:
@@ -178,6 +197,13 @@ class KernelDomainEnvironment(Environment):
     are the points of X, the same every round."""
 
     interaction = ADVERSARIAL_DOMAIN
+    title_fields = ("setting", "domain", "kernel", "nu")
+    title_prefix: ClassVar[str] = "kernel"
+
+    @classmethod
+    def title(cls, config: KernelDomainConfig) -> str:
+        """``kernel setting 1, Matérn-5/2``, ``kernel grid 20×20, SE``."""
+        return f"{cls.title_prefix} {domain_title(config)}, {KERNEL_TITLES[config.kernel].format(nu=config.nu)}"
 
     @classmethod
     def footprint(cls, config: KernelDomainConfig, horizon: int) -> tuple[int, int, int]:
@@ -218,6 +244,9 @@ class RegretTally:
 
 
 class AdversarialKernelBandit(KernelDomainEnvironment):
+    """Adaptive adversary of the kernel paper (App. 17): each round the candidate RKHS function that
+    hurts the learner most."""
+
     Config = AdversarialKernelConfig
     label_always = ("setting", "kernel")  # display name e.g. "adversarial_kernel:setting=1,kernel=se"
     round_extras = {

@@ -20,20 +20,37 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
+from pydantic import Field
 
 from banditsweep.core.contracts import Config, Decision, Environment, Feedback, Problem
 from banditsweep.core.datasets import DATASETS, Encoding, dataset_path, load_dataset
 
 
+# The datasets as the papers name them.
+DATASET_TITLES = {"adult": "Adult", "covertype": "Covertype", "magictelescope": "MagicTelescope",
+                  "mushroom": "Mushroom", "shuttle": "Shuttle", "mnist": "MNIST"}
+
+
 class ClassificationConfig(Config):
-    dataset: Literal["adult", "covertype", "magictelescope", "mushroom", "shuttle", "mnist"]
-    encoding: Encoding = "ordinal_openml"  # core.datasets: ordinal in OpenML's declared order (the reference code's)
-    scaling: Literal["rownorm", "standard"] = "rownorm"
+    dataset: Literal["adult", "covertype", "magictelescope", "mushroom", "shuttle", "mnist"] = Field(
+        description="the OpenML dataset; its classes are the arms")
+    encoding: Encoding = Field(
+        "ordinal_openml", description="categorical features: ordinal_openml (codes in OpenML's declared order, the "
+                                      "reference code's), ordinal (sorted values) or onehot")
+    scaling: Literal["rownorm", "standard"] = Field(
+        "rownorm", description="rownorm: each row scaled to unit norm; standard: each column to mean 0, std 1")
 
 
 class ClassificationBandit(Environment):
+    """Classification bandit: a dataset row per round, its classes the arms, reward 1 for the true class."""
+
     Config = ClassificationConfig
     label_field = "dataset"
+    title_fields = ("dataset",)
+
+    @classmethod
+    def title(cls, config: ClassificationConfig) -> str:
+        return DATASET_TITLES.get(config.dataset, config.dataset)
 
     def __init__(self, config: ClassificationConfig, horizon: int, rng: np.random.Generator):
         super().__init__(config, horizon, rng)

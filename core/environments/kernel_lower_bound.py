@@ -54,8 +54,9 @@ from banditsweep.core.kernels import Kernel
 
 class KernelLowerBoundConfig(KernelDomainConfig):
     # The linear kernel is not offered: k(0, .) is zero for it, so f_t would carry no noise.
-    kernel: Literal["se", "matern52", "matern32", "matern"] = "se"
-    lengthscale: float | None = Field(None, gt=0, description="None: 0.3 sqrt(d)")
+    kernel: Literal["se", "matern52", "matern32", "matern"] = Field(
+        "se", description="k: squared exponential, Matern nu = 5/2, 3/2 or the given nu")
+    lengthscale: float | None = Field(None, gt=0, description="kernel lengthscale; unset: 0.3 sqrt(d)")
     norm_bound: float = Field(2.0, gt=0, description="B: ||f||_k = B/2 and ||f_t||_k <= B (clipped noise)")
     centers: int = Field(100, ge=1, description="kernel centres of the fixed function f")
     noise: Literal["clipped", "gaussian"] = Field(
@@ -86,8 +87,11 @@ def lower_bound_rate(kernel: Kernel, horizon: int, dim: int, norm_bound: float) 
 
 
 class KernelLowerBound(KernelDomainEnvironment):
+    """Hard instance of the kernel paper's lower bound (Sec. 5, App. 13): a fixed f plus noise in the RKHS."""
+
     Config = KernelLowerBoundConfig
     label_always = ("setting", "kernel")  # e.g. "kernel_lower_bound:setting=1,kernel=se"
+    title_prefix = "lower bound,"
     round_extras = {
         "expected_regret": "R^E_t, the expected form of the regret (SPEC 2.1); NaN if the policy gives no P_t",
         "pseudo_regret": "sum_s (max_x f(x) - f(x_s)): the noise-free regret against f, whose expectation "

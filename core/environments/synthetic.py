@@ -20,15 +20,23 @@ from banditsweep.core.contracts import Config, Decision, Environment, Feedback, 
 
 
 class SyntheticConfig(Config):
-    function: Literal["h1", "h2", "h3"] = "h1"
-    arms: int = Field(4, ge=2)
-    dim: int = Field(20, ge=1)
-    noise: float = Field(0.1, ge=0.0)
+    function: Literal["h1", "h2", "h3"] = Field(
+        "h1", description="reward function: h1 = 10 (x^T a)^2, h2 = x^T A^T A x, h3 = cos(3 x^T a)")
+    arms: int = Field(4, ge=2, description="arms K per round")
+    dim: int = Field(20, ge=1, description="context dimension d")
+    noise: float = Field(0.1, ge=0.0, description="standard deviation of the Gaussian reward noise")
 
 
 class SyntheticBandit(Environment):
+    """Synthetic contextual bandit of the NeuralUCB paper: rewards h(x) + noise on unit-sphere contexts."""
+
     Config = SyntheticConfig
     label_field = "function"
+    title_fields = ("function",)
+
+    @classmethod
+    def title(cls, config: SyntheticConfig) -> str:
+        return f"synthetic {config.function}"
 
     def __init__(self, config: SyntheticConfig, horizon: int, rng: np.random.Generator):
         super().__init__(config, horizon, rng)

@@ -1,0 +1,108 @@
+"""The report's regret figures: one per environment, as PDF and PNG, titled by the environment's
+display name, the algorithms at their chosen grid points (``LinUCB (ν = 10⁻³)``) in a legend below
+the axes, never over the curves; ``figures.tex`` (caption and label of each) and ``figures.md``
+(what each figure shows: title, legend, band)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from banditsweep.sweeps.display import latex_entry, legend_entry
+from banditsweep.sweeps.tables import label_slug, latex_escape, slug
+from banditsweep.workers.store import SweepStore
+
+# Distinct at a glance and in black and white: a colour, a line style and a marker per algorithm.
+LINE_STYLES = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1))]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
+WIDTH_INCHES = 4.8
+AXES_INCHES = 2.9          # height of the plot itself; the legend's rows come below it
+ROW_INCHES = 0.17          # one row of the legend at its font size
+
+
+def band_text(seeds: list[int]) -> str:
+    """What the shaded band is."""
+    counts = sorted(set(seeds))
+    over = f"{counts[0]} seeds" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} seeds (per algorithm)"
+    return f"line: mean; band: ±1 std over {over}"
+
+
+def legend_columns(entries: list[str]) -> int:
+    """As many columns as the figure's width holds for the longest entry (about 0.055 in a character
+    at the legend's 7.5 pt, plus the line sample)."""
+    longest = max(len(entry) for entry in entries)
+    return max(1, min(len(entries), int(WIDTH_INCHES // (0.055 * longest + 0.55))))
+
+
+def _point(row) -> dict:
+    return row.get("grid_values") or {}
+
+
+def plot_curves(store: SweepStore, summary, directory: Path, sweep: str = "") -> list[Path]:
+    """One figure per environment of ``summary`` (a report.Summary): mean cumulative regret vs round
+    of each algorithm's chosen grid point, ±1 std over its seeds as a band; the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(summary.mean.index)   # the spec's order: colours and styles follow it
+    written, latex, index = [], [], [f"{sweep}: regret figures (mean cumulative regret vs round)", ""]
+    style = {"pdf.fonttype": 42, "ps.fonttype": 42, "font.size": 9, "axes.labelsize": 9, "legend.fontsize": 7.5,
+             "axes.spines.top": False, "axes.spines.right": False}
+    with plt.rc_context(style):
+        for environment in dict.fromkeys(summary.best["environment"]):
+            rows = summary.best[summary.best["environment"] == environment]
+            rows = rows.assign(order=[labels.index(label) for label in rows["label"]]).sort_values("order")
+            entries = [legend_entry(row["display"], _point(row)) for _, row in rows.iterrows()]
+            columns = legend_columns(entries)
+            legend_rows = -(-len(entries) // columns) + 1   # and the legend's title
+            fig, ax = plt.subplots(figsize=(WIDTH_INCHES, AXES_INCHES + ROW_INCHES * legend_rows),
+                                   layout="constrained")
+            seeds, shown = [], []
+            for (_, row), entry in zip(rows.iterrows(), entries):
+                curves = store.read_curves(row["trial_ids"])
+                if curves.empty:
+                    continue
+                matrix = curves.pivot(index="t", columns="trial_id", values="cum_regret")
+                mean, std = matrix.mean(axis=1), matrix.std(axis=1).fillna(0.0)
+                i = labels.index(row["label"])
+                color = plt.cm.tab10(i % 10)
+                step = max(1, len(mean) // 8)   # markers staggered between algorithms, so that none hides another
+                ax.plot(mean.index, mean.values, label=entry, color=color, lw=1.4,
+                        linestyle=LINE_STYLES[i % len(LINE_STYLES)], marker=MARKERS[i % len(MARKERS)], ms=4,
+                        markevery=(i * step // max(1, len(labels)) % step, step))
+                ax.fill_between(mean.index, (mean - std).values, (mean + std).values, color=color, alpha=0.18, lw=0)
+                seeds.append(matrix.shape[1])
+                shown.append((row, entry))
+            if not seeds:
+                plt.close(fig)
+                continue
+            band = band_text(seeds)
+            title = summary.titles.get(environment, environment)
+            ax.set_xlabel("round $t$")
+            ax.set_ylabel("cumulative regret")
+            ax.set_title(title, fontsize=9)
+            ax.grid(alpha=0.25, lw=0.5)
+            ax.set_xlim(left=0)
+            # Outside the axes, below them: 7 algorithms' entries would cover the curves inside.
+            fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=columns, title=band,
+                       title_fontsize=7, frameon=False)
+            stem = f"regret_{slug(environment)}"
+            for suffix, options in ((".pdf", {}), (".png", {"dpi": 200})):
+                fig.savefig(directory / f"{stem}{suffix}", metadata={"Title": title}, **options)
+                written.append(directory / f"{stem}{suffix}")
+            plt.close(fig)
+            over = band.split("over ", 1)[1]
+            names = ", ".join(latex_entry(row["display"], _point(row)) for row, _ in shown)
+            caption = (f"{latex_escape(sweep)}: cumulative regret on {latex_escape(title)} of {names} (each at its "
+                       f"grid point of lowest mean final regret). Lines are the mean, shaded bands "
+                       f"{latex_escape('±')}1 standard deviation over {latex_escape(over)}.")
+            latex += [r"\begin{figure}[t]", r"\centering", rf"\includegraphics[width=\linewidth]{{{stem}.pdf}}",
+                      rf"\caption{{{caption}}}", rf"\label{{fig:{label_slug(sweep)}:{label_slug(stem)}}}",
+                      r"\end{figure}", ""]
+            index += [f"## {title}", "", f"`{stem}.pdf`, `{stem}.png` (environment `{environment}`); {band}", "",
+                      *(f"- {entry}" for _, entry in shown), ""]
+    if latex:
+        (directory / "figures.tex").write_text("\n".join(latex))
+        (directory / "figures.md").write_text("\n".join(index))
+    return written
