@@ -20,6 +20,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from banditsweep.core.canonical import canonical_json
@@ -44,33 +45,53 @@ class Summary:
     seconds_std: pd.DataFrame = field(default_factory=pd.DataFrame)  # std over seeds of seconds per round
     titles: dict[str, str] = field(default_factory=dict)  # environment (and table column) -> display title
     columns: dict[str, str] = field(default_factory=dict)  # environment -> its table column
+    notes: list[str] = field(default_factory=list)  # grid points left out of the choice, and why
 
 
-def finished_trials(store: SweepStore, planned) -> pd.DataFrame:
+def finished_trials(store: SweepStore, planned, status: str = FINISHED) -> pd.DataFrame:
     """The finished trials of a spec (its ``PlannedTrial`` list), named as the spec names them now:
     display names are not part of a trial's identity, so renaming an algorithm's ``label`` (or an
-    environment's) in the spec renames it in the report without running anything again."""
+    environment's) in the spec renames it in the report without running anything again. (With
+    ``status``, its trials of that status instead: the failed ones.)"""
     names = {trial.trial_id: (trial.label, trial.environment) for trial in planned}
     trials = store.read_trials()
-    trials = trials[trials["trial_id"].isin(names.keys()) & (trials["status"] == FINISHED)].copy()
+    trials = trials[trials["trial_id"].isin(names.keys()) & (trials["status"] == status)].copy()
     trials["label"] = [names[tid][0] for tid in trials["trial_id"]]
     trials["environment"] = [names[tid][1] for tid in trials["trial_id"]]
     return trials
 
 
-def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]) -> Summary:
-    """Best grid point per (algorithm label, environment) by mean final regret."""
+def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str],
+              failed: pd.DataFrame | None = None) -> Summary:
+    """Best grid point per (algorithm label, environment) by mean final regret (the papers' tuning
+    rule). A grid point with a failed trial (``failed``: a seed that diverged, say) is not a
+    candidate: the mean of the seeds that survived would flatter it. Only where every grid point of
+    a cell has one is the best of what finished shown, and a note says so."""
     if trials.empty:
         empty = pd.DataFrame()
         return Summary(empty, empty, empty, empty, empty, empty)
     named = {"algorithm": ("algorithm", "first")} if "algorithm" in trials.columns else {}
-    grouped = (trials.groupby(["label", "environment", "params"], sort=False)
-               .agg(mean=("final_regret", "mean"), std=("final_regret", "std"), seeds=("seed", "nunique"),
+    ended = trials.assign(failed=0)
+    if failed is not None and not failed.empty:   # failed trials' grid points, also where no seed finished
+        ended = pd.concat([ended, failed.assign(failed=1, final_regret=np.nan, seconds_per_round=np.nan)],
+                          ignore_index=True)
+    grouped = (ended.groupby(["label", "environment", "params"], sort=False)
+               .agg(mean=("final_regret", "mean"), std=("final_regret", "std"), seeds=("final_regret", "count"),
                     seconds_per_round=("seconds_per_round", "mean"), seconds_std=("seconds_per_round", "std"),
-                    trial_ids=("trial_id", list), **named)
+                    failed=("failed", "sum"), trial_ids=("trial_id", list), **named)
                .reset_index())
     grouped[["std", "seconds_std"]] = grouped[["std", "seconds_std"]].fillna(0.0)
-    best = grouped.loc[grouped.groupby(["label", "environment"], sort=False)["mean"].idxmin()].reset_index(drop=True)
+    # Candidates: the grid points whose every trial finished; all of a cell's where none did.
+    cell = ["label", "environment"]
+    has_complete = grouped.groupby(cell, sort=False)["failed"].transform("min") == 0
+    candidates = grouped[((grouped["failed"] == 0) | ~has_complete) & grouped["mean"].notna()]
+    best = candidates.loc[candidates.groupby(cell, sort=False)["mean"].idxmin()].reset_index(drop=True)
+    notes = []
+    for (label, environment), left_out in grouped[grouped["failed"] > 0].groupby(cell, sort=False):
+        points = "; ".join(_point_text(grouped, label, environment, row) for _, row in left_out.iterrows())
+        chosen = "every grid point has failed seeds: the best of the finished ones is shown" if not \
+            has_complete[left_out.index].any() else "left out of the choice of the best"
+        notes.append(f"{label} | {environment}: {chosen} ({points})")
     best["grid_values"] = [grid_values(grouped, row["label"], row["environment"], row["params"])
                            for _, row in best.iterrows()]
     best["grid_point"] = [", ".join(f"{k}={v}" for k, v in values.items()) for values in best["grid_values"]]
@@ -99,7 +120,7 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
     titles |= {short[env]: titles[env] for env in short}
     return Summary(best, layout("mean"), layout("std"), layout("seconds_per_round"), pd.DataFrame(diag_rows),
                    setting_table(trials, best, labels, envs), layout("seconds_std"), titles,
-                   {env: short.get(env, env) for env in envs})
+                   {env: short.get(env, env) for env in envs}, notes)
 
 
 def environment_titles(trials: pd.DataFrame, envs: list[str]) -> dict[str, str]:
@@ -116,6 +137,12 @@ def environment_titles(trials: pd.DataFrame, envs: list[str]) -> dict[str, str]:
         except (KeyError, ValueError):   # a kind no longer registered (a plugin not loaded): its name
             titles[env] = env
     return titles
+
+
+def _point_text(grouped: pd.DataFrame, label: str, environment: str, row) -> str:
+    values = grid_values(grouped, label, environment, row["params"])
+    point = ", ".join(f"{key}={value}" for key, value in values.items()) or "its only grid point"
+    return f"{point}: {row['failed']} of {row['failed'] + row['seeds']} seeds failed"
 
 
 def grid_values(grouped: pd.DataFrame, label: str, environment: str, params: str) -> dict:
@@ -270,8 +297,11 @@ def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sw
     best = summary.best.drop(columns=["trial_ids", "display", "grid_values"]).drop(columns=["algorithm"], errors="ignore")
     best = best.rename(columns={"label": "algorithm"})
     best.to_csv(directory / "best_params.csv", index=False)
-    (directory / "best_params.md").write_text(f"{sweep}: chosen grid point per cell\n\n"
-                                              f"{markdown_table(best, 4, index=False)}\n")
+    left_out = "".join(f"\n- {note}" for note in summary.notes)
+    (directory / "best_params.md").write_text(
+        f"{sweep}: chosen grid point per cell (a grid point with a failed seed is not a candidate; "
+        f"`failed`: the chosen point's failed seeds)\n\n{markdown_table(best, 4, index=False)}\n"
+        + (f"\nGrid points with failed seeds:{left_out}\n" if left_out else ""))
     if not summary.diagnostics.empty:
         (directory / "timing.md").write_text(f"{sweep}: time per round and time in named steps (seconds)\n\n"
                                              f"{markdown_table(summary.diagnostics, 4, index=False)}\n")

@@ -106,9 +106,10 @@ FINALS = {("linucb", "h1", 0.001): [1, 2, 3], ("linucb", "h1", 0.1): [4, 5, 6], 
           ("lints", "h3", None): [6, 7, 8], ("random", "h3", None): [30, 31, 32]}
 
 
-def _write_finished(tmp_path, spec: dict) -> None:
-    """The spec's trials as finished, with the final regrets of FINALS and straight-line curves."""
-    from banditsweep.workers.record import FINISHED, TrialOutcome
+def _write_finished(tmp_path, spec: dict, failing: frozenset = frozenset()) -> None:
+    """The spec's trials as finished, with the final regrets of FINALS and straight-line curves;
+    those of ``failing`` (FINALS key + seed) as failed."""
+    from banditsweep.workers.record import FAILED, FINISHED, TrialOutcome
     from banditsweep.workers.store import SweepStore, TrialsTable
 
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
@@ -119,6 +120,11 @@ def _write_finished(tmp_path, spec: dict) -> None:
         key = (trial.spec.algorithm, trial.spec.environment["function"],
                trial.spec.params["nu"] if trial.spec.algorithm == "linucb" else None)
         final = float(FINALS[key][trial.spec.seed])
+        if (*key, trial.spec.seed) in failing:
+            outcomes.append(TrialOutcome(dataclasses.replace(
+                record_of(sweep, trial), status=FAILED, error="NonFiniteError: round 3: the reward is nan",
+                started_at=1.7e9, finished_at=1.7e9 + 1)))
+            continue
         record = dataclasses.replace(record_of(sweep, trial), status=FINISHED, final_regret=final, wall_seconds=1.0,
                                      seconds_per_round=1e-4, started_at=1.7e9, finished_at=1.7e9 + 1)
         cum = np.linspace(final / 20, final, 20)
@@ -154,3 +160,25 @@ def test_report_bolds_the_best_only_where_the_seeds_spread_separates_it(tmp_path
     assert r"\mathbf" not in (report / "seconds_per_round.tex").read_text()
     assert r"LinUCB & $\nu = 10^{-3}$ & $\nu = 10^{-3}$ \\" in (report / "best_params.tex").read_text()
     assert re.search(r"LinTS & \(one point\) & \(one point\) \\\\", (report / "best_params.tex").read_text())
+
+
+def test_a_grid_point_with_a_failed_seed_is_not_chosen_as_the_best(tmp_path, monkeypatch, capsys):
+    """LinUCB's nu = 0.001 on h1 loses a seed (the one with the highest regret, 3): the two that
+    finished average 1.5, which would flatter it. The choice falls on nu = 0.1 (all three finished,
+    mean 5), and the report says why."""
+    monkeypatch.chdir(tmp_path)
+    _write_finished(tmp_path, SEPARATION, failing=frozenset({("linucb", "h1", 0.001, 2)}))
+    assert main(["report", "spec.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "note: linucb | synthetic:h1: left out of the choice of the best (nu=0.001: 1 of 3 seeds failed)" in out
+    report = tmp_path / "results" / "separation" / "report"
+    best = pd.read_csv(report / "best_params.csv")
+    linucb = best.set_index(["algorithm", "environment"]).loc[("linucb", "synthetic:h1")]
+    assert linucb["mean"] == 5.0 and linucb["grid_point"] == "nu=0.1" and linucb["failed"] == 0
+    assert "Grid points with failed seeds:" in (report / "best_params.md").read_text()
+    # Where every grid point of a cell lost a seed, the best finished one is shown, and said so.
+    capsys.readouterr()
+    _write_finished(tmp_path, SEPARATION, failing=frozenset({("linucb", "h3", 0.001, 0), ("linucb", "h3", 0.1, 0)}))
+    assert main(["report", "spec.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "linucb | synthetic:h3: every grid point has failed seeds: the best of the finished ones is shown" in out

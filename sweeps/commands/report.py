@@ -12,6 +12,7 @@ from banditsweep.sweeps.commands.shared import env_order, label_order, say_healt
 from banditsweep.sweeps.report import finished_trials, markdown_table, summarise, write_report
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.workers.mlflow_sink import attach_report
+from banditsweep.workers.record import FAILED
 
 
 def main(args: argparse.Namespace, sweep: Sweep) -> int:
@@ -23,7 +24,7 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
         print(f"{sweep.name}: no finished trials under {store.root}; run `banditsweep run {args.spec}` first",
               file=sys.stderr)
         return EXIT_FAILED_TRIALS
-    summary = summarise(trials, label_order(sweep), env_order(sweep))
+    summary = summarise(trials, label_order(sweep), env_order(sweep), finished_trials(store, sweep.trials, FAILED))
     files = write_report(store, summary, sweep.name)
     run_id, note = attach_report(tracking_uri(args), str(results_root(args)), sweep.name, store.report_dir)
     if note:
@@ -31,6 +32,8 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
     print(f"Mean final cumulative regret ({sweep.name}, {len(trials)} finished trials):")
     print(markdown_table(summary.mean, 1))
     print(f"\nStandard deviation:\n{markdown_table(summary.std, 2)}")
+    for note in summary.notes:
+        print(f"note: {note}")
     print(f"\nwrote {len(files)} files to {store.report_dir}"
           + (f"; logged to MLflow run {run_id}" if run_id else ""))
     return 0

@@ -10,7 +10,7 @@ from banditsweep.sweeps.commands.arguments import results_root
 from banditsweep.sweeps.report import finished_trials, markdown_table, summarise
 from banditsweep.sweeps.spec import PlannedTrial, Sweep
 from banditsweep.workers.jobs import Job
-from banditsweep.workers.record import TrialRecord
+from banditsweep.workers.record import FAILED, TrialRecord
 from banditsweep.workers.store import StoreHealth, SweepStore
 
 
@@ -56,6 +56,8 @@ def print_results(store: SweepStore, sweep: Sweep) -> None:
     if trials.empty:
         print("no finished trials yet")
         return
-    summary = summarise(trials, label_order(sweep), env_order(sweep))
+    summary = summarise(trials, label_order(sweep), env_order(sweep), finished_trials(store, sweep.trials, FAILED))
     print(f"\nMean final cumulative regret (best grid point per cell, {sweep.name}):")
     print(markdown_table(summary.mean, 1))
+    for note in summary.notes:
+        print(f"note: {note}")
