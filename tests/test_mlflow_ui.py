@@ -69,7 +69,7 @@ class UI:
             [sys.executable, "-m", "banditsweep", "ui", str(QUICKSTART), *OVERRIDES, "--port", str(self.port)],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path)
 
-    def wait_ready(self, timeout: float = 120) -> str:
+    def wait_ready(self, timeout: float = 300) -> str:
         """The experiment's URL that `ui` printed, once the server answers."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -52,8 +52,11 @@ def ui(args: argparse.Namespace, sweep: Sweep) -> int:
     where = f"{url}/#/experiments/{experiment}/runs" if experiment else url
     print(f"{sweep.name}: MLflow UI of {uri} at {where} (the \"Model training\" view shows the "
           "regret curves; runs with the same `group` tag are the seeds of one cell). Ctrl-C stops it.", flush=True)
+    # One worker process: a UI for one user needs no more, and uvicorn's supervisor of several kills a
+    # worker that is slow to answer its health check, over and over on a loaded machine (the UI never up).
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-                               "--host", "127.0.0.1", "--port", str(args.port)], start_new_session=True)
+                               "--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"],
+                              start_new_session=True)
     try:
         return server.wait()
     except KeyboardInterrupt:   # Ctrl-C or SIGTERM: the way to stop the UI
