@@ -109,7 +109,6 @@ class ResultWriter:
     def __init__(self, store: SweepStore, mirror, progress: Progress):
         self.store, self.mirror, self.progress = store, mirror, progress
         self.table = TrialsTable(store, store.journal())
-        self.ended: set[str] = set()   # trials ended in this run (they do not run again in it)
 
     def write(self, outcomes: list[TrialOutcome]) -> None:
         if not outcomes:
@@ -128,7 +127,6 @@ class ResultWriter:
         self.mirror.ended.remote([(o.record, thinned_curve(o.arrays, o.record.log_every) if o.arrays else [])
                                   for o in outcomes])
         for outcome in outcomes:
-            self.ended.add(outcome.record.trial_id)
             if outcome.record.status == FINISHED:
                 self.progress.done += 1
             else:
@@ -275,12 +273,13 @@ class SweepLoop:
         """The running trials' rounds, asked of the mirror without waiting, handed to the heartbeat."""
         self.heartbeat.update(done=self.progress.done, failed=self.progress.failed, total=self.progress.total)
         if self.running_ref is None:
-            if time.monotonic() - self.running_asked_at > WRITE_EVERY:
+            if time.monotonic() - self.running_asked_at > WRITE_EVERY / 2:   # a fresh picture for each write
                 self.running_ref, self.running_asked_at = self.mirror.running.remote(), time.monotonic()
         elif ray.wait([self.running_ref], timeout=0)[0]:
-            # A trial written since the mirror answered may still be in its answer.
-            self.heartbeat.update([trial for trial in ray.get(self.running_ref)
-                                   if trial["trial_id"] not in self.writer.ended])
+            # Only trials out on an actor now: one written since the mirror answered, or whose actor
+            # died (it waits in the queue), may still be in its answer.
+            out = {job.record.trial_id for flight in self.in_flight.values() for job in flight.batch}
+            self.heartbeat.update([trial for trial in ray.get(self.running_ref) if trial["trial_id"] in out])
             self.running_ref, self.running_asked_at = None, time.monotonic()
 
     def collect(self) -> tuple[list[TrialOutcome], bool]:
@@ -354,6 +353,7 @@ class SweepLoop:
     def feed(self, arrived: list[TrialOutcome]) -> None:
         """Make the outcomes durable, then hand them to the sinks (ResultWriter does both, in that order)."""
         self.writer.write(arrived)
+        self.heartbeat.drop({outcome.record.trial_id for outcome in arrived})
 
     def show(self) -> None:
         if self.on_progress:

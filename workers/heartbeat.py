@@ -110,6 +110,12 @@ class Heartbeat:
                 self.trials = trials
             self.counts.update(counts)
 
+    def drop(self, trial_ids: set[str]) -> None:
+        """Trials that ended (written to the store) before the next picture comes."""
+        if trial_ids:
+            with self.lock:
+                self.trials = [trial for trial in self.trials if trial["trial_id"] not in trial_ids]
+
     def end(self, status: str) -> None:
         """Stop the thread and write the file of a run that has ended (no trials running)."""
         self.stop.set()
