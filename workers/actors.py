@@ -17,6 +17,7 @@ import ray
 
 from banditsweep.core.trial import TrialSpec, run_trials
 from banditsweep.workers.checkpoints import CheckpointFiles
+from banditsweep.workers.heartbeat import RunningTrials
 from banditsweep.workers.record import TrialOutcome, TrialRecord
 from banditsweep.workers.sinks import Mirror, MirrorStatus, SinkContext, open_sinks
 
@@ -123,6 +124,8 @@ class MirrorActor:
         sinks, self.counts, errors = open_sinks(names, context, context.store.journal(), pending)
         self.mirror = Mirror(sinks)
         self.mirror.status.errors += errors
+        # The trials running now, for the driver's running.json (kept here: progress comes only here).
+        self.running_trials = RunningTrials()
 
     def reconciled(self) -> dict[str, int]:
         return self.counts
@@ -131,13 +134,20 @@ class MirrorActor:
         """What went wrong with the sinks so far (each outage said once)."""
         return list(self.mirror.status.errors)
 
+    def running(self) -> list[dict]:
+        """The trials started and not ended, each with its latest round (workers.heartbeat)."""
+        return self.running_trials.snapshot()
+
     def started(self, records):
+        self.running_trials.started(records)
         self.mirror.started(records)
 
     def progress(self, trial_id, points):
+        self.running_trials.progress(trial_id, points)
         self.mirror.progress(trial_id, points)
 
     def ended(self, ended):
+        self.running_trials.ended([record for record, _ in ended])
         self.mirror.ended(ended)
 
     def close(self, status: str, summary: dict[str, float], timeout: float) -> MirrorStatus:

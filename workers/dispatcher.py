@@ -13,7 +13,8 @@ Tune's controller steps through its own:
 
 - **grow** the pool towards the batches left (what the nodes that are up can place);
 - **hand out** batches to actors with room in their queue;
-- **watch the sinks**: ask the mirror, without waiting, what went wrong with them;
+- **watch the sinks**: ask the mirror, without waiting, what went wrong with them, and which trials
+  run and how far they are (for ``running.json``, workers.heartbeat);
 - **collect** what arrived: outcomes, actors that became ready, actors that died;
 - **requeue the dead**: the batches of an actor that died go back to the queue (the one place a
   trial's attempts are counted), or fail after ``MAX_ATTEMPTS``;
@@ -39,6 +40,7 @@ from banditsweep.core.trial import TrialSpec, batch_key
 from banditsweep.workers.actors import MirrorActor, drain_mirror
 from banditsweep.workers.checkpoints import CheckpointFiles
 from banditsweep.workers.errors import ResourceRequestError, StoreWriteError
+from banditsweep.workers.heartbeat import WRITE_EVERY, Heartbeat, RunningTrials
 from banditsweep.workers.jobs import Job, Progress, RunOptions, SweepOutcome
 from banditsweep.workers.pool import Slot, TrialPool, actor_resources, check_shards_fit, placeable
 from banditsweep.workers.ray_connection import RayConnection
@@ -172,6 +174,9 @@ class SweepLoop:
         self.progress = Progress(total=len(jobs), messages=[self.ray_line])
         self.writer = ResultWriter(store, self.mirror, self.progress)
         self.problems_ref, self.problems_asked_at = None, time.monotonic()
+        self.running_ref, self.running_asked_at = None, time.monotonic()
+        self.heartbeat = Heartbeat(store.root)
+        self.heartbeat.update(done=0, failed=0, total=len(jobs))
         self.show()
         cpus_each, gpus_each = actor_resources(options)
         if not connection.address:
@@ -203,6 +208,7 @@ class SweepLoop:
         mirror; returns what the sinks reconciled and the mirror's status."""
         status = "FINISHED"
         try:
+            self.heartbeat.start()
             while self.batches or self.in_flight:
                 self.step()
             self.pool.shutdown()   # the shards of sharded trials get the CPUs the trial actors held
@@ -224,6 +230,7 @@ class SweepLoop:
         self.pool.grow(len(self.batches) + len(self.in_flight))
         self.hand_out()
         self.watch_sinks()
+        self.watch_running()
         self.progress.actors, self.progress.waiting_actors = len(self.pool.ready_slots()), self.pool.waiting()
         self.progress.device = self.pool.device
         self.show()
@@ -261,6 +268,19 @@ class SweepLoop:
                 if f"warning: {problem}" not in self.progress.messages:
                     self.progress.messages.append(f"warning: {problem}")
             self.problems_ref, self.problems_asked_at = None, time.monotonic()
+
+    def watch_running(self) -> None:
+        """The running trials' rounds, asked of the mirror without waiting, handed to the heartbeat."""
+        self.heartbeat.update(done=self.progress.done, failed=self.progress.failed, total=self.progress.total)
+        if self.running_ref is None:
+            if time.monotonic() - self.running_asked_at > WRITE_EVERY / 2:   # a fresh picture for each write
+                self.running_ref, self.running_asked_at = self.mirror.running.remote(), time.monotonic()
+        elif ray.wait([self.running_ref], timeout=0)[0]:
+            # Only trials out on an actor now: one written since the mirror answered, or whose actor
+            # died (it waits in the queue), may still be in its answer.
+            out = {job.record.trial_id for flight in self.in_flight.values() for job in flight.batch}
+            self.heartbeat.update([trial for trial in ray.get(self.running_ref) if trial["trial_id"] in out])
+            self.running_ref, self.running_asked_at = None, time.monotonic()
 
     def collect(self) -> tuple[list[TrialOutcome], bool]:
         """Wait (at most COLLECT_WAIT) for outcomes and actors that became ready; the outcomes that
@@ -333,6 +353,7 @@ class SweepLoop:
     def feed(self, arrived: list[TrialOutcome]) -> None:
         """Make the outcomes durable, then hand them to the sinks (ResultWriter does both, in that order)."""
         self.writer.write(arrived)
+        self.heartbeat.drop({outcome.record.trial_id for outcome in arrived})
 
     def show(self) -> None:
         if self.on_progress:
@@ -348,9 +369,14 @@ class SweepLoop:
         self.mirror.started.remote([record])
         self.progress.running += 1
         self.show()
+        running = RunningTrials()   # the driver runs it: the heartbeat hears of its rounds here
+        running.started([replace(record, started_at=time.time())])
+        self.heartbeat.update(running.snapshot(), done=self.progress.done, failed=self.progress.failed)
 
         def stream(t: int, cumulative_regret: float) -> None:
             self.mirror.progress.remote(record.trial_id, [(t, cumulative_regret)])
+            running.progress(record.trial_id, [(t, cumulative_regret)])
+            self.heartbeat.update(running.snapshot())
 
         def say(message: str) -> None:
             self.progress.messages.append(message)
@@ -361,6 +387,7 @@ class SweepLoop:
                                     self.options.checkpoint_every or SHARDED_CHECKPOINT_EVERY, stream, say)
         self.progress.running -= 1
         self.feed([outcome])
+        self.heartbeat.update([], done=self.progress.done, failed=self.progress.failed)
         self.show()
 
     def close(self, status: str) -> tuple[dict[str, int], Any]:
@@ -373,6 +400,9 @@ class SweepLoop:
         except OSError as error:
             if status == "FINISHED":   # else the store's trouble is already what the run reports
                 status, unwritable = "FAILED", error
+        # The trials have ended (the sinks may still take a while): `status` no longer lists them.
+        self.heartbeat.update(done=self.progress.done, failed=self.progress.failed)
+        self.heartbeat.end(status)
         reconcile = ray.get(self.mirror.reconciled.remote())
 
         def say(line: str) -> None:

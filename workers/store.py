@@ -15,6 +15,9 @@
   setting (``env_<name>``) and every diagnostic (``diag_<name>``) a typed column.
 - ``README.txt``: what the folder holds. It is not Parquet, so reading the sweep folder itself as
   one dataset fails with its name instead of silently mixing the two tables.
+- ``.runs/``: one small JSON file per run with the ``--set`` overrides it was started with
+  (workers.runs); ``running.json``: what a run going on now is doing (workers.heartbeat). Neither
+  is part of the record of truth.
 
 :func:`load` reads both tables into pandas, also from stores written before curves carried their
 trial's names and before environment settings had columns of their own.
@@ -322,7 +325,8 @@ Read each folder on its own (this file is not Parquet, so a read of this whole f
   ds.dataset("{root}/curves").to_table(filter=ds.field("t") == 100).to_pandas()
 
 .journal/ is the record of truth that `banditsweep run` resumes from; report/ holds the files of
-`banditsweep report`; quarantine/ the damaged files a check moved aside, if any. The name of each
+`banditsweep report`; quarantine/ the damaged files a check moved aside, if any; .runs/ notes each
+run's --set overrides; running.json what a run going on now is doing (`banditsweep status` shows it). The name of each
 file in curves/ and .journal/ ends with the SHA-256 of its bytes (`sha256sum` shows it); every
 Parquet page has a CRC (pyarrow checks them with page_checksum_verification=True); `banditsweep
 status` checks both.

@@ -8,7 +8,8 @@ import sys
 
 from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
-from banditsweep.sweeps.commands.shared import env_order, label_order, say_health, store_of
+from banditsweep.sweeps.commands.shared import (env_order, label_order, say_health, say_selection, selected_sweep,
+                                                store_of)
 from banditsweep.sweeps.report import finished_trials, markdown_table, summarise, write_report
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.workers.mlflow_sink import attach_report
@@ -17,6 +18,9 @@ from banditsweep.workers.record import FAILED
 
 def main(args: argparse.Namespace, sweep: Sweep) -> int:
     store = store_of(args, sweep)
+    selection = selected_sweep(args, sweep, store)
+    say_selection(selection)
+    sweep = selection.sweep
     if store.root.is_dir():
         say_health(store.verify(planned=[trial.trial_id for trial in sweep.trials]))
     trials = finished_trials(store, sweep.trials)

@@ -31,6 +31,7 @@ from banditsweep.workers.jobs import Job, RunOptions
 from banditsweep.workers.pool import check_fits
 from banditsweep.workers.ray_address import ray_address
 from banditsweep.workers.resume import catch_up, failed_records, plan_resume
+from banditsweep.workers.runs import record_run
 from banditsweep.workers.sinks import DEFAULT_SINKS, SinkContext, run_mode, sink_names
 from banditsweep.workers.tracking import check_tracking_server
 
@@ -111,6 +112,8 @@ def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options:
         return EXIT_FAILED_TRIALS if plan.failed else 0
     say_estimate(sweep, store, plan.pending, options)
     options = replace(options, spec_text=_spec_text(args.spec), source_commit=_source_commit())
+    # Which --set planned these trials: `status` and `report` without them find them by it.
+    record_run(store.root, args.overrides or [], len(sweep.trials))
     display = ProgressDisplay(len(plan.pending), sweep.name, bar=not args.no_progress)
     try:
         outcome = run_sweep(sweep.name, plan.pending, options, display.show)

@@ -1,5 +1,6 @@
 """What several commands do alike: the trials of a spec as the workers layer takes them, the sweep's
-store, warnings about its files, and the results table a command ends with."""
+store and the selection of the spec it holds, warnings about its files, and the results table a
+command ends with."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import sys
 
 from banditsweep.sweeps.commands.arguments import results_root
 from banditsweep.sweeps.report import finished_trials, markdown_table, summarise
+from banditsweep.sweeps.selection import parse_selectors, select
 from banditsweep.sweeps.spec import PlannedTrial, Sweep
+from banditsweep.sweeps.spec_errors import SpecError
+from banditsweep.sweeps.stored_runs import Selection, select_sweep
 from banditsweep.workers.jobs import Job
 from banditsweep.workers.record import FAILED, TrialRecord
 from banditsweep.workers.store import StoreHealth, SweepStore
@@ -30,6 +34,25 @@ def jobs_of(sweep: Sweep) -> list[Job]:
 
 def store_of(args: argparse.Namespace, sweep: Sweep) -> SweepStore:
     return SweepStore.for_sweep(results_root(args), sweep.name)
+
+
+def selected_sweep(args: argparse.Namespace, sweep: Sweep, store: SweepStore) -> Selection:
+    """The spec's trials as the store holds them: those of the command's --set, else those of the
+    run whose --set planned what the store holds (sweeps.stored_runs)."""
+    selection = select_sweep(args.spec, sweep, args.overrides or [], store)
+    if selection.switched and getattr(args, "selectors", None):
+        try:   # the command's --only applies to the run's trials too
+            selection.sweep = select(selection.sweep, parse_selectors(args.selectors))
+        except SpecError as error:
+            selection.notes.append(f"--only does not apply to that run's trials ({error.message}): all are shown")
+    return selection
+
+
+def say_selection(selection: Selection) -> None:
+    for warning in selection.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for note in selection.notes:
+        print(f"note: {note}")
 
 
 def say_health(health: StoreHealth | None) -> None:

@@ -1,28 +1,46 @@
-"""``banditsweep status SPEC``: done / failed / pending trials per algorithm and environment, and
-whether the result files are whole and agree with each other (exit 4 when not)."""
+"""``banditsweep status SPEC``: done / failed / running / pending trials per algorithm and
+environment, what a run going on now is doing (each running trial's round of T and its last
+progress, from the run's ``running.json``), and whether the result files are whole and agree with
+each other (exit 4 when not)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from dataclasses import asdict
 
 import pandas as pd
 
 from banditsweep.sweeps.commands import EXIT_INCONSISTENT
-from banditsweep.sweeps.commands.shared import jobs_of, say_health, store_of
+from banditsweep.sweeps.commands.shared import jobs_of, say_health, say_selection, selected_sweep, store_of
 from banditsweep.sweeps.report import markdown_table
 from banditsweep.sweeps.spec import Sweep
-from banditsweep.workers.status import status_summary
+from banditsweep.workers.heartbeat import STALE_SECONDS, LiveTrial
+from banditsweep.workers.status import StatusSummary, status_summary
+
+# Running trials (or lockstep batches) listed at most; a count says how many more.
+LISTED = 20
 
 
 def main(args: argparse.Namespace, sweep: Sweep) -> int:
-    summary = status_summary(store_of(args, sweep), jobs_of(sweep))
+    store = store_of(args, sweep)
+    selection = selected_sweep(args, sweep, store)
+    say_selection(selection)
+    sweep = selection.sweep
+    summary = status_summary(store, jobs_of(sweep))
     say_health(summary.health)
-    print(markdown_table(pd.DataFrame([asdict(cell) for cell in summary.cells]), index=False))
+    if summary.live_warning:
+        print(f"warning: {summary.live_warning}", file=sys.stderr)
+    cells = pd.DataFrame([asdict(cell) for cell in summary.cells])
+    if not summary.running_now:
+        cells = cells.drop(columns="running")
+    print(markdown_table(cells, index=False))
+    running = f"{summary.total('running')} running, " if summary.running_now else ""
     selected = f" (selected by {sweep.selected_by})" if sweep.selected_by else ""
     print(f"\n{sweep.name}: {len(sweep.trials)} trials{selected}: {summary.total('done')} done, {summary.total('failed')} failed, "
-          f"{summary.total('pending')} pending")
+          f"{running}{summary.total('pending')} pending")
+    say_live(summary)
     if summary.consistency is None:
         return 0
     print(f"verified: {summary.consistency.summary()}")
@@ -31,3 +49,60 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
     for problem in summary.consistency.problems:
         print(f"inconsistent: {problem}", file=sys.stderr)
     return EXIT_INCONSISTENT if summary.inconsistent else 0
+
+
+def say_live(summary: StatusSummary) -> None:
+    """The run going on now (from its running.json): its running trials, or that it ended or is gone."""
+    live = summary.live
+    if live is None:
+        return
+    now = time.time()
+    driver = f"driver pid {live.pid} on host {live.host}"
+    if live.ended:
+        print(f"running: none (the last run, {driver}, ended {_ago(now - live.ended_at)} ago: {live.status})")
+        return
+    if live.stale(now):
+        print(f"warning: running.json: the run's {driver} last wrote {_ago(live.age(now))} ago (a live one writes "
+              f"every few seconds; over {STALE_SECONDS:.0f} s): it is probably gone (killed, or its machine lost); "
+              f"its {live.running} trial(s) listed as running are not counted as running", file=sys.stderr)
+        return
+    counts = (f"; this run: {live.done} of {live.total} done, {live.failed} failed"
+              if None not in (live.done, live.total, live.failed) else "")
+    print(f"running: {live.running} (driver pid {live.pid} on host {live.host}, updated {_ago(live.age(now))} ago"
+          f"{counts})")
+    shown = _batches(live.trials)[:LISTED]
+    for group in shown:
+        print(f"  {_line(group, now)}")
+    rest = live.running - sum(len(group) for group in shown)
+    if rest > 0:
+        print(f"  and {rest} more running trial(s)")
+
+
+def _batches(trials: list[LiveTrial]) -> list[list[LiveTrial]]:
+    """The trials grouped by the lockstep batch they run in (a batch's trials share their rounds)."""
+    groups: dict[object, list[LiveTrial]] = {}
+    for trial in trials:
+        key = trial.batch if trial.batch_size > 1 and trial.batch else trial.trial_id
+        groups.setdefault(key, []).append(trial)
+    return list(groups.values())
+
+
+def _line(group: list[LiveTrial], now: float) -> str:
+    first = group[0]
+    name = first.run_name or first.trial_id[:12]
+    if len(group) > 1:
+        name = f"batch of {len(group)} ({name} and {len(group) - 1} more)"
+    step = min(trial.round for trial in group)
+    latest = max(trial.updated_at for trial in group)
+    node = f" on {first.node}" if first.node else ""
+    return f"{name}: round {step}/{first.horizon}{node}, last progress {_ago(now - latest)} ago"
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds / 3600:.1f} h"
+
