@@ -41,7 +41,10 @@ class ProgressDisplay:
         for message in progress.messages:
             if message not in self.messages:
                 self.messages.add(message)
-                (self.bar.write if self.bar is not None else print)(message)
+                if self.bar is not None:
+                    self.bar.write(message)
+                else:   # flushed: piped to a log, a line the run says now must not wait for a full buffer
+                    print(message, flush=True)
         if self.log_lines:
             self._log_line(progress)
         if self.bar is None:
