@@ -17,9 +17,10 @@ with what the trials alone need. Two cases:
     - *command*: wall time of the whole command, Ray's start and stop included.
       **Target: command <= 1.25 x minimum.**
     - where the rest goes: start-up (command start to first trial start), tear-down (last trial end
-      to command end), the idle gap between consecutive trials on one actor, and the sink's lag
-      (MLflow child run created after the trial started; run ended after the trial ended; from the
-      run timestamps in ``mlflow.db``).
+      to command end), each beside Ray's floor measured in the same repeat (a script that starts an
+      embedded Ray as the CLI does, waits for ``--actors`` empty actors and stops it), the idle gap
+      between consecutive trials on one actor, and the sink's lag (MLflow child run created after
+      the trial started; run ended after the trial ended; from the run timestamps in ``mlflow.db``).
 
 ``quickstart``
     ``sweeps/quickstart.yaml`` (42 CPU trials) with ``--max-workers 1`` and with ``--max-workers 2``.
@@ -179,6 +180,52 @@ def run_command(tree: Tree, python: str, spec: Path, workers: int, run_dir: Path
             "began_epoch": began_epoch, "ended_epoch": ended_epoch}
 
 
+# Ray's own floor, measured beside each repeat: what a script that only starts an embedded Ray (as the
+# CLI does: loopback, no dashboard, workers started all at once), places ``actors`` empty actors of the sleep case's size, waits
+# for them and stops Ray needs. Printed marks: epoch seconds after each step.
+BARE_RAY = """
+import os, sys, time
+import ray
+print("imported", time.time(), flush=True)
+actors, cpus = int(sys.argv[1]), float(sys.argv[2])
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "64")   # as workers.ray_connection
+from ray._private import ray_constants
+ray_constants.ENABLE_RAY_CLUSTER = False
+ray.init(address="local", include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+print("started", time.time(), flush=True)
+
+@ray.remote
+class Empty:
+    def ready(self):
+        return True
+
+pool = [Empty.options(num_cpus=cpus).remote() for _ in range(actors)]
+ray.get([actor.ready.remote() for actor in pool])
+print("actors", time.time(), flush=True)
+ray.shutdown()
+print("stopped", time.time(), flush=True)
+"""
+
+
+def bare_ray(python: str, actors: int, cpus_per_actor: float, timeout: float) -> dict:
+    """Ray's floor for the sleep case: seconds from the command's start to Ray started, to the
+    actors ready (the floor of start-up), and from the last mark to the process's end (with
+    ``ray.shutdown``: the floor of tear-down)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    began = time.time()
+    done = subprocess.run([python, "-c", BARE_RAY, str(actors), str(cpus_per_actor)], capture_output=True, text=True,
+                          env=env, timeout=timeout, start_new_session=True)
+    ended = time.time()
+    marks = dict(line.split() for line in done.stdout.splitlines() if len(line.split()) == 2)
+    if done.returncode != 0 or set(marks) != {"imported", "started", "actors", "stopped"}:
+        raise SystemExit(f"bare Ray script failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    marks = {key: float(value) for key, value in marks.items()}
+    return {"bare_started": marks["started"] - began, "bare_actors": marks["actors"] - began,
+            "bare_teardown": ended - marks["actors"]}
+
+
 def mlflow_experiment_created(db: Path, name: str) -> float:
     """Epoch seconds when the sink created the sweep's MLflow experiment (NaN if unknown)."""
     try:
@@ -325,6 +372,16 @@ def table(results: list[RunResult], trees: list[Tree], cases: list[str], args) -
         row("sleep: first trial start → last actor's first trial start (s)", "",
             [fmt(v, 1) for v in m("all_actors_started")])
         row("sleep: tear-down, last trial end → command end (s)", "", [fmt(v, 1) for v in m("teardown")])
+        floor = {key: median_of(results, "bare", "bare_ray", key) for key in ("bare_started", "bare_actors",
+                                                                            "bare_teardown")}
+        if not math.isnan(floor["bare_actors"]):
+            row(f"sleep: bare Ray, command start → Ray started / {args.actors} empty actors ready (s)", "",
+                [f"{fmt(floor['bare_started'], 1)} / {fmt(floor['bare_actors'], 1)}"] * len(labels))
+            row("sleep: start-up / bare Ray's (Ray started and actors ready)", "",
+                [fmt(v / floor["bare_actors"]) for v in m("startup")])
+            row("sleep: bare Ray, `ray.shutdown` and the process's exit (s)", "",
+                [fmt(floor["bare_teardown"], 1)] * len(labels))
+            row("sleep: tear-down / bare Ray's", "", [fmt(v / floor["bare_teardown"]) for v in m("teardown")])
         row("sleep: trial duration, median (s)", f"{args.seconds:g}", [fmt(v, 3) for v in m("trial_seconds_median")])
         row("sleep: actors busy (share of actor-time in the span)", "1.00", [fmt(v) for v in m("busy_fraction")])
         row("sleep: idle gap between trials on an actor, median / p90 (s)", "",
@@ -429,6 +486,11 @@ def main(argv=None) -> int:
     results: list[RunResult] = []
     started = time.time()
     for repeat in range(args.repeats):
+        if "sleep" in args.cases:
+            figures = bare_ray(args.python, args.actors, cpus_per_trial, args.timeout)
+            results.append(RunResult("bare", "bare_ray", repeat, figures))
+            shown = ", ".join(f"{k}={v:.3g}" for k, v in figures.items())
+            print(f"[{time.time() - started:6.0f} s] bare Ray #{repeat + 1}: {shown}", file=sys.stderr, flush=True)
         for case, workers in plan:
             for tree in trees:
                 run_dir = Path(tempfile.mkdtemp(prefix=f"{case}_{tree.label}_{repeat}_", dir=scratch))

@@ -30,7 +30,7 @@ from banditsweep.sweeps.selection import parse_selectors, select
 from banditsweep.sweeps.spec_overrides import OVERRIDABLE, parse_overrides
 from banditsweep.workers.errors import (DamagedResultError, InputError, RayUnreachableError, ResourceRequestError,
                                         StoreWriteError, SweepBusyError)
-from banditsweep.workers.signals import stop_cleanly_on_sigterm
+from banditsweep.workers.signals import exit_now_if_ray_was_abandoned, stop_cleanly_on_sigterm
 
 # Bad input, found before anything is started or written: exit 2 with one line.
 INPUT_ERRORS = (SpecError, DatasetError, SweepBusyError, InputError, RayUnreachableError, ResourceRequestError)
@@ -147,6 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     # Bad arguments: one line on stderr and SystemExit(2) from the parser.
     args = build_parser().parse_args(argv)
     stop_cleanly_on_sigterm()
+    code = _main(args)
+    exit_now_if_ray_was_abandoned(code)
+    return code
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         return _dispatch(args)
     except BrokenPipeError:  # output piped into `head` and the like

@@ -222,3 +222,49 @@ def test_interrupted_sweep_is_completed_by_running_it_again(tmp_path, monkeypatc
     children, parents = _child_runs(client, "stop")
     assert len(children) == 12 and all(r.info.status == "FINISHED" for r in children)
     assert len({r.data.tags["trial_id"] for r in children}) == 12
+
+
+def test_a_sigterm_to_the_whole_process_group_ends_the_run_promptly(tmp_path, monkeypatch):
+    """A batch scheduler (or `kill -- -PGID`) signals the embedded Ray's processes with the driver.
+    The driver must not wait on actors whose Ray is gone (Ray's failure detection takes ~90 s, past a
+    scheduler's grace period): it ends within seconds (workers.signals' deadline at the latest), exit
+    130, finished trials kept; the rerun completes the sweep and its MLflow runs."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from local_ray import end_session
+
+    monkeypatch.chdir(tmp_path)
+    spec = {"sweep": "group", "horizon": 3000, "seeds": 6, "log_every": 500,
+            "environments": [{"kind": "synthetic", "function": "h2", "dim": 30}],
+            "algorithms": [{"name": "lints", "grid": {"nu": [0.1, 1.0]}}]}
+    (tmp_path / "group.yaml").write_text(yaml.safe_dump(spec))
+    driver = subprocess.Popen([sys.executable, "-m", "banditsweep", "run", "group.yaml", "--no-progress",
+                               "--max-workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    store = SweepStore.for_sweep(tmp_path / "results", "group")
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and len(store.journal()) < 2:
+            time.sleep(0.1)
+        os.killpg(driver.pid, signal.SIGTERM)
+        signalled = time.monotonic()
+        output, _ = driver.communicate(timeout=150)
+        took = time.monotonic() - signalled
+    finally:
+        end_session(driver)
+    assert driver.returncode == 130, output
+    assert took < 45, f"the driver took {took:.0f} s to end after the group's SIGTERM\n{output}"
+    assert "run the same command again to resume" in output
+    done_before = len(store.journal())
+    assert 2 <= done_before < 12
+
+    assert main(["run", "group.yaml", "--no-progress"]) == 0
+    trials = pd.read_parquet("results/group/trials")
+    assert len(trials) == 12 and trials["trial_id"].is_unique and (trials["status"] == "finished").all()
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    children, _ = _child_runs(client, "group")
+    assert len(children) == 12 and all(r.info.status == "FINISHED" for r in children)

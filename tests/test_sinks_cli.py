@@ -2,6 +2,8 @@
 and ran again one trial at a time logs each regret point once."""
 
 import json
+import os
+
 import pandas as pd
 import yaml
 from mlflow.tracking import MlflowClient
@@ -29,7 +31,12 @@ def test_a_plugin_sink_receives_every_trial_exactly_once(tmp_path, monkeypatch, 
     for event in ended:
         assert event["final_regret"] == trials.loc[event["trial"], "final_regret"]
         assert [t for t, _ in event["curve"]] == [10, 20, 30]
-    assert [e["event"] for e in events][0] == "open" and events[-1]["event"] == "close"
+    # The sink's preparation ran once, in a process of its own (neither this driver nor the mirror
+    # actor that opened the sink); the events the sink then received came after it opened.
+    prepared = [e for e in events if e["event"] == "prepare"]
+    received = [e for e in events if e["event"] != "prepare"]
+    assert len(prepared) == 1 and prepared[0]["pid"] not in (os.getpid(), received[0]["pid"])
+    assert received[0]["event"] == "open" and received[0]["pid"] != os.getpid() and events[-1]["event"] == "close"
     assert events[-1]["status"] == "FINISHED"
     # MLflow, the other sink of the spec, got them too.
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")

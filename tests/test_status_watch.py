@@ -233,3 +233,19 @@ def test_status_and_report_without_the_set_of_the_run_show_its_trials_and_name_i
     assert "watch: 6 trials: 6 done, 0 failed, 0 pending" in out
     assert ("note: the store also holds 3 finished trials of the run with --set horizon=10 --set seeds=1 not shown "
             "here; pass --set horizon=10 --set seeds=1 to see them") in out
+
+
+@pytest.mark.parametrize("unplaced, said", [(0, "placed, still starting"), (2, "no node can place them yet")])
+def test_run_says_whether_the_actors_it_waits_for_are_starting_or_have_no_node(unplaced, said, monkeypatch, capsys):
+    """Actors placed and still starting (a new worker process each) are not called unplaceable."""
+    from banditsweep.sweeps.commands import progress as display_module
+    from banditsweep.workers.jobs import Progress
+
+    monkeypatch.setattr(display_module, "WAIT_NOTICE_SECONDS", 0.0)
+    display = display_module.ProgressDisplay(8, "waits", bar=False)
+    display.show(Progress(total=8, waiting_actors=2, unplaced_actors=unplaced))
+    time.sleep(0.01)
+    display.show(Progress(total=8, waiting_actors=2, unplaced_actors=unplaced))
+    display.close()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("waiting for")]
+    assert lines == [f"waiting for 2 CPU actor(s): {said}" + ("" if unplaced else " (each is a new worker process)")]

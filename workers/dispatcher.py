@@ -45,7 +45,8 @@ from banditsweep.workers.jobs import Job, Progress, RunOptions, SweepOutcome
 from banditsweep.workers.pool import Slot, TrialPool, actor_resources, check_shards_fit, placeable
 from banditsweep.workers.ray_connection import RayConnection
 from banditsweep.workers.record import FINISHED, MAX_ATTEMPTS, TrialOutcome, thinned_curve
-from banditsweep.workers.sinks import SinkContext
+from banditsweep.workers.sink_prepare import finish_preparing, start_preparing
+from banditsweep.workers.sinks import MirrorStatus, SinkContext
 from banditsweep.workers.store import SweepStore, TrialsTable
 
 __all__ = ["Job", "Progress", "RunOptions", "SweepOutcome", "make_batches", "run_sweep"]
@@ -163,10 +164,9 @@ class SweepLoop:
         self.options, self.store, self.on_progress = options, store, on_progress
         self.sharded = [job for job in jobs if job.shards]
         pooled = [job for job in jobs if not job.shards]
-        self.ray_line = connection.describe()
-        context = SinkContext(sweep_name, str(store.root.parent), options.tracking_uri, spec_path=options.spec_path,
-                              spec_text=options.spec_text, source_commit=options.source_commit,
-                              mlflow_runs=options.mlflow_runs, settings=options.settings)
+        self.connection, self.ray_line = connection, connection.describe()
+        self.ray_lost = False
+        context = sink_context(sweep_name, store, options)
         here = ray.get_runtime_context().get_node_id()
         self.mirror = MirrorActor.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
@@ -221,7 +221,9 @@ class SweepLoop:
             status = "KILLED"
             raise
         finally:
-            self.pool.shutdown()
+            self.ray_lost = self.connection.lost()
+            if not self.ray_lost:   # else the actors are gone with their Ray
+                self.pool.shutdown()
             closed = self.close(status)
         return closed
 
@@ -232,6 +234,7 @@ class SweepLoop:
         self.watch_sinks()
         self.watch_running()
         self.progress.actors, self.progress.waiting_actors = len(self.pool.ready_slots()), self.pool.waiting()
+        self.progress.unplaced_actors = self.pool.unplaced()
         self.progress.device = self.pool.device
         self.show()
         arrived, anything = self.collect()
@@ -403,16 +406,28 @@ class SweepLoop:
         # The trials have ended (the sinks may still take a while): `status` no longer lists them.
         self.heartbeat.update(done=self.progress.done, failed=self.progress.failed)
         self.heartbeat.end(status)
-        reconcile = ray.get(self.mirror.reconciled.remote())
 
         def say(line: str) -> None:
             self.progress.messages.append(line)
             self.show()
 
+        if self.ray_lost:
+            cut_off = ("Ray's own processes ended with the run (a signal to the whole process group): the result "
+                       "sinks lack what the mirror had not written; `banditsweep sync-mlflow SPEC` (or the next "
+                       "run) brings them up to date from the Parquet results")
+            say(cut_off)
+            return {}, MirrorStatus(errors=[cut_off])
+        reconcile = ray.get(self.mirror.reconciled.remote())
         mirrored = drain_mirror(self.mirror, status, summary, say)
         if unwritable is not None:
             raise unwritable
         return reconcile, mirrored
+
+
+def sink_context(sweep_name: str, store: SweepStore, options: RunOptions) -> SinkContext:
+    return SinkContext(sweep_name, str(store.root.parent), options.tracking_uri, spec_path=options.spec_path,
+                       spec_text=options.spec_text, source_commit=options.source_commit,
+                       mlflow_runs=options.mlflow_runs, settings=options.settings)
 
 
 def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
@@ -420,9 +435,13 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
     """Run ``jobs`` (trials not yet finished) on Ray; every outcome is made durable by the driver."""
     started = time.perf_counter()
     store = SweepStore.for_sweep(options.results_root, sweep_name)
-    with RayConnection(options.address, options.env_vars) as connection:
-        sweep = SweepLoop(sweep_name, jobs, options, store, connection, on_progress)
-        reconcile, mirrored = sweep.run()
+    preparing = start_preparing(options.sinks, sink_context(sweep_name, store, options), options.env_vars)
+    try:
+        with RayConnection(options.address, options.env_vars) as connection:
+            sweep = SweepLoop(sweep_name, jobs, options, store, connection, on_progress)
+            reconcile, mirrored = sweep.run()
+    finally:
+        finish_preparing(preparing)
     return SweepOutcome(sweep.progress.done, sweep.progress.failed, sweep.pool.most_ready, sweep.pool.device,
                         reconcile, mirrored, time.perf_counter() - started, sweep.ray_line, sweep.pool.notes,
                         len(sweep.sharded))

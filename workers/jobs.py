@@ -57,7 +57,8 @@ class Progress:
     failed: int = 0
     running: int = 0            # trials handed to actors and not yet back
     actors: int = 0             # trial actors placed and built
-    waiting_actors: int = 0     # trial actors Ray cannot place yet (demand for the autoscaler)
+    waiting_actors: int = 0     # trial actors asked for and not yet built (starting, or not placed)
+    unplaced_actors: int = 0    # of those, the ones no node that is up has room for (autoscaler demand)
     device: str = "CPU"
     messages: list[str] = field(default_factory=list)   # lines to show once each (which Ray, sink outages)
 

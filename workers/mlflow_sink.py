@@ -208,6 +208,13 @@ class MLflowSink:
         self.ended: dict[str, int] = {}
         self.unsure: set[str] = set()
 
+    @staticmethod
+    def prepare(context: SinkContext) -> None:
+        """A new local SQLite store gets its tables now (MLflow's migrations: ~4 s), under the same
+        lock the sink takes when it opens (workers.sink_prepare)."""
+        with store_setup_lock(context.tracking_uri):
+            MlflowClient(context.tracking_uri)
+
     @property
     def parent_run_id(self) -> str:
         """The parent run of this invocation, created when the first child run needs it: it carries

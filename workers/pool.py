@@ -103,6 +103,7 @@ class Slot:
     ready_ref: Any                 # resolves when the actor is placed and built
     ready: bool = False
     queued: int = 0                # batches the actor holds
+    placeable: bool = True         # a node that was up had room for it when it was asked for
 
 
 class TrialPool:
@@ -139,6 +140,14 @@ class TrialPool:
     def waiting(self) -> int:
         return sum(1 for slot in self.slots if not slot.ready)
 
+    def unplaced(self) -> int:
+        """Actors not built whose asking found no node with room (the rest are only starting)."""
+        if any(not slot.ready and not slot.placeable for slot in self.slots):
+            room = placeable(self.cpus_each, self.gpus_each)   # a node may have joined since
+            for slot in self.slots[:room]:
+                slot.placeable = True
+        return sum(1 for slot in self.slots if not slot.ready and not slot.placeable)
+
     def grow(self, wanted: int) -> None:
         """Aim at ``wanted`` actors (at most the cap), holding what the cluster can place now."""
         if time.monotonic() - self.checked_at < self.CHECK_SECONDS:
@@ -147,11 +156,12 @@ class TrialPool:
         target = wanted if self.cap is None else min(wanted, self.cap)
         if self.use_autoscaler:
             self._request(target)
-        target = min(target, max(placeable(self.cpus_each, self.gpus_each), 1))
+        room = placeable(self.cpus_each, self.gpus_each)
+        target = min(target, max(room, 1))
         while len(self.slots) < target:
             actor = TrialActor.options(num_cpus=self.cpus_each, num_gpus=self.gpus_each).remote(
                 self.mirror, max(1, int(self.cpus_each)), self.data_dir)
-            self.slots.append(Slot(actor, actor.ready.remote()))
+            self.slots.append(Slot(actor, actor.ready.remote(), placeable=len(self.slots) < room))
 
     def _request(self, count: int) -> None:
         from ray.autoscaler.sdk import request_resources

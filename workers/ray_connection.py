@@ -10,19 +10,27 @@ import os
 import secrets
 import shutil
 import tempfile
+import time
+from contextlib import contextmanager
 from typing import Any
 
 import ray
 
 import banditsweep
 from banditsweep.workers.ray_address import check_reachable
-from banditsweep.workers.signals import stop_cleanly_on_sigterm
+from banditsweep.workers.signals import abandon_ray, stop_cleanly_on_sigterm, terminated
 
 # Worker processes an embedded Ray starts at once. Ray's default is its CPU count, so a pool of many
 # light actors (cpus_per_trial < 1) came up a few at a time and the first ones ran alone for seconds
 # (16 actors on 2 CPUs: the last started 3.9 s after the first; all within 0.5 s with this,
 # docs/benchmarks.md). The environment variable, where set, wins.
 WORKER_STARTUP_CONCURRENCY = 64
+
+# Seconds an embedded Ray's processes get to end after this process's SIGTERM before they are taken
+# to be up (RayConnection.lost). Ray's processes often end within a second of theirs but may take
+# longer; workers.signals' deadline covers what this misses.
+RAY_END_WAIT = 2.0
+
 
 def _keep_local_ray_on_loopback() -> None:
     """An embedded Ray must listen on 127.0.0.1 only. On Linux Ray resolves "127.0.0.1" to the
@@ -117,6 +125,21 @@ def submitted_code() -> dict[str, Any]:
     return {"py_modules": [package]}
 
 
+@contextmanager
+def _environment(variables: dict[str, str]):
+    """``variables`` set in this process's environment for the block, then as they were."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 class RayConnection:
     """``ray.init`` to ``address`` (or ``RAY_ADDRESS``), or an embedded local Ray on loopback.
 
@@ -134,9 +157,16 @@ class RayConnection:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         if ray.is_initialized():
             return self
-        runtime_env = {**({"env_vars": self.env_vars} if self.env_vars else {}), **submitted_code()} or None
+        if self.address:
+            runtime_env = {**({"env_vars": self.env_vars} if self.env_vars else {}), **submitted_code()} or None
+        else:
+            # An embedded Ray's processes inherit this process's environment, so the variables go
+            # there for the start; as a runtime_env they would keep actors off the workers Ray
+            # prestarts (each actor then waits for a worker of its own: 2 s more for 4 actors).
+            runtime_env = None
         try:
-            self._init(runtime_env)
+            with _environment(self.env_vars if not self.address else {}):
+                self._init(runtime_env)
         except BaseException:
             self._drop_own_token()
             raise
@@ -174,15 +204,53 @@ class RayConnection:
                      log_to_driver=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
 
     def __exit__(self, *exc) -> None:
-        if self.started:
+        if self.started and self.lost():
+            self._end_what_is_left()
+        elif self.started:
             ray.shutdown()
         self._drop_own_token()
+
+    def _end_what_is_left(self) -> None:
+        """The embedded Ray ended under the driver: its processes still running (this process's
+        children) are ended, and Ray's own shutdown is left out (workers.signals.abandon_ray)."""
+        try:
+            from ray._private.worker import _global_node as node
+
+            node.kill_all_processes(check_alive=False, allow_graceful=True, wait=True)
+        except Exception:   # a private interface; the processes end with their session anyway
+            pass
+        abandon_ray()
 
     def _drop_own_token(self) -> None:
         if self.own_token:
             os.environ.pop("RAY_AUTH_TOKEN", None)
             self.own_token = False
             _token_changed()
+
+    def lost(self) -> bool:
+        """Whether the embedded Ray's own processes (its raylet, its GCS) are ending. A SIGTERM sent
+        to the whole process group (a batch scheduler's, ``kill -- -PGID``) reaches them as it
+        reaches the driver, and calls on actors would then hang until Ray gives up on its GCS
+        (60 s, then it ends the process: past a scheduler's grace period). After a SIGTERM they get
+        a moment to end (a SIGTERM to the driver alone leaves them up). Always False for a cluster:
+        its processes are not this process's children."""
+        if not self.started or self.address:
+            return False
+        try:
+            from ray._private import ray_constants
+            from ray._private.worker import _global_node as node
+
+            infos = [info for kind in (ray_constants.PROCESS_TYPE_RAYLET, ray_constants.PROCESS_TYPE_GCS_SERVER)
+                     for info in node.all_processes.get(kind, [])]
+        except Exception:   # a private interface: without it, Ray is taken to be up
+            return False
+        deadline = time.monotonic() + (RAY_END_WAIT if terminated() else 0.0)
+        while True:
+            if any(info.process.poll() is not None for info in infos):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
     def describe(self) -> str:
         """One line: which Ray, and what it holds now."""

@@ -123,6 +123,9 @@ class Sink(Protocol):
         """The run ended (``FINISHED``, ``KILLED``); ``summary`` counts its trials. May return one
         line for the user (where to look at the results)."""
 
+    # Optional: ``prepare(context)``, a static method doing what opening the sink will need and Ray
+    # does not (creating a new store), run while Ray starts (workers.sink_prepare).
+
 
 @dataclass
 class MirrorStatus:

@@ -6,8 +6,10 @@ itself (parsing, the checks of the arguments and the exit codes of errors) is ``
 The exit codes a command returns are named here, where every command and the CLI see them.
 """
 
+from banditsweep.workers import signals
+
 EXIT_FAILED_TRIALS = 1
 EXIT_BAD_INPUT = 2
 EXIT_STORE_UNWRITABLE = 3   # the results folder cannot be written (disk full, read-only): nothing marked failed
 EXIT_INCONSISTENT = 4       # `status`: result files damaged or disagreeing with the journal (named)
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = signals.EXIT_INTERRUPTED   # Ctrl-C or SIGTERM (also when the stop's deadline ends it)

@@ -88,7 +88,9 @@ class ProgressDisplay:
             self.waiting_since = time.monotonic()
         if time.monotonic() - self.waiting_since > WAIT_NOTICE_SECONDS and self.said_waiting != waiting:
             self.said_waiting = waiting
-            print(f"waiting for {waiting} {progress.device} actor(s): no node can place them yet", flush=True)
+            print(f"waiting for {waiting} {progress.device} actor(s): " + (
+                "no node can place them yet" if progress.unplaced_actors else
+                "placed, still starting (each is a new worker process)"), flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -2,6 +2,7 @@
 it receives, one JSON line each, in ``<results root>/<sweep>.events.jsonl``."""
 
 import json
+import os
 from pathlib import Path
 
 from banditsweep.core import registry
@@ -11,12 +12,17 @@ class JsonLinesSink:
     def __init__(self, context):
         self.path = Path(context.results_root) / f"{context.sweep}.events.jsonl"
 
+    @staticmethod
+    def prepare(context):
+        """Run by the driver while Ray starts (the sink itself lives in the mirror actor)."""
+        JsonLinesSink(context)._write("prepare", pid=os.getpid())
+
     def _write(self, event, **values):
         with open(self.path, "a") as handle:
             handle.write(json.dumps({"event": event, **values}) + "\n")
 
     def open(self, records, pending):
-        self._write("open", known=len(records), pending=len(pending))
+        self._write("open", known=len(records), pending=len(pending), pid=os.getpid())
         return {}
 
     def trials_started(self, records):
