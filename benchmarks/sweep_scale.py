@@ -16,6 +16,13 @@ per setting:
 
     .venv/bin/python benchmarks/sweep_scale.py --trials 10000 --sinks none mlflow
 
+``--nodes N`` runs the same on a local multi-node cluster instead of the embedded Ray: a head with no CPU
+for trials and N worker nodes of ``--node-cpus`` CPUs each (``ray.cluster_utils.Cluster`` on 127.0.0.1,
+under a private ``RAY_TMPDIR``; its processes are ended through the cluster's own handle), the sweep
+given ``--address``. The driver's memory is the same measure; the mirror runs on the head.
+
+    .venv/bin/python benchmarks/sweep_scale.py --trials 10000 --sinks none mlflow --nodes 2
+
 ``--mirror-only N`` measures the MLflow sink alone instead: N ended trials (a 2-point curve, 6
 parameters, 3 final metrics each) written to a fresh SQLite store through the bulk writer (one
 transaction per 500 runs) and through MLflow's client (as to a tracking server: create, log_batch,
@@ -53,13 +60,15 @@ def expand_seconds(spec: Path) -> float:
     return time.perf_counter() - started
 
 
-def run(folder: Path, spec: Path, sink: str) -> dict:
+def run(folder: Path, spec: Path, sink: str, address: str | None = None) -> dict:
     results = folder / f"results-{sink}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / f'mlflow-{sink}.db'}"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     started = time.perf_counter()
+    where = ["--address", address] if address else []
     done = subprocess.run([sys.executable, "-m", "banditsweep", "run", str(spec), "--results", str(results),
-                           "--sink", sink, "--no-progress"], cwd=folder, env=env, capture_output=True, text=True)
+                           "--sink", sink, "--no-progress", *where], cwd=folder, env=env, capture_output=True,
+                          text=True, check=False)
     seconds = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     row = {"sink": sink, "exit": done.returncode, "seconds": seconds,
@@ -117,22 +126,47 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--sinks", nargs="+", default=["none", "mlflow"])
     parser.add_argument("--mirror-only", type=int, default=0, metavar="N")
+    parser.add_argument("--nodes", type=int, default=0, help="worker nodes of a local multi-node cluster (0: embedded Ray)")
+    parser.add_argument("--node-cpus", type=int, default=2, help="CPUs of each worker node")
     args = parser.parse_args()
     if args.mirror_only:
         mirror_only(args.mirror_only)
         return
-    with tempfile.TemporaryDirectory(prefix="banditsweep-scale-") as work:
-        folder = Path(work)
-        spec = write_spec(folder, args.trials)
-        print(json.dumps({"case": "expand", "trials": args.trials, "expand_seconds": expand_seconds(spec)}), flush=True)
-        rows = []
-        for sink in args.sinks:   # RUSAGE_CHILDREN keeps the largest child so far: the Parquet-only run first
-            rows.append(run(folder, spec, sink))
-            base = next((r["seconds"] for r in rows if r["sink"] == "none"), None)
-            if base is not None and sink != "none":
-                rows[-1]["mirror_lag_seconds"] = rows[-1]["seconds"] - base
-                rows[-1]["ratio_to_parquet_only"] = rows[-1]["seconds"] / base
-            print(json.dumps({"case": "run", "trials": args.trials, **rows[-1]}), flush=True)
+    cluster = start_cluster(args.nodes, args.node_cpus) if args.nodes else None
+    where = {"nodes": args.nodes, "node_cpus": args.node_cpus} if cluster else {"nodes": "embedded"}
+    try:
+        with tempfile.TemporaryDirectory(prefix="banditsweep-scale-") as work:
+            folder = Path(work)
+            spec = write_spec(folder, args.trials)
+            print(json.dumps({"case": "expand", "trials": args.trials, "expand_seconds": expand_seconds(spec)}),
+                  flush=True)
+            rows = []
+            for sink in args.sinks:   # RUSAGE_CHILDREN keeps the largest child so far: the Parquet-only run first
+                rows.append(run(folder, spec, sink, cluster.address if cluster else None))
+                base = next((r["seconds"] for r in rows if r["sink"] == "none"), None)
+                if base is not None and sink != "none":
+                    rows[-1]["mirror_lag_seconds"] = rows[-1]["seconds"] - base
+                    rows[-1]["ratio_to_parquet_only"] = rows[-1]["seconds"] / base
+                print(json.dumps({"case": "run", "trials": args.trials, **where, **rows[-1]}), flush=True)
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
+
+
+def start_cluster(nodes: int, cpus: int):
+    """A head with no CPU for trials and ``nodes`` worker nodes of ``cpus`` CPUs, on loopback, under a
+    private temp dir (ended by the caller through ``cluster.shutdown()``)."""
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="bs-ray-")   # short: Ray's socket paths must fit
+    os.environ["RAY_AUTH_MODE"] = "disabled"   # the Cluster's nodes run without tokens: so does the driver
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"            # keep the nodes on 127.0.0.1
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    for _ in range(nodes):
+        cluster.add_node(num_cpus=cpus)
+    cluster.wait_for_nodes()
+    return cluster
 
 
 if __name__ == "__main__":
