@@ -42,10 +42,10 @@ import time
 from pathlib import Path
 
 
-def write_spec(folder: Path, trials: int) -> Path:
+def write_spec(folder: Path, trials: int, mlflow_runs: str) -> Path:
     seeds = max(1, trials // 2)
     path = folder / "scale.yaml"
-    path.write_text(f"sweep: scale\nhorizon: 10\nseeds: {seeds}\nlog_every: 5\n"
+    path.write_text(f"sweep: scale\nhorizon: 10\nseeds: {seeds}\nlog_every: 5\nmlflow_runs: {mlflow_runs}\n"
                     "environments:\n  - {kind: synthetic, function: h1, dim: 3}\n"
                     "algorithms:\n  - {name: random}\n  - {name: linucb}\n"
                     "resources: {cpus_per_trial: 0.5, batch_trials: 64}\n")
@@ -94,7 +94,8 @@ def run(folder: Path, spec: Path, sink: str, address: str | None = None) -> dict
         for found in search_all(client, experiment, "tags.kind = 'trial'"):
             statuses[found.info.status] = statuses.get(found.info.status, 0) + 1
         row.update(mlflow_finished=statuses.get("FINISHED", 0), mlflow_running=statuses.get("RUNNING", 0),
-                   mlflow_other=sum(v for k, v in statuses.items() if k not in ("FINISHED", "RUNNING")))
+                   mlflow_other=sum(v for k, v in statuses.items() if k not in ("FINISHED", "RUNNING")),
+                   mlflow_cell_runs=len(search_all(client, experiment, "tags.kind = 'cell'")))
     return row
 
 
@@ -126,6 +127,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--sinks", nargs="+", default=["none", "mlflow"])
     parser.add_argument("--mirror-only", type=int, default=0, metavar="N")
+    parser.add_argument("--mlflow-runs", default="trials", choices=["trials", "cells", "both", "auto"],
+                        help="the spec's mlflow_runs (default trials: one MLflow run per trial, the hard case)")
     parser.add_argument("--nodes", type=int, default=0, help="worker nodes of a local multi-node cluster (0: embedded Ray)")
     parser.add_argument("--node-cpus", type=int, default=2, help="CPUs of each worker node")
     args = parser.parse_args()
@@ -137,8 +140,9 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="banditsweep-scale-") as work:
             folder = Path(work)
-            spec = write_spec(folder, args.trials)
-            print(json.dumps({"case": "expand", "trials": args.trials, "expand_seconds": expand_seconds(spec)}),
+            spec = write_spec(folder, args.trials, args.mlflow_runs)
+            print(json.dumps({"case": "expand", "trials": args.trials, "mlflow_runs": args.mlflow_runs,
+                              "expand_seconds": expand_seconds(spec)}),
                   flush=True)
             rows = []
             for sink in args.sinks:   # RUSAGE_CHILDREN keeps the largest child so far: the Parquet-only run first

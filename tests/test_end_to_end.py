@@ -184,25 +184,34 @@ def test_embedded_ray_listens_on_loopback_only(shared_ray):
     assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
 
 
-def test_interrupted_sweep_is_completed_by_running_it_again(tmp_path, monkeypatch):
-    """SIGTERM mid-sweep: exit 130, parent run KILLED, finished trials kept; the rerun completes the
-    sweep with zero duplicate rows or runs."""
-    import signal
+def _start_a_long_sweep(folder, name: str, new_session: bool = False):
+    """`banditsweep run` of 12 trials of a few seconds each as a subprocess, returned once 2 trials
+    are durable, with the sweep's store."""
     import subprocess
     import sys
     import time
 
-    monkeypatch.chdir(tmp_path)
-    spec = {"sweep": "stop", "horizon": 3000, "seeds": 6, "log_every": 500,
+    spec = {"sweep": name, "horizon": 3000, "seeds": 6, "log_every": 500,
             "environments": [{"kind": "synthetic", "function": "h2", "dim": 30}],
             "algorithms": [{"name": "lints", "grid": {"nu": [0.1, 1.0]}}]}
-    (tmp_path / "stop.yaml").write_text(yaml.safe_dump(spec))
-    driver = subprocess.Popen([sys.executable, "-m", "banditsweep", "run", "stop.yaml", "--no-progress",
-                               "--max-workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    store = SweepStore.for_sweep(tmp_path / "results", "stop")
+    (folder / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+    driver = subprocess.Popen([sys.executable, "-m", "banditsweep", "run", f"{name}.yaml", "--no-progress",
+                               "--max-workers", "1"], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=new_session)
+    store = SweepStore.for_sweep(folder / "results", name)
     deadline = time.time() + 240
     while time.time() < deadline and len(store.journal()) < 2:
         time.sleep(0.1)
+    return driver, store
+
+
+def test_interrupted_sweep_is_completed_by_running_it_again(tmp_path, monkeypatch):
+    """SIGTERM mid-sweep: exit 130, parent run KILLED, finished trials kept; the rerun completes the
+    sweep with zero duplicate rows or runs."""
+    import signal
+
+    monkeypatch.chdir(tmp_path)
+    driver, store = _start_a_long_sweep(tmp_path, "stop")
     driver.send_signal(signal.SIGTERM)
     output, _ = driver.communicate(timeout=120)
     assert driver.returncode == 130, output
@@ -231,25 +240,13 @@ def test_a_sigterm_to_the_whole_process_group_ends_the_run_promptly(tmp_path, mo
     130, finished trials kept; the rerun completes the sweep and its MLflow runs."""
     import os
     import signal
-    import subprocess
-    import sys
     import time
 
     from local_ray import end_session
 
     monkeypatch.chdir(tmp_path)
-    spec = {"sweep": "group", "horizon": 3000, "seeds": 6, "log_every": 500,
-            "environments": [{"kind": "synthetic", "function": "h2", "dim": 30}],
-            "algorithms": [{"name": "lints", "grid": {"nu": [0.1, 1.0]}}]}
-    (tmp_path / "group.yaml").write_text(yaml.safe_dump(spec))
-    driver = subprocess.Popen([sys.executable, "-m", "banditsweep", "run", "group.yaml", "--no-progress",
-                               "--max-workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True)
-    store = SweepStore.for_sweep(tmp_path / "results", "group")
+    driver, store = _start_a_long_sweep(tmp_path, "group", new_session=True)
     try:
-        deadline = time.time() + 240
-        while time.time() < deadline and len(store.journal()) < 2:
-            time.sleep(0.1)
         os.killpg(driver.pid, signal.SIGTERM)
         signalled = time.monotonic()
         output, _ = driver.communicate(timeout=150)
