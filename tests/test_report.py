@@ -177,6 +177,17 @@ def test_run_prints_the_results_of_a_sweep_of_mixed_kinds(tmp_path, monkeypatch,
     # No environment here is one of a paper's (the kernel paper's are settings 1-4): no vs-paper section.
     assert not (tmp_path / "results" / "mixed" / "report" / "vs_paper.md").exists()
 
+    # Reported into a new MLflow store (created by the report, which attaches its files there), as
+    # a user runs it: the terminal shows the report, not MLflow's schema migrations.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "banditsweep", "report", "mixed.yaml", "--mlflow-uri",
+                           f"sqlite:///{tmp_path}/fresh.db"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "fresh.db").exists()
+    assert "INFO" not in done.stdout + done.stderr and "database tables" not in done.stdout + done.stderr
+
 
 def _report_store(tmp_path):
     """A store with curves: linucb (no label: shown as LinUCB) at two grid points, a labelled

@@ -25,6 +25,7 @@ replacing the store's earlier cell runs.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import time
@@ -41,6 +42,11 @@ from banditsweep.workers.mlflow_bulk import RUNS_PER_TRANSACTION, SERVER_CONCURR
 from banditsweep.workers.record import FINISHED, TrialRecord, thinned_curve
 from banditsweep.workers.sinks import RUN_MODES, Points, SinkContext, store_id
 from banditsweep.workers.tracking import local_artifact_root, store_setup_lock
+
+# A new SQLite store's creation logs its schema migrations at INFO ("Creating initial MLflow database
+# tables...", alembic's steps) to the terminal of `report`, `sync-mlflow` or `ui`: not the user's concern.
+for _chatty in ("mlflow.store.db.utils", "alembic"):
+    logging.getLogger(_chatty).setLevel(logging.WARNING)
 
 # The experiment tag MLflow 3's UI chooses an experiment's first page by, and the kind of ours.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
