@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -41,7 +42,7 @@ from mlflow.tracking import MlflowClient
 from banditsweep.workers.mlflow_bulk import RUNS_PER_TRANSACTION, SERVER_CONCURRENCY, RunWrite, sql_store, write_runs
 from banditsweep.workers.record import FINISHED, TrialRecord, thinned_curve
 from banditsweep.workers.sinks import RUN_MODES, Points, SinkContext, store_id
-from banditsweep.workers.tracking import local_artifact_root, store_setup_lock
+from banditsweep.workers.tracking import local_artifact_root, sqlite_path, store_setup_lock
 
 # A new SQLite store's creation logs its schema migrations at INFO ("Creating initial MLflow database
 # tables...", alembic's steps) to the terminal of `report`, `sync-mlflow` or `ui`: not the user's concern.
@@ -217,7 +218,11 @@ class MLflowSink:
     @staticmethod
     def prepare(context: SinkContext) -> None:
         """A new local SQLite store gets its tables now (MLflow's migrations: ~4 s), under the same
-        lock the sink takes when it opens (workers.sink_prepare)."""
+        lock the sink takes when it opens (workers.sink_prepare). Only a new one: an existing store,
+        healthy or not, is left to the sink's opening, which says what it had to do to it."""
+        path = sqlite_path(context.tracking_uri)
+        if path is None or (os.path.exists(path) and os.path.getsize(path) > 0):
+            return
         with store_setup_lock(context.tracking_uri):
             MlflowClient(context.tracking_uri)
 
