@@ -59,9 +59,12 @@ def test_a_wait_for_the_mirror_cut_short_states_the_shortfall_and_leaves_nothing
     spec = _spec(tmp_path, "cut_mirror", seeds=8)
     env = {**os.environ, "PYTHONPATH": f"{PLUGINS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "BANDITSWEEP_PLUGINS": "slow_mlflow"}
+    # The driver gets Ctrl-C's SIGINT as from a terminal even where these tests run as a background
+    # job (a shell's `cmd &` starts them with SIGINT ignored, which a child would inherit).
     driver = subprocess.Popen([sys.executable, "-m", "banditsweep", "run", spec, "--sink", "slow_mlflow",
                                "--no-progress", "--max-workers", "2"], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines = []
     deadline = time.time() + 300
     while time.time() < deadline:
