@@ -159,14 +159,13 @@ class SweepLoop:
     """One run's queue, pool and writer on a connected Ray, stepped through the phases of the
     module docstring until nothing is left."""
 
-    def __init__(self, sweep_name: str, jobs: list[Job], options: RunOptions, store: SweepStore,
+    def __init__(self, jobs: list[Job], options: RunOptions, store: SweepStore, context: SinkContext,
                  connection: RayConnection, on_progress: Callable[[Progress], None] | None):
         self.options, self.store, self.on_progress = options, store, on_progress
         self.sharded = [job for job in jobs if job.shards]
         pooled = [job for job in jobs if not job.shards]
         self.connection, self.ray_line = connection, connection.describe()
         self.ray_lost = False
-        context = sink_context(sweep_name, store, options)
         here = ray.get_runtime_context().get_node_id()
         self.mirror = MirrorActor.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
@@ -435,10 +434,11 @@ def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,
     """Run ``jobs`` (trials not yet finished) on Ray; every outcome is made durable by the driver."""
     started = time.perf_counter()
     store = SweepStore.for_sweep(options.results_root, sweep_name)
-    preparing = start_preparing(options.sinks, sink_context(sweep_name, store, options), options.env_vars)
+    context = sink_context(sweep_name, store, options)
+    preparing = start_preparing(options.sinks, context, options.env_vars)
     try:
         with RayConnection(options.address, options.env_vars) as connection:
-            sweep = SweepLoop(sweep_name, jobs, options, store, connection, on_progress)
+            sweep = SweepLoop(jobs, options, store, context, connection, on_progress)
             reconcile, mirrored = sweep.run()
     finally:
         finish_preparing(preparing)
