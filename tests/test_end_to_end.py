@@ -138,6 +138,28 @@ def test_run_resume_report(tmp_path, monkeypatch, capsys, shared_ray):
     assert sorted(p.name for p in report.glob("*.png")) == ["regret_quadratic.png", "regret_synthetic_h3_dim_5.png"]
 
 
+def test_a_trial_that_kills_every_worker_fails_alone(tmp_path, monkeypatch, capsys, shared_ray, plugins):
+    """A trial that kills its worker the moment it starts, queued among quick trials: the driver
+    cannot always tell which of an actor's two calls was running, but once a trial's worker has died
+    holding it, it runs alone; so the killer fails after its MAX_ATTEMPTS deaths and every other
+    trial finishes, counted at most one death it did not cause."""
+    monkeypatch.chdir(tmp_path)
+    spec = {"sweep": "killer", "horizon": 10, "seeds": 3, "log_every": 5,
+            "environments": [{"kind": "synthetic", "function": "h1", "dim": 3},
+                             {"kind": "synthetic", "function": "h1", "dim": 4}],
+            "algorithms": [{"name": "random"}, {"name": "crash_always", "when": {"dim": 3}}]}
+    (tmp_path / "killer.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", "killer.yaml", "--max-workers", "2", "--no-progress", "--sink", "none"]) == 1
+    trials = pd.read_parquet("results/killer/trials")
+    assert len(trials) == 9 and trials["trial_id"].is_unique
+    killers = trials[trials["algorithm"] == "crash_always"]
+    assert (killers["status"] == "failed").all() and (killers["attempts"] == 3).all()
+    assert killers["error"].str.startswith("worker died 3 times").all()
+    others = trials[trials["algorithm"] == "random"]
+    assert (others["status"] == "finished").all() and others["attempts"].between(1, 2).all()
+    assert len(pd.read_parquet("results/killer/curves")) == 6 * 10
+
+
 def test_failures_are_recorded_and_dead_workers_retried(tmp_path, monkeypatch, capsys, shared_ray, plugins):
     monkeypatch.chdir(tmp_path)
     markers = shared_ray.markers

@@ -4,6 +4,7 @@ files respect the umask; errors are plain text."""
 import json
 import os
 import stat
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -265,3 +266,26 @@ def test_ui_serves_the_sweeps_store_on_loopback(tmp_path, monkeypatch, shared_ra
         except subprocess.TimeoutExpired:   # still starting MLflow on a loaded machine: end the group
             os.killpg(ui.pid, signal.SIGKILL)
             ui.wait(timeout=30)
+        # The MLflow server `ui` started lives in a process group of its own, which `ui` ends on its way
+        # out; whatever of it is still there (this test's port is in its command line) is a leak.
+        left = _processes_with_argument(f"--port {port}")
+        for pid in left:
+            try:
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        assert not left, "ui left its MLflow server running"
+
+
+def _processes_with_argument(argument: str) -> list[int]:
+    """The processes whose command line holds ``argument`` (Linux: read from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if argument in command and "pytest" not in command:
+                found.append(int(entry.name))
+    return found

@@ -247,17 +247,21 @@ class SweepLoop:
     # ---- the phases -----------------------------------------------------------------------------
 
     def hand_out(self) -> None:
-        """Every idle actor gets a batch first; a second one only while there is more work than actors."""
+        """Every idle actor gets a batch first; a second one only while there is more work than actors.
+        An isolated batch (its worker died holding it) goes only to an idle actor, and nothing joins it
+        in that actor's queue."""
         ready = self.pool.ready_slots()
         for depth in range(1, ACTOR_QUEUE + 1):
             for slot in ready:
                 if not self.batches or (depth > 1 and len(self.batches) <= len(ready)):
                     return
-                if slot.queued < depth:
+                isolated = self.batches[0][0].isolated
+                if slot.queued < depth and not slot.isolated and not (isolated and slot.queued):
                     batch = self.batches.popleft()
                     items = [(job.spec, job.next_attempt()) for job in batch]
                     self.in_flight[slot.actor.run.remote(items, self.checkpoints)] = InFlight(slot, batch)
                     slot.queued += 1
+                    slot.isolated = isolated
                     self.progress.running += len(batch)
 
     def watch_sinks(self) -> None:
@@ -304,18 +308,25 @@ class SweepLoop:
                 continue
             del self.in_flight[ref]
             flight.slot.queued -= 1
+            flight.slot.isolated = False
             self.progress.running -= len(flight.batch)
             arrived += outcomes
         return arrived, bool(ready)
 
     def requeue_dead(self, slot: Slot, failed_ref, error: Exception) -> list[TrialOutcome]:
         """The actor of ``slot`` died (node lost, out of memory, a crash in native code): its batches
-        go back to the queue. Only the first batch it held had started; those queued behind it go
-        back as they were. The started batch's trials have one more attempt counted (here, and only
-        here); it runs again whole the first time (from its checkpoint, if the spec asks for them),
-        then one trial at a time, so that a trial that kills its worker fails alone after
-        MAX_ATTEMPTS. Returns the outcomes that settled all the same: calls that finished before the
-        death, and the trials that failed for good."""
+        go back to the queue. Returns the outcomes that settled all the same: calls that finished
+        before the death, and the trials that failed for good.
+
+        The first lost call had started, so its trials have one more attempt counted (here, and only
+        here); those queued behind it go back without one. The driver cannot see more: a death
+        within moments of a call's end (its answer lost with the process) is counted for that call
+        though the next one was running. So every trial of a lost call runs isolated from then on,
+        alone in its actor's queue, where any death is its own: a trial is counted at most one death
+        it did not cause, and one that kills its worker is counted each of its isolated deaths. A
+        lockstep batch runs again whole the first time (from its checkpoint, if the spec asks for
+        them), then one trial at a time, so that a trial that kills its worker fails alone after
+        MAX_ATTEMPTS."""
         self.pool.drop(slot.actor)
         held = [ref for ref, flight in self.in_flight.items() if flight.slot is slot]
         others = [ref for ref in held if ref is not failed_ref]
@@ -333,13 +344,16 @@ class SweepLoop:
                 except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                     pass
             lost.append(batch)
+        for job in (job for batch in lost for job in batch):
+            job.isolated = True
         if not lost:
             return settled
         started, queued = lost[0], lost[1:]
         for job in started:
             job.attempts += 1
+        again: list[list[Job]] = []
         if len(started) > 1 and started[0].attempts == 1:
-            self.batches.appendleft(started)
+            again.append(started)
         else:
             for job in started:
                 if job.attempts >= MAX_ATTEMPTS:
@@ -347,9 +361,9 @@ class SweepLoop:
                     settled.append(TrialOutcome.of(record.failed(f"worker died {job.attempts} times: {error}", None,
                                                                  at=time.time())))
                 else:
-                    self.batches.appendleft([job])
-        for batch in queued:
-            self.batches.appendleft(batch)
+                    again.append([job])
+        # First in the queue, in the order they were handed out.
+        self.batches.extendleft(reversed(again + queued))
         return settled
 
     def feed(self, arrived: list[TrialOutcome]) -> None:

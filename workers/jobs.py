@@ -38,11 +38,14 @@ class RunOptions:
 @dataclass
 class Job:
     """One trial to run: its spec, its record, and how many of its attempts ended with its worker's
-    death (counted by the dispatcher when it re-queues the trial, nowhere else)."""
+    death (counted by the dispatcher when it re-queues the trial, nowhere else). A trial whose worker
+    died holding it runs ``isolated`` from then on: alone in its actor's queue, so that a later death
+    is its own."""
 
     spec: TrialSpec
     record: TrialRecord
     attempts: int = 0
+    isolated: bool = False
     shards: int = 0     # > 0: a sharded trial (workers.shards), run by the driver after the pool's trials
 
     def next_attempt(self) -> TrialRecord:

@@ -103,6 +103,7 @@ class Slot:
     ready_ref: Any                 # resolves when the actor is placed and built
     ready: bool = False
     queued: int = 0                # batches the actor holds
+    isolated: bool = False         # it holds an isolated batch: nothing goes in its queue beside it
     placeable: bool = True         # a node that was up had room for it when it was asked for
 
 

@@ -63,6 +63,26 @@ def ui(args: argparse.Namespace, sweep: Sweep) -> int:
         print(f"{sweep.name}: MLflow UI stopped", file=sys.stderr)
         return 0
     finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)   # the UI and the workers it started, nothing else
-            server.wait(timeout=30)
+        _end_group(server)
+
+
+def _end_group(server: subprocess.Popen, grace: float = 15.0) -> None:
+    """End the UI server and the workers it started (its own process group, nothing else): SIGTERM,
+    then SIGKILL if it is still there after ``grace`` seconds (a server still importing MLflow on a
+    loaded machine does not answer SIGTERM for a long while)."""
+    if server.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 30.0)):
+        try:
+            os.killpg(server.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            server.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        try:   # the server is gone: a worker it left behind in its group goes too
+            os.killpg(server.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return

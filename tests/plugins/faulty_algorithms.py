@@ -2,7 +2,7 @@
 
 ``always_raises`` raises in round 3; ``crash_once`` kills its worker process in round 5 the first
 time each trial runs (a marker file under ``BANDITSWEEP_TEST_MARKERS`` remembers), then behaves
-like ``random``; ``raises_in_batch`` runs in lockstep batches and its ``fail: true`` trials raise;
+like ``random``; ``crash_always`` kills its worker the moment it starts, every time; ``raises_in_batch`` runs in lockstep batches and its ``fail: true`` trials raise;
 ``nan_distribution`` exposes a P_t with a NaN from round 3; ``nan_scores`` is ``random`` whose
 scores (the distribution it draws from) hold a NaN from round 3; the environment kind
 ``infinite_rewards`` pays an infinite reward from round 4; ``slow_random`` is ``random`` taking
@@ -36,12 +36,21 @@ class CrashOnce(RandomPolicy):
     def select(self, t, contexts):
         if t == 5 and not self.marker.exists():
             self.marker.touch()
+            # Dies mid-trial, as a worker out of memory does: a death within a millisecond of the
+            # previous call's end may be counted for that call (workers.dispatcher.requeue_dead).
+            time.sleep(0.3)
             os._exit(1)
         return super().select(t, contexts)
 
 
+class CrashAlways(RandomPolicy):
+    def __init__(self, params, problem, rng, device="cpu"):
+        os._exit(1)
+
+
 registry.register_algorithm("always_raises", AlwaysRaises)
 registry.register_algorithm("crash_once", CrashOnce)
+registry.register_algorithm("crash_always", CrashAlways)
 
 
 class RaisesInBatchParams(Config):
