@@ -7,6 +7,8 @@ per setting:
 
 - ``trials_per_second``: trials / the run's wall time (the whole command: Ray start to exit);
 - ``driver_peak_mb``: the driver process's peak resident memory (``ru_maxrss`` of the child);
+- ``driver_mb_by_tenth``: its resident memory, the largest reading in each tenth of the run (read
+  every second): whether it grows with the trials done or levels off;
 - ``expand_seconds``: the time to read, expand and validate the spec (``banditsweep plan``-free: the
   spec module alone, in this process);
 - ``mirror_lag_seconds``: for a setting with a sink, its wall time less the Parquet-only run's (what the
@@ -60,21 +62,54 @@ def expand_seconds(spec: Path) -> float:
     return time.perf_counter() - started
 
 
+RSS_EVERY = 1.0   # seconds between two readings of the driver's resident memory
+
+
+def resident_mb(pid: int) -> float:
+    """The resident memory of process ``pid`` in MB (Linux), NaN once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def by_tenth(samples: list[tuple[float, float]], seconds: float) -> list[float]:
+    """The largest reading in each tenth of the run's wall time: memory that grows with the trials
+    done climbs tenth after tenth, a bounded driver levels off."""
+    tenths = [float("nan")] * 10
+    for at, mb in samples:
+        index = min(9, int(10 * at / seconds))
+        if mb == mb and not tenths[index] >= mb:
+            tenths[index] = round(mb, 1)
+    return tenths
+
+
 def run(folder: Path, spec: Path, sink: str, address: str | None = None) -> dict:
     results = folder / f"results-{sink}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / f'mlflow-{sink}.db'}"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     started = time.perf_counter()
     where = ["--address", address] if address else []
-    done = subprocess.run([sys.executable, "-m", "banditsweep", "run", str(spec), "--results", str(results),
-                           "--sink", sink, "--no-progress", *where], cwd=folder, env=env, capture_output=True,
-                          text=True, check=False)
-    seconds = time.perf_counter() - started
+    with tempfile.TemporaryFile("w+") as output:
+        driver = subprocess.Popen([sys.executable, "-m", "banditsweep", "run", str(spec), "--results", str(results),
+                                   "--sink", sink, "--no-progress", *where], cwd=folder, env=env, stdout=output,
+                                  stderr=subprocess.STDOUT, text=True)
+        samples = []   # (seconds since start, the driver's resident MB)
+        while driver.poll() is None:
+            samples.append((time.perf_counter() - started, resident_mb(driver.pid)))
+            time.sleep(RSS_EVERY)
+        seconds = time.perf_counter() - started
+        output.seek(0)
+        text = output.read()
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    row = {"sink": sink, "exit": done.returncode, "seconds": seconds,
-           "driver_peak_mb": (peak if peak > before else float("nan")) / 1024}
-    if done.returncode != 0:
-        row["output"] = (done.stdout + done.stderr)[-2000:]
+    row = {"sink": sink, "exit": driver.returncode, "seconds": seconds,
+           "driver_peak_mb": (peak if peak > before else float("nan")) / 1024,
+           "driver_mb_by_tenth": by_tenth(samples, seconds)}
+    if driver.returncode != 0:
+        row["output"] = text[-2000:]
         return row
     import pandas as pd
 
