@@ -275,7 +275,7 @@ def test_a_sigterm_to_the_whole_process_group_ends_the_run_promptly(tmp_path, mo
         took = time.monotonic() - signalled
     finally:
         end_session(driver)
-    assert driver.returncode == 130, output
+    assert driver.returncode == 130, f"exit {driver.returncode} {took:.0f} s after the group's SIGTERM\n{output}"
     assert took < 45, f"the driver took {took:.0f} s to end after the group's SIGTERM\n{output}"
     assert "run the same command again to resume" in output
     done_before = len(store.journal())

@@ -214,7 +214,7 @@ def _report_store(tmp_path):
                                                   "regret": np.diff(cum, prepend=0), "cum_regret": cum,
                                                   "seconds": np.full(20, seconds)}))
     store.write_outcomes(outcomes)
-    TrialsTable(store, store.journal()).flush()
+    TrialsTable(store).flush()
     store.compact()
     return store
 

@@ -132,7 +132,7 @@ def _write_finished(tmp_path, spec: dict, failing: frozenset = frozenset()) -> N
                                               "regret": np.diff(cum, prepend=0), "cum_regret": cum,
                                               "seconds": np.full(20, 1e-4)}))
     store.write_outcomes(outcomes)
-    TrialsTable(store, store.journal()).flush()
+    TrialsTable(store).flush()
     store.compact()
 
 

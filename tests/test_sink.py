@@ -44,7 +44,7 @@ def test_groups_of_outcomes_are_durable_and_compact_into_one_file_each(tmp_path)
     assert len(list(store.curves_dir.glob("*.parquet"))) == 2 and len(list(store.journal_dir.glob("*.jsonl"))) == 2
     journal = store.journal()
     assert sorted(journal) == ["a" * 20, "b" * 20, "c" * 20] and journal["a" * 20] == a
-    TrialsTable(store, journal).flush()
+    TrialsTable(store).flush()
     store.compact()
     assert [p.name.startswith("c-") for p in store.curves_dir.iterdir()] == [True]
     assert len(list(store.journal_dir.iterdir())) == 1 and store.journal() == journal

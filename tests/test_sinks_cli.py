@@ -102,3 +102,17 @@ def test_starts_that_reach_the_mirror_after_their_trials_ended_leave_one_finishe
         assert [run.info.status for run in trial_runs] == ["FINISHED"], trial_id
         assert trial_runs[0].data.metrics["final_regret"] == trials.loc[trial_id, "final_regret"]
     assert [run.info.status for run in search_all(client, experiment, "tags.kind = 'sweep'")] == ["FINISHED"]
+
+
+def test_a_sinks_preparation_gets_a_context_past_the_limit_of_a_command_line(tmp_path, plugins):
+    """The context (the spec's text, the run's settings) reaches the preparing process whole, also
+    when it is larger than one command-line argument may be (128 KiB on Linux): a 10^5-trial sweep's
+    settings are."""
+    from banditsweep.workers.sink_prepare import finish_preparing, start_preparing
+    from banditsweep.workers.sinks import SinkContext
+
+    context = SinkContext("big", str(tmp_path), f"sqlite:///{tmp_path}/mlflow.db",
+                          spec_text="# a long spec\n" * 40_000, settings={"seeds": json.dumps(list(range(50_000)))})
+    finish_preparing(start_preparing(["jsonl"], context, {}))
+    events = _events(tmp_path / "big.events.jsonl")
+    assert [e["event"] for e in events] == ["prepare"]

@@ -209,3 +209,19 @@ def test_booleans_are_not_numbers(value):
         with pytest.raises(SpecError, match="boolean") as info:
             parse_sweep({**copy.deepcopy(GOOD), "resources": {key: value}}, "bad.yaml")
         assert info.value.location == f"resources.{key}"
+
+
+def test_the_parent_runs_settings_give_a_long_run_of_seeds_by_its_ends():
+    """MLflow keeps 6,000 characters of a parameter: 50,000 consecutive seeds are `0..49999`, a
+    short or scattered list is written out."""
+    import argparse
+    import json
+
+    from banditsweep.sweeps.commands.run import sweep_settings
+
+    args = argparse.Namespace(overrides=[])
+    many = sweep_settings(args, parse_sweep({**copy.deepcopy(GOOD), "seeds": 50_000}))
+    assert many["seeds"] == "0..49999" and many["trials"] == str(6 * 50_000)
+    assert json.loads(sweep_settings(args, parse_sweep(copy.deepcopy(GOOD)))["seeds"]) == [0, 1]
+    scattered = list(range(0, 40, 3))
+    assert json.loads(sweep_settings(args, parse_sweep({**copy.deepcopy(GOOD), "seeds": scattered}))["seeds"]) == scattered

@@ -49,7 +49,7 @@ def _store(tmp_path, groups=((0, 1), (2, 3))) -> SweepStore:
     store = SweepStore.for_sweep(tmp_path / "results", "s")
     for group in groups:
         store.write_outcomes([_outcome(RECORDS[i]) for i in group])
-    TrialsTable(store, store.journal()).flush()
+    TrialsTable(store).flush()
     store.compact()
     return store
 
@@ -163,7 +163,7 @@ def test_the_readme_analysis_snippets_run(tmp_path, monkeypatch, repo):
     monkeypatch.setenv("HOME", str(tmp_path))
     store = SweepStore.for_sweep(tmp_path / "banditsweep-results", "quickstart")
     store.write_outcomes([_outcome(r) for r in RECORDS])
-    TrialsTable(store, store.journal()).flush()
+    TrialsTable(store).flush()
     readme = (repo / "README.md").read_text()
     section = readme.split("### Analysing the Parquet results", 1)[1].split("\n## ", 1)[0]
     blocks = [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]

@@ -153,17 +153,20 @@ def write_order(path: Path) -> tuple:
     return (0, stem)
 
 
-def latest_rows(table: pa.Table, records: dict[str, TrialRecord] | None) -> pa.Table:
+def latest_rows(table: pa.Table, records: dict[str, TrialRecord] | None, repeated: bool = True) -> pa.Table:
     """One row per (trial, round): a trial's curves can be on disk twice only when a crash fell
     between its curves and its journal entry and it then ran again; the rows of the last write win
-    (files are read in write order). With ``records``, rows of trials the journal does not hold as
+    (files are read in write order). ``repeated=False``: the caller knows no trial is in two of the
+    files read (a file holds each trial's rounds once), and the grouping, the costliest step by far
+    on a large sweep, is left out. With ``records``, rows of trials the journal does not hold as
     finished are dropped."""
     if table.num_rows == 0:
         return table
-    frame = pa.table({"trial_id": table["trial_id"], "t": table["t"],
-                      "order": pa.array(np.arange(table.num_rows))})
-    keep = frame.group_by(["trial_id", "t"]).aggregate([("order", "max")])["order_max"]
-    table = table.take(pa.array(np.sort(keep.to_numpy())))
+    if repeated:
+        frame = pa.table({"trial_id": table["trial_id"], "t": table["t"],
+                          "order": pa.array(np.arange(table.num_rows))})
+        keep = frame.group_by(["trial_id", "t"]).aggregate([("order", "max")])["order_max"]
+        table = table.take(pa.array(np.sort(keep.to_numpy())))
     if records is not None:
         done = [tid for tid, r in records.items() if r.status == FINISHED]
         table = table.filter(pc.is_in(table["trial_id"], pa.array(done, pa.string())))

@@ -109,7 +109,7 @@ class ResultWriter:
 
     def __init__(self, store: SweepStore, mirror, progress: Progress):
         self.store, self.mirror, self.progress = store, mirror, progress
-        self.table = TrialsTable(store, store.journal())
+        self.table = TrialsTable(store)
 
     def write(self, outcomes: list[TrialOutcome]) -> None:
         if not outcomes:
@@ -122,7 +122,7 @@ class ResultWriter:
                 f"{len(outcomes)} trial(s) just computed are not recorded (nothing half-written) and run again "
                 "with the next `run`") from None
         try:
-            self.table.add(outcome.record for outcome in outcomes)
+            self.table.added()
         except OSError as error:
             raise self.unwritable(error) from None
         self.mirror.ended.remote([(o.record, thinned_curve(o.arrays, o.record.log_every) if o.arrays else [])

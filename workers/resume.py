@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from banditsweep.workers.jobs import Job
 from banditsweep.workers.record import FAILED, FINISHED, TrialRecord
 from banditsweep.workers.sinks import SinkContext, open_sinks
-from banditsweep.workers.store import StoreHealth, SweepStore, TrialsTable
+from banditsweep.workers.store import StoreHealth, SweepStore
 
 
 @dataclass
@@ -56,7 +56,8 @@ def catch_up(store: SweepStore, sinks: list[str], context: SinkContext) -> Catch
     behind), then open every sink (which reconciles it with the journal) and close it."""
     store.compact()
     journal = store.journal()
-    TrialsTable(store, journal).flush()
+    if journal:
+        store.write_trials_table(list(journal.values()))
     opened, counts, warnings = open_sinks(sinks, context, journal, [])
     notes = [note for note in (sink.close("FINISHED", {}) for sink in opened) if note]
     return CatchUp(trials=len(journal), sinks=len(opened), rebuilt_runs=counts.get("rebuilt_runs", 0),

@@ -9,7 +9,8 @@ its own started before ``ray.init`` at the lowest CPU priority: the work fills t
 ~1.5 s to a process's exit). Whatever goes wrong here is left for the sink's own opening to meet and
 report.
 
-Run as ``python -m banditsweep.workers.sink_prepare '{"names": [...], "context": {...}}'``.
+Run as ``python -m banditsweep.workers.sink_prepare``, with ``{"names": [...], "context": {...}}`` as
+JSON on its standard input.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 from banditsweep.workers.sinks import SinkContext
 
@@ -29,10 +31,23 @@ def start_preparing(names: list[str], context: SinkContext, env_vars: dict[str, 
     the run ends (:func:`finish_preparing`)."""
     if not names:
         return None
-    request = json.dumps({"names": names, "context": dataclasses.asdict(context)})
-    return subprocess.Popen([sys.executable, "-m", __name__, request], env={**os.environ, **env_vars},
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    request = json.dumps({"names": names, "context": dataclasses.asdict(context)}).encode()
+    process = subprocess.Popen([sys.executable, "-m", __name__], env={**os.environ, **env_vars},
+                               stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    # On its standard input, not its command line: the context holds the spec's text and the run's
+    # settings, which for a large sweep pass the system's limit on arguments. Written by a thread,
+    # so that the driver goes on while the process starts (a pipe holds 64 KiB until it reads).
+    threading.Thread(target=_hand_over, args=(process, request), name="sink-prepare-request", daemon=True).start()
+    return process
+
+
+def _hand_over(process: subprocess.Popen, request: bytes) -> None:
+    try:
+        process.stdin.write(request)
+        process.stdin.close()
+    except OSError:   # it ended before reading: the sinks' own opening meets what it met
+        pass
 
 
 def finish_preparing(process: subprocess.Popen | None) -> None:
@@ -56,5 +71,5 @@ if __name__ == "__main__":
     # Only the CPU that Ray's start and the trials leave idle: on a small machine this work would
     # otherwise delay the first trial by as much as it saves at the end.
     os.nice(19)
-    request = json.loads(sys.argv[1])
+    request = json.loads(sys.stdin.buffer.read())
     prepare(request["names"], SinkContext(**request["context"]))

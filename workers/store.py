@@ -167,6 +167,8 @@ class SweepStore:
             return   # its records are not all known: nothing may be dropped or merged for want of them
         records = {record.trial_id: record for journal_file in read for record in journal_file.records}
         self._compact_curves(records)
+        # Arrow's allocator keeps what a large merge freed; a driver that goes on running gives it back.
+        pa.default_memory_pool().release_unused()
         if len(segments) > 1 or any(named_digest(path) is None for path in segments):
             self._replace(segments, self.journal_dir, "s", ".jsonl",
                           lambda tmp: Path(tmp).write_text(journal_text(records.values())))
@@ -198,7 +200,8 @@ class SweepStore:
             return
         if any(curves_damage(p) for p in merge):
             return   # a damaged file merged would come out with a valid checksum: verify() first
-        table = latest_rows(pa.concat_tables([read_parquet(p, schema=CURVE_SCHEMA) for p in merge]), records)
+        repeated = any(seen[t] > 1 for p in merge for t in ids[p])
+        table = latest_rows(pa.concat_tables([read_parquet(p, schema=CURVE_SCHEMA) for p in merge]), records, repeated)
         table = with_trial_columns(table, records)
         self._replace(merge, self.curves_dir, "c-", ".parquet",
                       lambda tmp: write_parquet(table, tmp, row_group_size=1 << 20))
@@ -366,30 +369,29 @@ class StoreHealth:
 
 
 class TrialsTable:
-    """The journal's records in memory and ``trials.parquet`` rebuilt from them at a bounded rate:
-    at most every ``min_interval`` seconds and never more than ``max_share`` of the time (a rebuild
-    costs more as the sweep grows), and always on :meth:`flush`."""
+    """``trials.parquet`` rebuilt from the journal at a bounded rate: at most every ``min_interval``
+    seconds and never more than ``max_share`` of the time (a rebuild costs more as the sweep grows),
+    and always on :meth:`flush`. It holds no record: each rebuild reads the journal again (as a resume
+    does), so a driver's memory does not grow with the trials it has made durable."""
 
-    def __init__(self, store: SweepStore, records: dict[str, TrialRecord], min_interval: float = 2.0,
-                 max_share: float = 0.05):
-        self.store, self.records = store, records
+    def __init__(self, store: SweepStore, min_interval: float = 2.0, max_share: float = 0.05):
+        self.store = store
         self.min_interval, self.max_share = min_interval, max_share
         self.dirty = False
         self.written_at = 0.0
         self.cost = 0.0
 
-    def add(self, records: Iterable[TrialRecord]) -> None:
-        for record in records:
-            self.records[record.trial_id] = record
-            self.dirty = True
-        wait = max(self.min_interval, self.cost / self.max_share)
-        if self.dirty and time.monotonic() - self.written_at >= wait:
+    def added(self) -> None:
+        """Records were added to the journal: rebuild if it is time."""
+        self.dirty = True
+        if time.monotonic() - self.written_at >= max(self.min_interval, self.cost / self.max_share):
             self.flush()
 
     def flush(self) -> None:
         started = time.monotonic()
-        if self.records:
-            self.store.write_trials_table(list(self.records.values()))
+        records = self.store.journal()
+        if records:
+            self.store.write_trials_table(list(records.values()))
         self.dirty = False
         self.written_at = time.monotonic()
         self.cost = self.written_at - started

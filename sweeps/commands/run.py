@@ -82,7 +82,11 @@ def sweep_settings(args: argparse.Namespace, sweep: Sweep) -> dict[str, str]:
     """What a run was asked to do, as the parent run's parameters: the spec's sweep-level values and
     the command line's overrides and selection (the trials' own values are on their runs)."""
     spec = sweep.spec
-    settings = {"trials": len(sweep.trials), "horizon": spec.horizon, "seeds": spec.seed_list,
+    seeds = spec.seed_list
+    # A long run of consecutive seeds as its ends: MLflow keeps 6,000 characters of a parameter.
+    if len(seeds) > 10 and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        seeds = f"{seeds[0]}..{seeds[-1]}"
+    settings = {"trials": len(sweep.trials), "horizon": spec.horizon, "seeds": seeds,
                 "log_every": spec.log_every, "checkpoint_every": spec.checkpoint_every,
                 "mlflow_runs": run_mode(spec.mlflow_runs, len(sweep.trials)),
                 "algorithms": sorted({trial.label for trial in sweep.trials}),
