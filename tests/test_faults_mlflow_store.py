@@ -170,3 +170,36 @@ def test_what_makes_a_store_broken(tmp_path):
     connection.commit()
     connection.close()
     assert store_problem(str(ahead)) == "tables missing after MLflow's migrations"
+
+
+def test_a_uri_naming_something_else_than_a_store_is_refused_and_the_file_left_alone(tmp_path, capsys):
+    """A typo in --mlflow-uri, or a hostile $MLFLOW_TRACKING_URI, naming a file that is not an MLflow
+    store (text, another program's SQLite database, a link to one, a folder): every command that
+    would open it refuses with exit 2 naming it, and the file is neither moved, nor replaced, nor
+    written to. (Only a file that holds MLflow's tables, or none yet, is a store that may be set aside.)"""
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"sweep": "s", **SPEC}))
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    other = tmp_path / "other.db"
+    connection = sqlite3.connect(other)
+    connection.execute("CREATE TABLE patients (id INTEGER)")
+    connection.commit()
+    connection.close()
+    link = tmp_path / "link.db"
+    link.symlink_to(notes)
+    folder = tmp_path / "folder.db"
+    folder.mkdir()
+    before = {path: path.read_bytes() for path in (notes, other)}
+    store = "error: --mlflow-uri: the MLflow store"
+    cases = [(notes, f"{store} {notes} is not an SQLite database"),
+             (other, f"{store} {other} is an SQLite database of something else (tables: patients)"),
+             (link, f"{store} {link} is not an SQLite database"), (folder, f"{folder} is a directory, not a database file")]
+    for path, message in cases:
+        for command in (["sync-mlflow"], ["run", "--no-progress"], ["ui"]):
+            spec = str(tmp_path / "s.yaml")
+            assert main([command[0], spec, *command[1:], "--mlflow-uri", f"sqlite:///{path}"]) == 2, (path, command)
+            err = capsys.readouterr().err
+            assert message in err.replace("\n", " ") and "Traceback" not in err, err
+    assert {path: path.read_bytes() for path in (notes, other)} == before
+    assert link.is_symlink() and folder.is_dir() and not glob.glob(f"{tmp_path}/*.broken-*")
+    assert not (tmp_path / "results").exists()   # refused before anything ran

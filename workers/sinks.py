@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from banditsweep.core import registry
+from banditsweep.workers.errors import InputError
 from banditsweep.workers.record import TrialRecord
 
 log = logging.getLogger(__name__)
@@ -351,21 +352,25 @@ def open_sinks(names: list[str], context: SinkContext, records: dict[str, TrialR
     counts: dict[str, int] = {}
     errors: list[str] = []
     for name in names:
+        sink = None
         for attempt in range(1, OPEN_ATTEMPTS + 1):
             try:
                 sink = registry.sink_class(name)(context)
                 opened = sink.open(records, pending) or {}
                 break
             except Exception as error:   # a store busy for a moment (SQLite locked by another run)
-                if attempt < OPEN_ATTEMPTS:
+                sink = None
+                if attempt < OPEN_ATTEMPTS and not isinstance(error, InputError):   # that one stays bad
                     time.sleep(attempt)
                     continue
                 first_line = f"{error}".splitlines()[0][:300] if f"{error}" else ""
                 errors.append(f"sink {name!r} could not open, left out of this run ({type(error).__name__}: "
                               f"{first_line}); results are kept in Parquet, and `banditsweep sync-mlflow SPEC` "
                               "(or the next run) brings it up to date")
-                log.warning("%s\n%s", errors[-1], traceback.format_exc())
-        else:
+                if not isinstance(error, InputError):   # its line says it all
+                    log.warning("%s\n%s", errors[-1], traceback.format_exc())
+                break
+        if sink is None:
             continue
         sinks.append(sink)
         errors += getattr(sink, "notices", [])

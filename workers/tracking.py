@@ -119,7 +119,14 @@ def file_store_allowed() -> bool:
 
 
 def check_tracking_server(uri: str) -> None:
-    """A tracking server that does not answer is a clear error in seconds, not minutes of retries."""
+    """A tracking server that does not answer is a clear error in seconds, not minutes of retries;
+    a local SQLite URI naming a file that is not an MLflow store is refused before anything runs."""
+    path = sqlite_path(uri)
+    if path is not None:
+        foreign = foreign_file(path)
+        if foreign:
+            raise NotAStoreError(not_a_store(path, foreign))
+        return
     if not uri.startswith(("http://", "https://")):
         return
     try:
@@ -159,6 +166,9 @@ def store_setup_lock(tracking_uri: str):
     if path is None or not os.path.isdir(os.path.dirname(path) or "."):
         yield None   # not a local SQLite file, or one MLflow will refuse anyway (with its own error)
         return
+    foreign = foreign_file(path)
+    if foreign:
+        raise NotAStoreError(not_a_store(path, foreign))
     handle = _lock(path)
     try:
         note = None
@@ -174,6 +184,53 @@ def store_setup_lock(tracking_uri: str):
         yield note
     finally:
         _unlock(handle)
+
+
+class NotAStoreError(InputError):
+    """The file a tracking URI names is something else than an MLflow store (a typo, a hostile
+    ``$MLFLOW_TRACKING_URI``): it is never written to, moved or replaced."""
+
+
+def not_a_store(path: str, what: str) -> str:
+    return (f"--mlflow-uri: the MLflow store {path} is {what}: banditsweep leaves it as it is; give --mlflow-uri "
+            "(or $MLFLOW_TRACKING_URI) the path of an MLflow store or of a new file")
+
+
+def foreign_file(path: str) -> str:
+    """What the file at ``path`` is when it is neither absent, empty, nor an SQLite database with at
+    least one of MLflow's tables (or none yet): "not a regular file", "not an SQLite database", "an
+    SQLite database of something else (tables: ...)"; "" when it may be a store. A store whose
+    creation was cut short holds MLflow's first tables; a file that never held them is not one."""
+    if not os.path.lexists(path):
+        return ""
+    if not os.path.isfile(path):   # a link is judged by what it leads to
+        return "not a regular file (a folder, a device, or a link to one)"
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(16)
+    except OSError:
+        return ""   # not readable: MLflow's own error stands
+    if not header:
+        return ""
+    if header != b"SQLite format 3\x00":
+        return "not an SQLite database"
+    try:
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=20)
+        try:
+            tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            connection.close()
+    except sqlite3.Error:
+        return ""   # damaged or busy: store_problem judges it
+    if not tables or tables & (MLFLOW_TABLES | {"alembic_version"}):
+        return ""
+    listed = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+    return f"an SQLite database of something else (tables: {listed})"
+
+
+# Tables of MLflow's first schema: a store cut short while being created holds some of them.
+MLFLOW_TABLES = frozenset({"experiments", "runs", "metrics", "params", "tags", "experiment_tags",
+                           "latest_metrics", "registered_models", "model_versions"})
 
 
 def _lock(path: str):
