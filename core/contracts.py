@@ -55,7 +55,9 @@ class TrialContent(Protocol):
 class Config(BaseModel):
     """Base of every hyperparameter set and environment setting: typed, frozen, no unknown keys."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # allow_inf_nan=False: "1e400", "Infinity" or "nan" written in a spec are refused naming the key
+    # (YAML reads them as text, which pydantic would turn into numbers that are not finite).
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
 
 # What an environment offers a policy each round.
