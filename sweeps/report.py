@@ -30,6 +30,7 @@ from banditsweep.sweeps.figures import plot_curves
 from banditsweep.sweeps.paper_comparison import compare_with_papers, write_paper_comparisons
 from banditsweep.sweeps.tables import (MISSING, label_slug, latex_table, latex_text_table, markdown_table,
                                        separated_best, separation_rule)
+from banditsweep.workers.errors import InputError
 from banditsweep.workers.record import FINISHED
 from banditsweep.workers.store import SweepStore
 
@@ -230,19 +231,36 @@ def write_report(store: SweepStore, summary: Summary, sweep: str, echo=print) ->
     earlier report survive, and a reader never sees a half-written report). A comparison with a
     paper's published values, when the sweep has one, is also handed to ``echo`` (printed)."""
     final = store.report_dir
+    if final.is_symlink() or (final.exists() and not final.is_dir()):
+        kind = f"a link to {os.readlink(final)}" if final.is_symlink() else "not a folder"
+        raise InputError(f"{final} is {kind}: the report is written there as a folder of its own, replaced whole "
+                         "by each report; remove it (or move it away) and run `report` again, and copy from there")
     directory = final.with_name(".report-new")
-    shutil.rmtree(directory, ignore_errors=True)
+    _remove(directory)
     directory.mkdir(parents=True)
     comparison = _write_report_files(directory, store, summary, sweep)
     previous = final.with_name(".report-old")
-    shutil.rmtree(previous, ignore_errors=True)
+    _remove(previous)
+    dropped = sorted(set(os.listdir(final)) - set(os.listdir(directory))) if final.exists() else []
     if final.exists():
         os.replace(final, previous)
     os.replace(directory, final)
-    shutil.rmtree(previous, ignore_errors=True)
+    _remove(previous)
+    if dropped and echo is not None:
+        shown = ", ".join(dropped[:5]) + (f" and {len(dropped) - 5} more" if len(dropped) > 5 else "")
+        echo(f"report: replaced the previous report folder; {len(dropped)} of its entries are not part of this report "
+             f"and went with it: {shown}")
     if comparison and echo is not None:
         echo(comparison)
     return sorted(final.iterdir())
+
+
+def _remove(path: Path) -> None:
+    """A leftover of an interrupted report (a folder, or anything planted under its name) is gone."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _write_grid_points(directory: Path, summary: Summary, sweep: str, names: dict[str, str]) -> None:

@@ -277,3 +277,41 @@ def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
     assert r"5.0 $\pm$ 1.4 & 2.50e-05 & 2.5 $\pm$ 0.7 & 1.50e-02" in by_setting
     # Markdown and CSV keep the labels of the Parquet results.
     assert list(pd.read_csv(report / "final_regret_mean.csv", index_col=0).index) == labels
+
+
+def test_report_says_what_it_replaces_and_refuses_a_link_in_its_place(tmp_path, monkeypatch, shared_ray, capsys):
+    """`report` replaces report/ whole: an entry it did not write goes with the old folder and is
+    named; a link (or a file) in report/'s place is refused with exit 2, the link and what it leads
+    to left as they are (it would have been replaced by a folder, or crashed the next report)."""
+    import os
+
+    import yaml
+
+    from banditsweep.sweeps.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    spec = {"sweep": "rep", "horizon": 10, "seeds": 2, "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
+            "algorithms": [{"name": "random"}]}
+    (tmp_path / "rep.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", "rep.yaml", "--sink", "none", "--no-progress"]) == 0
+    assert main(["report", "rep.yaml"]) == 0
+    report = tmp_path / "results" / "rep" / "report"
+    (report / "my_notes.md").write_text("notes")
+    capsys.readouterr()
+    assert main(["report", "rep.yaml"]) == 0
+    assert "1 of its entries are not part of this report and went with it: my_notes.md" in capsys.readouterr().out
+    assert not (report / "my_notes.md").exists() and (report / "final_regret_mean.csv").exists()
+
+    paper = tmp_path / "paper"
+    paper.mkdir()
+    (paper / "draft.tex").write_text("draft")
+    written = sorted(p.name for p in report.iterdir())
+    os.rename(report, tmp_path / "old-report")
+    report.symlink_to(paper)
+    assert main(["report", "rep.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {report} is a link to {paper}: the report is written there as a folder of its own" in err
+    assert report.is_symlink() and [p.name for p in paper.iterdir()] == ["draft.tex"]
+    assert not (tmp_path / "results" / "rep" / ".report-new").exists()
+    report.unlink()
+    assert main(["report", "rep.yaml"]) == 0 and sorted(p.name for p in report.iterdir()) == written
