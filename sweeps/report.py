@@ -33,6 +33,7 @@ from banditsweep.sweeps.tables import (MISSING, label_slug, latex_table, latex_t
 from banditsweep.workers.errors import InputError
 from banditsweep.workers.record import FINISHED
 from banditsweep.workers.store import SweepStore
+from banditsweep.workers.trials_table import trials_table
 
 
 @dataclass
@@ -49,13 +50,22 @@ class Summary:
     notes: list[str] = field(default_factory=list)  # grid points left out of the choice, and why
 
 
-def finished_trials(store: SweepStore, planned, status: str = FINISHED) -> pd.DataFrame:
-    """The finished trials of a spec (its ``PlannedTrial`` list), named as the spec names them now:
-    display names are not part of a trial's identity, so renaming an algorithm's ``label`` (or an
-    environment's) in the spec renames it in the report without running anything again. (With
-    ``status``, its trials of that status instead: the failed ones.)"""
+def recorded_trials(store: SweepStore) -> pd.DataFrame:
+    """Every trial as the journal holds it (the record of truth), in the trials table's layout.
+    Not ``trials.parquet``: that is a view of the journal which a crash, a disk or a hand may have
+    left disagreeing with it (``status`` says so), and a report shows what the journal holds."""
+    return trials_table(list(store.journal().values())).to_pandas()
+
+
+def finished_trials(trials: pd.DataFrame, planned, status: str = FINISHED) -> pd.DataFrame:
+    """The finished trials of a spec (its ``PlannedTrial`` list) among ``trials``
+    (:func:`recorded_trials`), named as the spec names them now: display names are not part of a
+    trial's identity, so renaming an algorithm's ``label`` (or an environment's) in the spec renames
+    it in the report without running anything again. (With ``status``, its trials of that status
+    instead: the failed ones.)"""
     names = {trial.trial_id: (trial.label, trial.environment) for trial in planned}
-    trials = store.read_trials()
+    if trials.empty:
+        return trials
     trials = trials[trials["trial_id"].isin(names.keys()) & (trials["status"] == status)].copy()
     trials["label"] = [names[tid][0] for tid in trials["trial_id"]]
     trials["environment"] = [names[tid][1] for tid in trials["trial_id"]]
@@ -325,7 +335,7 @@ def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sw
                                              f"{markdown_table(summary.diagnostics, 4, index=False)}\n")
         summary.diagnostics.to_csv(directory / "timing.csv", index=False)
     plot_curves(store, summary, directory, sweep)
-    trials = store.read_trials()
+    trials = recorded_trials(store)
     return write_paper_comparisons(directory, compare_with_papers(summary.best, trials), sweep)
 
 

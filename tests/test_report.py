@@ -302,6 +302,17 @@ def test_report_says_what_it_replaces_and_refuses_a_link_in_its_place(tmp_path, 
     assert "1 of its entries are not part of this report and went with it: my_notes.md" in capsys.readouterr().out
     assert not (report / "my_notes.md").exists() and (report / "final_regret_mean.csv").exists()
 
+    # The report shows what the journal holds, not a trials table edited (or left behind) to differ.
+    import pandas as pd
+
+    mean = (report / "final_regret_mean.csv").read_text()
+    table = tmp_path / "results" / "rep" / "trials" / "trials.parquet"
+    edited = pd.read_parquet(table)
+    edited["final_regret"] *= 100
+    edited.to_parquet(table)
+    assert main(["report", "rep.yaml"]) == 0
+    assert (report / "final_regret_mean.csv").read_text() == mean
+
     paper = tmp_path / "paper"
     paper.mkdir()
     (paper / "draft.tex").write_text("draft")

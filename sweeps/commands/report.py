@@ -10,7 +10,7 @@ from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
 from banditsweep.sweeps.commands.shared import (env_order, label_order, say_health, say_selection, selected_sweep,
                                                 store_of)
-from banditsweep.sweeps.report import finished_trials, markdown_table, summarise, write_report
+from banditsweep.sweeps.report import finished_trials, markdown_table, recorded_trials, summarise, write_report
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.workers.mlflow_sink import attach_report
 from banditsweep.workers.record import FAILED
@@ -23,12 +23,13 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
     sweep = selection.sweep
     if store.root.is_dir():
         say_health(store.verify(planned=[trial.trial_id for trial in sweep.trials]))
-    trials = finished_trials(store, sweep.trials)
+    recorded = recorded_trials(store)
+    trials = finished_trials(recorded, sweep.trials)
     if trials.empty:
         print(f"{sweep.name}: no finished trials under {store.root}; run `banditsweep run {args.spec}` first",
               file=sys.stderr)
         return EXIT_FAILED_TRIALS
-    summary = summarise(trials, label_order(sweep), env_order(sweep), finished_trials(store, sweep.trials, FAILED))
+    summary = summarise(trials, label_order(sweep), env_order(sweep), finished_trials(recorded, sweep.trials, FAILED))
     files = write_report(store, summary, sweep.name)
     run_id, note = attach_report(tracking_uri(args), str(results_root(args)), sweep.name, store.report_dir)
     if note:

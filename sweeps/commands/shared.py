@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from banditsweep.sweeps.commands.arguments import results_root
-from banditsweep.sweeps.report import finished_trials, markdown_table, summarise
+from banditsweep.sweeps.report import finished_trials, markdown_table, recorded_trials, summarise
 from banditsweep.sweeps.selection import parse_selectors, select
 from banditsweep.sweeps.spec import PlannedTrial, Sweep
 from banditsweep.sweeps.spec_errors import SpecError
@@ -75,11 +75,12 @@ def env_order(sweep: Sweep) -> list[str]:
 
 
 def print_results(store: SweepStore, sweep: Sweep) -> None:
-    trials = finished_trials(store, sweep.trials)
+    recorded = recorded_trials(store)
+    trials = finished_trials(recorded, sweep.trials)
     if trials.empty:
         print("no finished trials yet")
         return
-    summary = summarise(trials, label_order(sweep), env_order(sweep), finished_trials(store, sweep.trials, FAILED))
+    summary = summarise(trials, label_order(sweep), env_order(sweep), finished_trials(recorded, sweep.trials, FAILED))
     print(f"\nMean final cumulative regret (best grid point per cell, {sweep.name}):")
     print(markdown_table(summary.mean, 1))
     for note in summary.notes:
