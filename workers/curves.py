@@ -50,6 +50,27 @@ def write_parquet(table: pa.Table, path: str, **options) -> None:
     pq.write_table(table, path, **WRITE_OPTIONS, **options)
 
 
+# Rows per row group of a merged curves file written part by part (workers.store's compaction):
+# what a merge holds in memory at once, whatever the sweep's size.
+MERGE_ROW_GROUP = 1 << 18
+
+
+def write_parts_parquet(parts: Iterable[pa.Table], path: str, schema: pa.Schema) -> None:
+    """One Parquet file of the tables ``parts`` gives, in order, written as they come in row groups
+    of about MERGE_ROW_GROUP rows: the parts are never all in memory together."""
+    with pq.ParquetWriter(path, schema, **WRITE_OPTIONS) as writer:
+        pending: list[pa.Table] = []
+        rows = 0
+        for part in parts:
+            pending.append(part)
+            rows += part.num_rows
+            if rows >= MERGE_ROW_GROUP:
+                writer.write_table(pa.concat_tables(pending), row_group_size=MERGE_ROW_GROUP)
+                pending, rows = [], 0
+        if pending:
+            writer.write_table(pa.concat_tables(pending), row_group_size=MERGE_ROW_GROUP)
+
+
 def read_parquet(path: Path | str, **options) -> pa.Table:
     return pq.read_table(path, page_checksum_verification=True, **options)
 
@@ -153,20 +174,22 @@ def write_order(path: Path) -> tuple:
     return (0, stem)
 
 
-def latest_rows(table: pa.Table, records: dict[str, TrialRecord] | None, repeated: bool = True) -> pa.Table:
+def only_of(table: pa.Table, trial_ids: pa.Array) -> pa.Table:
+    """The rows of ``table`` whose trial is one of ``trial_ids``."""
+    return table.filter(pc.is_in(table["trial_id"], value_set=trial_ids))
+
+
+def latest_rows(table: pa.Table, records: dict[str, TrialRecord] | None) -> pa.Table:
     """One row per (trial, round): a trial's curves can be on disk twice only when a crash fell
     between its curves and its journal entry and it then ran again; the rows of the last write win
-    (files are read in write order). ``repeated=False``: the caller knows no trial is in two of the
-    files read (a file holds each trial's rounds once), and the grouping, the costliest step by far
-    on a large sweep, is left out. With ``records``, rows of trials the journal does not hold as
+    (files are read in write order). With ``records``, rows of trials the journal does not hold as
     finished are dropped."""
     if table.num_rows == 0:
         return table
-    if repeated:
-        frame = pa.table({"trial_id": table["trial_id"], "t": table["t"],
-                          "order": pa.array(np.arange(table.num_rows))})
-        keep = frame.group_by(["trial_id", "t"]).aggregate([("order", "max")])["order_max"]
-        table = table.take(pa.array(np.sort(keep.to_numpy())))
+    frame = pa.table({"trial_id": table["trial_id"], "t": table["t"],
+                      "order": pa.array(np.arange(table.num_rows))})
+    keep = frame.group_by(["trial_id", "t"]).aggregate([("order", "max")])["order_max"]
+    table = table.take(pa.array(np.sort(keep.to_numpy())))
     if records is not None:
         done = [tid for tid, r in records.items() if r.status == FINISHED]
         table = table.filter(pc.is_in(table["trial_id"], pa.array(done, pa.string())))

@@ -62,6 +62,7 @@ import pyarrow.dataset as ds
 from banditsweep.workers.atomic import write_atomically
 from banditsweep.workers.checksums import named_digest, visible, write_digested
 from banditsweep.workers.curves import (CURVE_SCHEMA, MAX_CURVE_FILES, curve_table, curves_damage, has_trial_columns,
+                                        only_of, write_parts_parquet,
                                         latest_rows, read_parquet, with_trial_columns, write_order, write_parquet)
 from banditsweep.workers.errors import DamagedResultError, SweepBusyError, one_line
 from banditsweep.workers.journal import journal_text, read_records
@@ -200,11 +201,23 @@ class SweepStore:
             return
         if any(curves_damage(p) for p in merge):
             return   # a damaged file merged would come out with a valid checksum: verify() first
-        repeated = any(seen[t] > 1 for p in merge for t in ids[p])
-        table = latest_rows(pa.concat_tables([read_parquet(p, schema=CURVE_SCHEMA) for p in merge]), records, repeated)
-        table = with_trial_columns(table, records)
-        self._replace(merge, self.curves_dir, "c-", ".parquet",
-                      lambda tmp: write_parquet(table, tmp, row_group_size=1 << 20))
+        if any(seen[t] > 1 for p in merge for t in ids[p]):   # a trial's rows twice: the last write wins
+            table = latest_rows(pa.concat_tables([read_parquet(p, schema=CURVE_SCHEMA) for p in merge]), records)
+            table = with_trial_columns(table, records)
+            self._replace(merge, self.curves_dir, "c-", ".parquet",
+                          lambda tmp: write_parquet(table, tmp, row_group_size=1 << 20))
+            return
+        # Else file by file, never all of them in memory (a sweep of 10^5 trials has millions of rows).
+        parts = (with_trial_columns(self._finished_rows(p, ids[p], done), records) for p in merge)
+        self._replace(merge, self.curves_dir, "c-", ".parquet", lambda tmp: write_parts_parquet(parts, tmp, CURVE_SCHEMA))
+
+    @staticmethod
+    def _finished_rows(path: Path, trial_ids: set[str], done: set[str]) -> pa.Table:
+        """The rows of the curves file ``path`` (of ``trial_ids``) whose trials are ``done``."""
+        table = read_parquet(path, schema=CURVE_SCHEMA)
+        if trial_ids <= done:
+            return table
+        return only_of(table, pa.array(sorted(trial_ids & done), pa.string()))
 
     def _replace(self, parts: list[Path], directory: Path, prefix: str, suffix: str,
                  write: Callable[[str], None]) -> None:
