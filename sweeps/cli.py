@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--workers", type=_worker_count, default=None,
                       help="trials at once (default: this machine's CPUs / cpus_per_trial)")
     plan.add_argument("--gpus", type=_worker_count, default=None, help="GPUs of the cluster (for trials that ask for GPUs)")
-    plan.add_argument("--probe-seconds", type=float, default=3.0, help="at most this long timing each cell (default 3)")
+    plan.add_argument("--probe-seconds", type=_probe_seconds, default=3.0, help="at most this long timing each cell (default 3)")
     status = commands.add_parser("status", help="done / failed / pending trial counts")
     _common(status)
     report = commands.add_parser("report", help="tables and figures of a sweep's results")
@@ -116,6 +116,21 @@ def _whole_number(text: str, low: int, high: int) -> int:
         raise argparse.ArgumentTypeError(f"{show(text)} is not a whole number; {allowed}") from None
     if not low <= value <= high:
         raise argparse.ArgumentTypeError(f"{value} is not allowed: {allowed}")
+    return value
+
+
+# Longest a plan's probe may time one cell.
+MAX_PROBE_SECONDS = 3600.0
+
+
+def _probe_seconds(text: str) -> float:
+    allowed = f"give seconds above 0 and at most {MAX_PROBE_SECONDS:g}"
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a number; {allowed}") from None
+    if not 0 < value <= MAX_PROBE_SECONDS:   # NaN fails this too
+        raise argparse.ArgumentTypeError(f"{show(text)} is not allowed: {allowed}")
     return value
 
 

@@ -192,6 +192,12 @@ CASES = [
          "argument --port: 70000 is not allowed: give a whole number from 1 to 65535"),
     Case("ui-port-0", "ui --port 0", ["ui", "{spec}", "--port", "0"], "argument --port: 0 is not allowed"),
     Case("ui-port-word", "ui --port http", ["ui", "{spec}", "--port", "http"], "'http' is not a whole number"),
+    Case("probe-negative", "plan --probe-seconds -1", ["plan", "{spec}", "--probe-seconds", "-1"],
+         "argument --probe-seconds: '-1' is not allowed: give seconds above 0 and at most 3600"),
+    Case("probe-nan", "plan --probe-seconds nan", ["plan", "{spec}", "--probe-seconds", "nan"],
+         "argument --probe-seconds: 'nan' is not allowed"),
+    Case("probe-inf", "plan --probe-seconds inf", ["plan", "{spec}", "--probe-seconds", "inf"],
+         "argument --probe-seconds: 'inf' is not allowed"),
     Case("max-workers-huge", "--max-workers 10**30", [*RUN, "--max-workers", "1" + "0" * 30], "argument --max-workers: "),
 ]
 

@@ -190,7 +190,7 @@ def test_a_uri_naming_something_else_than_a_store_is_refused_and_the_file_left_a
     folder = tmp_path / "folder.db"
     folder.mkdir()
     before = {path: path.read_bytes() for path in (notes, other)}
-    store = "error: --mlflow-uri: the MLflow store"
+    store = "the MLflow store"
     cases = [(notes, f"{store} {notes} is not an SQLite database"),
              (other, f"{store} {other} is an SQLite database of something else (tables: patients)"),
              (link, f"{store} {link} is not an SQLite database"), (folder, f"{folder} is a directory, not a database file")]
@@ -199,6 +199,7 @@ def test_a_uri_naming_something_else_than_a_store_is_refused_and_the_file_left_a
             spec = str(tmp_path / "s.yaml")
             assert main([command[0], spec, *command[1:], "--mlflow-uri", f"sqlite:///{path}"]) == 2, (path, command)
             err = capsys.readouterr().err
+            assert err.startswith("error: --mlflow-uri "), err
             assert message in err.replace("\n", " ") and "Traceback" not in err, err
     assert {path: path.read_bytes() for path in (notes, other)} == before
     assert link.is_symlink() and folder.is_dir() and not glob.glob(f"{tmp_path}/*.broken-*")

@@ -101,6 +101,9 @@ def check_tracking_uri(uri: str, source: str, results_root: Path, writing: bool)
                          f"for an explicit tracking URI)")
     if os.path.isdir(database) and base == "sqlite":
         raise InputError(f"{source}: {database} is a directory, not a database file; give sqlite:///PATH/mlflow.db")
+    foreign = foreign_file(uri[len("sqlite:///"):]) if base == "sqlite" else ""
+    if foreign:
+        raise NotAStoreError(not_a_store(uri[len("sqlite:///"):], foreign, source))
     if writing and not os.access(directory, os.W_OK | os.X_OK):
         raise InputError(f"{source}: {directory} is not writable ({why_not_writable(directory)})")
 
@@ -191,8 +194,8 @@ class NotAStoreError(InputError):
     ``$MLFLOW_TRACKING_URI``): it is never written to, moved or replaced."""
 
 
-def not_a_store(path: str, what: str) -> str:
-    return (f"--mlflow-uri: the MLflow store {path} is {what}: banditsweep leaves it as it is; give --mlflow-uri "
+def not_a_store(path: str, what: str, source: str = "--mlflow-uri") -> str:
+    return (f"{source}: the MLflow store {path} is {what}: banditsweep leaves it as it is; give --mlflow-uri "
             "(or $MLFLOW_TRACKING_URI) the path of an MLflow store or of a new file")
 
 
