@@ -126,6 +126,23 @@ def test_what_a_stopped_run_leaves_is_a_note_not_a_fault(swept, capsys):
             "writes); readers leave them out") in out
 
 
+def test_a_second_copy_of_a_trials_rounds_with_other_values_is_a_fault(swept, capsys):
+    """A file put in curves/ by hand holding a trial's rounds again, with other regrets: a rerun of a
+    trial reproduces its regret, so the copies disagreeing means one is not the trial's; `status`
+    names the trial and round and exits 4 (readers would show the planted copy)."""
+    (curves,) = swept.curves_dir.glob("*.parquet")
+    table = pq.read_table(curves)
+    first = table["trial_id"][0].as_py()
+    again = table.filter(pc.equal(table["trial_id"], first))
+    planted = again.set_column(again.schema.get_field_index("cum_regret"), "cum_regret",
+                               pc.multiply(again["cum_regret"], 100.0))
+    pq.write_table(planted.cast(CURVE_SCHEMA), swept.curves_dir / "c-99999999999999999999-99999.parquet")
+    code, out, err = status(capsys)
+    assert code == 4, out
+    assert (f"1 finished trial(s) have rounds written twice with different values ({first}; {first}: round 1: "
+            in out + err), out + err
+
+
 def test_a_trials_table_trailing_the_journal_during_a_run_is_a_note(swept, capsys):
     path = swept.trials_dir / "trials.parquet"
     pq.write_table(pq.read_table(path).slice(2), path)

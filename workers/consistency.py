@@ -152,6 +152,20 @@ def _other_values(table: pa.Table, records: dict[str, TrialRecord]) -> dict[str,
     return changed
 
 
+def _copies_that_differ(files: list[Path], trial_ids: list[str]) -> dict[str, str]:
+    """Of trials whose rounds are in the curves twice, those whose copies disagree on the
+    cumulative regret of a round (a rerun of a trial reproduces it: same content, same seed)."""
+    table = ds.dataset([str(p) for p in files], schema=CURVE_SCHEMA, format="parquet").to_table(
+        columns=["trial_id", "t", "cum_regret"], filter=ds.field("trial_id").isin(trial_ids))
+    spread = table.group_by(["trial_id", "t"]).aggregate([("cum_regret", "min"), ("cum_regret", "max")])
+    differ: dict[str, str] = {}
+    for row in spread.to_pylist():
+        low, high = row["cum_regret_min"], row["cum_regret_max"]
+        if low is not None and abs(high - low) > 1e-9 * max(1.0, abs(high)) and row["trial_id"] not in differ:
+            differ[row["trial_id"]] = f"round {row['t']}: {low:g} and {high:g}"
+    return differ
+
+
 def _check_curves(root: Path, finished: dict[str, TrialRecord], result: Consistency) -> None:
     curves = root / "curves"
     files = sorted(p for p in curves.glob("*.parquet") if not p.name.startswith(".")) if curves.is_dir() else []
@@ -183,10 +197,18 @@ def _check_curves(root: Path, finished: dict[str, TrialRecord], result: Consiste
         result.problems.append(
             f"{len(outside)} finished trial(s) have curve rows outside rounds 1…horizon "
             f"({_named(outside)}; {example}: {outside[example]})")
-    twice = sum(1 for tid, (rows, distinct, _, _) in rounds.items() if tid in finished and rows > distinct)
+    twice = [tid for tid, (rows, distinct, _, _) in rounds.items() if tid in finished and rows > distinct]
     if twice:
-        result.notes.append(f"{twice} finished trial(s) have rounds written twice (a run stopped between its "
-                            "curves and its journal, then ran them again); readers keep one copy")
+        differ = _copies_that_differ(files, twice)
+        if differ:
+            example = next(iter(sorted(differ)))
+            result.problems.append(
+                f"{len(differ)} finished trial(s) have rounds written twice with different values "
+                f"({_named(differ)}; {example}: {differ[example]}): a trial's rerun gives the same regret, so one "
+                "copy is not this trial's (a file put in curves/ by hand?); readers would keep the later one")
+        else:
+            result.notes.append(f"{len(twice)} finished trial(s) have rounds written twice (a run stopped between its "
+                                "curves and its journal, then ran them again); readers keep one copy")
     orphans = {tid: rows for tid, (rows, _, _, _) in rounds.items() if tid not in finished}
     if orphans:
         result.notes.append(f"{sum(orphans.values())} curve rows of {len(orphans)} trial(s) the journal does not "
