@@ -50,6 +50,8 @@ def test_a_plugin_sink_receives_every_trial_exactly_once(tmp_path, monkeypatch, 
 
     assert main(["run", "plug.yaml", "--sink", "nope", "--no-progress"]) == 2
     assert "--sink: nope: unknown sink; allowed: jsonl, mlflow" in capsys.readouterr().err
+    assert main(["run", "plug.yaml", "--sink", "none", "--sink", "mlflow", "--no-progress"]) == 2
+    assert "--sink: none: means no sink, so it stands alone (got none, mlflow)" in capsys.readouterr().err
 
 
 def test_a_batch_that_raised_logs_each_regret_point_once(tmp_path, monkeypatch, plugins, shared_ray):

@@ -56,6 +56,10 @@ def chosen_sinks(args: argparse.Namespace, sweep: Sweep) -> list[str]:
     names = args.sinks or sweep.spec.sinks or list(DEFAULT_SINKS)
     if names == ["none"]:
         return []
+    if "none" in names:
+        source = "--sink" if args.sinks else f"{args.spec}: sinks"
+        raise SpecError(source, "none", f"means no sink, so it stands alone (got {', '.join(names)}); give none, "
+                                        "or the sinks to use")
     known = sink_names()
     for name in names:
         if name not in known:
