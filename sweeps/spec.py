@@ -201,10 +201,15 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
 
 
 def parse_sweep(raw: Any, source: str = "<spec>", overrides: dict[str, Any] | None = None) -> Sweep:
+    keys = ("a YAML mapping with keys sweep, horizon, seeds, environments, algorithms (optional: resources, "
+            "log_every, checkpoint_every, sinks, mlflow_runs)")
     if not isinstance(raw, dict):
-        raise SpecError(source, "", f"a sweep spec is a YAML mapping with keys sweep, horizon, seeds, "
-                                    f"environments, algorithms (optional: resources, log_every, checkpoint_every, "
-                                    f"sinks) (got {show(raw)})")
+        what = "a list" if isinstance(raw, list) else "text" if isinstance(raw, str) else "nothing" if raw is None else "a value"
+        # What the file holds is not shown: a path given by mistake may be any file (a secret's included).
+        raise SpecError(source, "", f"not a sweep spec: it holds {what}; a sweep spec is {keys}")
+    if raw and not set(map(str, raw)) & set(SweepSpec.model_fields):
+        raise SpecError(source, "", f"not a sweep spec: none of its {len(raw)} top-level key(s) is a spec's; "
+                                    f"a sweep spec is {keys}")
     check_values(source, raw)
     if overrides:
         raw = apply_overrides(raw, overrides)

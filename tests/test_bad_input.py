@@ -131,6 +131,11 @@ CASES = [
     Case("too-large", "spec file over 1 MiB", RUN, "larger than 1024 KiB", spec="# " + "x" * (1 << 20) + "\n"),
     Case("empty", "empty spec file", RUN, "a sweep spec is a YAML mapping", spec=""),
     Case("list", "spec is a YAML list", RUN, "a sweep spec is a YAML mapping", spec="- just\n- a list\n"),
+    # A path given by mistake may be any file: what it holds is not repeated in the error.
+    Case("not-a-spec-text", "a file of one line of text", RUN, "bad.yaml: not a sweep spec: it holds text; a sweep spec is",
+         spec="s3cret-token-value\n"),
+    Case("not-a-spec-keys", "a mapping with none of a spec's keys", RUN,
+         "bad.yaml: not a sweep spec: none of its 1 top-level key(s) is a spec's", spec="root:*:20228:0:99999:7:::\n"),
     Case("bad-yaml", "unclosed bracket", RUN, "not valid YAML at line 2", spec="sweep: [unclosed\nhorizon: 1\n"),
     Case("python-tag", "Python object tag (code execution)", RUN, "could not determine a constructor",
          spec="sweep: !!python/object/apply:os.system ['echo pwned']\n"),
@@ -421,3 +426,12 @@ def catalogue() -> str:
 
 if __name__ == "__main__":   # python tests/test_bad_input.py > table.md
     print(catalogue(), end="")
+
+
+def test_a_file_that_is_not_a_spec_is_not_repeated_in_the_error(tmp_path, monkeypatch, capsys):
+    """`status ~/.ssh/id_rsa` by mistake: the error says what the file is, never what it holds."""
+    for content in ("s3cret-token-value\n", "s3cret-user:*:20228:0:99999:7:::\n", "- s3cret\n"):
+        case = Case("secret", "a secret file given as the spec", ["status", "{spec}"], "not a sweep spec", spec=content)
+        assert run_case(case, tmp_path, monkeypatch) == 2
+        out, err = capsys.readouterr()
+        assert "not a sweep spec" in err and "s3cret" not in out + err, err
