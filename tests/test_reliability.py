@@ -260,7 +260,9 @@ def test_ui_serves_the_sweeps_store_on_loopback(tmp_path, monkeypatch, shared_ra
         else:
             raise AssertionError("the UI did not answer on loopback within 300 s")
     finally:
-        os.killpg(ui.pid, signal.SIGINT)
+        # SIGTERM, as a scheduler or `kill` sends it (`ui` stops on it as on Ctrl-C): a SIGINT would be
+        # ignored where the tests run as a background job, which starts with SIGINT ignored (inherited).
+        os.killpg(ui.pid, signal.SIGTERM)
         try:
             ui.wait(timeout=120)
         except subprocess.TimeoutExpired:   # still starting MLflow on a loaded machine: end the group
