@@ -101,9 +101,8 @@ def check_tracking_uri(uri: str, source: str, results_root: Path, writing: bool)
                          f"for an explicit tracking URI)")
     if os.path.isdir(database) and base == "sqlite":
         raise InputError(f"{source}: {database} is a directory, not a database file; give sqlite:///PATH/mlflow.db")
-    foreign = foreign_file(uri[len("sqlite:///"):]) if base == "sqlite" else ""
-    if foreign:
-        raise NotAStoreError(not_a_store(uri[len("sqlite:///"):], foreign, source))
+    if base == "sqlite":
+        refuse_if_not_a_store(uri[len("sqlite:///"):], source)
     if writing and not os.access(directory, os.W_OK | os.X_OK):
         raise InputError(f"{source}: {directory} is not writable ({why_not_writable(directory)})")
 
@@ -126,9 +125,7 @@ def check_tracking_server(uri: str) -> None:
     a local SQLite URI naming a file that is not an MLflow store is refused before anything runs."""
     path = sqlite_path(uri)
     if path is not None:
-        foreign = foreign_file(path)
-        if foreign:
-            raise NotAStoreError(not_a_store(path, foreign))
+        refuse_if_not_a_store(path)
         return
     if not uri.startswith(("http://", "https://")):
         return
@@ -169,9 +166,7 @@ def store_setup_lock(tracking_uri: str):
     if path is None or not os.path.isdir(os.path.dirname(path) or "."):
         yield None   # not a local SQLite file, or one MLflow will refuse anyway (with its own error)
         return
-    foreign = foreign_file(path)
-    if foreign:
-        raise NotAStoreError(not_a_store(path, foreign))
+    refuse_if_not_a_store(path)
     handle = _lock(path)
     try:
         note = None
@@ -194,9 +189,12 @@ class NotAStoreError(InputError):
     ``$MLFLOW_TRACKING_URI``): it is never written to, moved or replaced."""
 
 
-def not_a_store(path: str, what: str, source: str = "--mlflow-uri") -> str:
-    return (f"{source}: the MLflow store {path} is {what}: banditsweep leaves it as it is; give --mlflow-uri "
-            "(or $MLFLOW_TRACKING_URI) the path of an MLflow store or of a new file")
+def refuse_if_not_a_store(path: str, source: str = "--mlflow-uri") -> None:
+    """Raise :class:`NotAStoreError` naming ``source`` when the file at ``path`` is not an MLflow store."""
+    what = foreign_file(path)
+    if what:
+        raise NotAStoreError(f"{source}: the MLflow store {path} is {what}: banditsweep leaves it as it is; give "
+                             "--mlflow-uri (or $MLFLOW_TRACKING_URI) the path of an MLflow store or of a new file")
 
 
 def foreign_file(path: str) -> str:
