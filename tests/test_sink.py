@@ -311,3 +311,16 @@ def test_a_run_whose_creation_failed_after_the_store_made_it_is_found_not_made_t
     sink.close("FINISHED", {})
     (run,) = _runs(uri, sink)["a" * 20]
     assert run.info.status == "FINISHED" and run.data.metrics["final_regret"] == 3.0
+
+
+def test_a_diagnostic_the_journal_cannot_hold_is_left_out_not_the_trial(tmp_path):
+    """An algorithm reporting a text diagnostic: the record keeps its numbers and stays readable
+    (it was written whole, then refused by every reader: the finished trial lost)."""
+    from types import SimpleNamespace
+
+    store = SweepStore.for_sweep(tmp_path, "s")
+    result = SimpleNamespace(final_regret=3.0, wall_seconds=0.1, seconds_per_round=0.025,
+                             diagnostics={"eta": 0.5, "package": "/somewhere", "steps": 4})
+    record = _record("t" * 20).finished(result, at=1.7e9, batch_size=1.0)
+    store.write_outcomes([_finished(record)])
+    assert store.journal()["t" * 20].diagnostics == {"eta": 0.5, "steps": 4, "batch_size": 1.0}

@@ -68,7 +68,8 @@ class TrialRecord:
         return dataclasses.replace(
             self, status=FINISHED, final_regret=result.final_regret, wall_seconds=result.wall_seconds,
             seconds_per_round=result.seconds_per_round,
-            diagnostics={**result.diagnostics, **extra_diagnostics}, error=None, traceback=None, finished_at=at)
+            diagnostics=_journal_diagnostics({**result.diagnostics, **extra_diagnostics}), error=None, traceback=None,
+            finished_at=at)
 
     def failed(self, error: str, traceback: str | None, at: float) -> "TrialRecord":
         return dataclasses.replace(self, status=FAILED, final_regret=None, wall_seconds=None,
@@ -157,6 +158,14 @@ def _number(least: float | None = None):
             return "must be a finite number or null"
         return None if least is None or value >= least else f"must be >= {least} or null"
     return check
+
+
+def _journal_diagnostics(diagnostics: dict[str, Any]) -> dict[str, Any]:
+    """The diagnostics a journal record can hold (finite numbers, booleans, null): a value of
+    another kind (text, a list) is left out here, where the record is made, rather than making the
+    whole record unreadable in the journal (and the finished trial lost with it)."""
+    return {key: value for key, value in diagnostics.items()
+            if value is None or (isinstance(value, (int, float)) and (not isinstance(value, float) or math.isfinite(value)))}
 
 
 def _mapping(numbers: bool = False):
