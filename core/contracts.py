@@ -187,7 +187,8 @@ class Environment(ABC):
         """Play ``decision`` in round t; return the reward and the regret bookkeeping."""
 
     def diagnostics(self) -> dict[str, float]:
-        """Derived values worth recording with the trial (e.g. the realised norm bound)."""
+        """Derived values worth recording with the trial (e.g. the realised norm bound); finite
+        numbers, booleans or None (any other value is left out of the trial's record)."""
         return {}
 
     @classmethod
@@ -245,7 +246,9 @@ class Policy(ABC):
     def update(self, t: int, contexts: np.ndarray, arm: int, reward: float) -> None: ...
 
     def diagnostics(self) -> dict[str, float]:
-        """Derived values recorded per trial (step sizes, design sizes, time spent inverting Z...)."""
+        """Derived values recorded per trial (step sizes, design sizes, time spent inverting Z...).
+        Values are finite numbers, booleans or None; one of another kind (text, a list) is left out of
+        the trial's record."""
         return {}
 
     @classmethod

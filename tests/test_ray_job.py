@@ -94,7 +94,10 @@ class SubmittedRandomPolicy(RandomPolicy):
         return Decision(arm=0)   # the submitted tree's Random always plays arm 0
 
     def diagnostics(self):
-        return {"package": _os.path.dirname(_os.path.realpath(_banditsweep.__file__)), "marker": self.params.marker}
+        # Diagnostics are numbers; the package the worker imported is written beside the test instead.
+        with open(PACKAGES_FILE, "a") as packages:
+            packages.write(_os.path.dirname(_os.path.realpath(_banditsweep.__file__)) + "\\n")
+        return {"marker": self.params.marker}
 
 
 RandomPolicy = SubmittedRandomPolicy
@@ -108,7 +111,8 @@ def test_the_submitted_tree_runs_not_the_installed_package(head, tmp_path):
     shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(".venv", ".git", "results", "*.egg-info",
                                                                    "__pycache__", ".pytest_cache"))
     policy = checkout / "core" / "algorithms" / "random_policy.py"
-    policy.write_text(policy.read_text() + CHANGED_RANDOM)
+    packages_file = tmp_path / "packages.txt"
+    policy.write_text(policy.read_text() + f"\nPACKAGES_FILE = {str(packages_file)!r}\n" + CHANGED_RANDOM)
     spec = {"sweep": "submitted", "horizon": 50, "seeds": 3,
             "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
             "algorithms": [{"name": "random", "params": {"marker": 7}}]}
@@ -123,7 +127,8 @@ def test_the_submitted_tree_runs_not_the_installed_package(head, tmp_path):
     assert len(trials) == 3 and (trials["status"] == "finished").all()
     diagnostics = [json.loads(d) for d in trials["diagnostics"]]
     assert {d["marker"] for d in diagnostics} == {7}
-    packages = {Path(d["package"]) for d in diagnostics}
+    packages = {Path(line) for line in packages_file.read_text().splitlines()}
+    assert packages
     # The workers imported the copy Ray unpacked on the head from the submitted files.
     assert all(head.temp_dir in p.parents and "runtime_resources" in p.parts for p in packages), packages
     assert (pd.read_parquet(root / "curves")["arm"] == 0).all()
