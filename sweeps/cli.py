@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "a per-user cache directory)")
     plan.add_argument("--workers", type=_worker_count, default=None,
                       help="trials at once (default: this machine's CPUs / cpus_per_trial)")
-    plan.add_argument("--gpus", type=_worker_count, default=None, help="GPUs of the cluster (for trials that ask for GPUs)")
+    plan.add_argument("--gpus", type=_gpu_count, default=None,
+                      help="GPUs of the cluster (for trials that ask for GPUs; 0: a cluster without GPUs)")
     plan.add_argument("--probe-seconds", type=_probe_seconds, default=3.0, help="at most this long timing each cell (default 3)")
     status = commands.add_parser("status", help="done / failed / pending trial counts")
     _common(status)
@@ -136,6 +137,10 @@ def _probe_seconds(text: str) -> float:
 
 def _worker_count(text: str) -> int:
     return _whole_number(text, 1, MAX_WORKERS)
+
+
+def _gpu_count(text: str) -> int:
+    return _whole_number(text, 0, MAX_WORKERS)
 
 
 def _port(text: str) -> int:

@@ -46,10 +46,14 @@ def parse_selectors(pairs: list[str]) -> list[Selector]:
     for pair in pairs:
         key, sep, text = pair.partition("=")
         key = ALIASES.get(key.strip().lower(), key.strip())
-        values = [value.strip() for value in text.split(",") if value.strip()]
-        if not sep or not key or not values:
+        values = [value.strip() for value in text.split(",")]
+        if not sep or not key or not any(values):
             raise SpecError("--only", show(pair), "expected key=value[,value...], e.g. --only algorithm=linucb "
                                                   "--only environment=mushroom --only setting=1,2")
+        if not all(values):
+            # `nu=0.1,` or `seed=1,,2`: a value left out by mistake would otherwise go unnoticed.
+            raise SpecError("--only", show(pair), "an empty value between commas; give each value, "
+                                                  "e.g. --only setting=1,2")
         merged.setdefault(key, []).extend(values)
     return [Selector(key, tuple(values)) for key, values in merged.items()]
 

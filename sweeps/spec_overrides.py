@@ -18,6 +18,7 @@ OVERRIDABLE = ("sweep", "horizon", "seeds", "log_every", "checkpoint_every", "re
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     """``--set key=value`` pairs; values are YAML scalars (``horizon=200``, ``seeds=[0,1]``)."""
     overrides: dict[str, Any] = {}
+    given: dict[str, str] = {}   # the text each key was given as, for the message
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
@@ -27,10 +28,15 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             raise SpecError("--set", key, f"cannot be overridden{did_you_mean(key, OVERRIDABLE)}; "
                                           f"allowed: {', '.join(OVERRIDABLE)}")
         try:
-            overrides[key] = load_yaml(value, f"--set {key}")
+            loaded = load_yaml(value, f"--set {key}")
         except SpecError as error:
             raise SpecError("--set", key, f"{error.message} (got {show(value)})") from None
-        check_values("--set", overrides[key], (key,))
+        check_values("--set", loaded, (key,))
+        if key in overrides and overrides[key] != loaded:
+            # Two values for one key is a slip (an edited command line); neither silently wins.
+            raise SpecError("--set", key, f"given twice with different values ({show(given[key])} and {show(value)}); "
+                                          "give it once")
+        overrides[key], given[key] = loaded, value
     return overrides
 
 

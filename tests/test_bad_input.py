@@ -241,6 +241,8 @@ CASES = [
          "--set: horizon: must be an integer, not a boolean (got true)"),
     Case("set-inf", "--set resources.cpus_per_trial=.inf", [*RUN, "--set", "resources.cpus_per_trial=.inf"],
          "--set: resources.cpus_per_trial: must be a finite number (got .inf)"),
+    Case("set-twice", "--set one key twice, two values", [*RUN, "--set", "horizon=200", "--set", "horizon=300"],
+         "--set: horizon: given twice with different values ('200' and '300'); give it once"),
     Case("set-bad-yaml", "--set seeds=[unclosed", [*RUN, "--set", "seeds=[0, 1"], "--set: seeds: not valid YAML"),
     # --- arguments
     Case("max-workers-0", "--max-workers 0", [*RUN, "--max-workers", "0"], "--max-workers: 0 is not allowed: give a whole number from 1 to 100000"),

@@ -198,6 +198,11 @@ CASES = [
          "argument --probe-seconds: 'nan' is not allowed"),
     Case("probe-inf", "plan --probe-seconds inf", ["plan", "{spec}", "--probe-seconds", "inf"],
          "argument --probe-seconds: 'inf' is not allowed"),
+    Case("gpus-0-for-gpu-trials", "plan --gpus 0 of trials that ask for a GPU",
+         ["plan", "{spec}", "--gpus", "0", "--set", "resources.gpus_per_trial=1"],
+         "--gpus: 0: the spec's trials ask for 1 GPU(s) each (resources.gpus_per_trial) and cannot run without GPUs"),
+    Case("gpus-negative", "plan --gpus -1", ["plan", "{spec}", "--gpus", "-1"],
+         "argument --gpus: -1 is not allowed: give a whole number from 0 to"),
     Case("max-workers-huge", "--max-workers 10**30", [*RUN, "--max-workers", "1" + "0" * 30], "argument --max-workers: "),
 ]
 

@@ -51,6 +51,8 @@ def test_only_by_number_and_dataset(repo, monkeypatch, capsys):
     ("algorithm=linucb", "error: --only: algorithm=linucb: matches no trial; the sweep's values: random, apg_exp3, APG-Exp3"),
     ("setting", "error: --only: 'setting': expected key=value[,value...]"),
     ("setting=,", "error: --only: 'setting=,': expected key=value[,value...]"),
+    ("setting=1,", "error: --only: 'setting=1,': an empty value between commas"),
+    ("seed=0,,1", "error: --only: 'seed=0,,1': an empty value between commas"),
 ])
 def test_a_selector_that_selects_nothing_is_refused(repo, tmp_path, monkeypatch, capsys, selector, message):
     monkeypatch.chdir(repo)

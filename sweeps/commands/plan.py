@@ -11,16 +11,18 @@ from banditsweep.sweeps.commands.shared import store_of
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.plan import data_directory, default_workers, plan_sweep
 from banditsweep.sweeps.spec import Sweep
+from banditsweep.sweeps.spec_errors import SpecError
 
 
 def main(args: argparse.Namespace, sweep: Sweep) -> int:
+    trials_at_once = workers(args, sweep)   # first: a cluster the trials cannot run on is refused before anything
     data_dir = chosen_data_dir(args.data_dir)
     ensure_datasets_of_trials(args.spec, (trial.spec for trial in sweep.trials), data_dir)
     store = store_of(args, sweep)
     records = store.journal() if store.root.exists() else {}
     done = {trial_id for trial_id, record in records.items() if record.status == "finished"}
     with data_directory(data_dir):
-        plan = plan_sweep(sweep, workers(args, sweep), records, args.probe_seconds, done)
+        plan = plan_sweep(sweep, trials_at_once, records, args.probe_seconds, done)
     for line in plan.lines():
         print(line)
     if done:
@@ -30,6 +32,10 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
 
 def workers(args: argparse.Namespace, sweep: Sweep) -> int:
     resources = sweep.spec.resources
+    if args.gpus == 0 and (resources.gpus_per_trial or 0) > 0:
+        raise SpecError("--gpus", "0", f"the spec's trials ask for {resources.gpus_per_trial:g} GPU(s) each "
+                                       "(resources.gpus_per_trial) and cannot run without GPUs; give the cluster's "
+                                       "GPUs, or --set resources.gpus_per_trial=0 to plan them on CPUs")
     if args.workers:
         return args.workers
     cpus = len(os.sched_getaffinity(0))
