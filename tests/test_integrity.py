@@ -129,7 +129,9 @@ def test_report_on_a_damaged_curves_file_ends_without_a_traceback(swept, capsys)
     flip_in_column(curves, "cum_regret")
     code, out, err = command(capsys, "report")
     assert "Traceback" not in err and f"damaged result file {curves}" in err, err
-    assert code in (0, 1), (out, err)
+    # The table comes from the journal; the figures lack every trial's curves, so it says it is incomplete.
+    assert code == 4 and "incomplete: the report leaves out" in err, (out, err)
+    assert "wrote " in out and not list((swept.root / "report").glob("regret_*.png"))
 
 
 def edit_journal(store: SweepStore, change, keep_digest: bool = False) -> tuple[str, str]:
@@ -187,7 +189,10 @@ def test_a_record_of_the_wrong_type_is_rerun_by_run_and_report_works(swept, clea
     _, clean_trials, clean_curves = clean_sweep
     segment, trial_id = edit_journal(swept, lambda v: {**v, "horizon": "abc"})
     code, out, err = command(capsys, "report")
-    assert code == 0 and "Traceback" not in err and f"damaged result file {segment}" in err, (out, err)
+    # The report is written without the quarantined record's trial, and says it is incomplete.
+    assert code == 4 and "Traceback" not in err and f"damaged result file {segment}" in err, (out, err)
+    assert "incomplete: the report leaves out the trials of the damaged or lost result files" in err
+    assert f"{TRIALS - 1} finished trials" in out
     code, out, err = command(capsys, "run", "--no-progress", "--sink", "none")
     assert code == 0 and "1 to run" in out, (out, err)
     assert_same_results(swept, clean_trials, clean_curves)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
+from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS, EXIT_INCONSISTENT
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
 from banditsweep.sweeps.commands.shared import (env_order, label_order, say_health, say_selection, selected_sweep,
                                                 store_of)
@@ -21,8 +21,8 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
     selection = selected_sweep(args, sweep, store)
     say_selection(selection)
     sweep = selection.sweep
-    if store.root.is_dir():
-        say_health(store.verify(planned=[trial.trial_id for trial in sweep.trials]))
+    health = store.verify(planned=[trial.trial_id for trial in sweep.trials]) if store.root.is_dir() else None
+    say_health(health)
     recorded = recorded_trials(store)
     trials = finished_trials(recorded, sweep.trials)
     if trials.empty:
@@ -41,4 +41,10 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
         print(f"note: {note}")
     print(f"\nwrote {len(files)} files to {store.report_dir}"
           + (f"; logged to MLflow run {run_id}" if run_id else ""))
+    if health is not None and not health.ok:
+        # Written, but without what the damaged or lost files held: a script that goes on to publish
+        # it must be told, as `status` tells it.
+        print(f"incomplete: the report leaves out the trials of the damaged or lost result files named above; "
+              f"`banditsweep run {args.spec}` runs them again, then `report`", file=sys.stderr)
+        return EXIT_INCONSISTENT
     return 0
