@@ -63,11 +63,18 @@ def register_sink(name: str, target: str | type) -> None:
     _SINKS[name] = target  # type: ignore[assignment]
 
 
+_plugins_seen: list[str | None] = [None]   # the value of $BANDITSWEEP_PLUGINS last loaded
+
+
 def _load_plugins() -> None:
-    for module in filter(None, (m.strip() for m in os.environ.get("BANDITSWEEP_PLUGINS", "").split(","))):
+    wanted = os.environ.get("BANDITSWEEP_PLUGINS", "")
+    if wanted == _plugins_seen[0]:
+        return   # asked once per trial of a sweep expanded: the same value needs no second look
+    for module in filter(None, (m.strip() for m in wanted.split(","))):
         if module not in _plugins_loaded:
             importlib.import_module(module)
             _plugins_loaded.add(module)
+    _plugins_seen[0] = wanted
 
 
 def _resolve(table: dict, name: str, what: str):

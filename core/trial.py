@@ -14,6 +14,7 @@ through the one checkpoint driver (core.round_loop.play_out).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
@@ -89,9 +90,15 @@ ADDED_LATER = "added_later"
 
 def _identifying(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     """The parameters that name the trial: all of them, less later additions at their defaults."""
-    fields = registry.algorithm_class(algorithm).Params.model_fields
-    later = {name for name, f in fields.items() if (f.json_schema_extra or {}).get(ADDED_LATER)}
-    return {k: v for k, v in params.items() if k not in later or v != fields[k].default}
+    later = _added_later(registry.algorithm_class(algorithm).Params)
+    return {k: v for k, v in params.items() if k not in later or v != later[k]}
+
+
+@functools.lru_cache(maxsize=256)
+def _added_later(params_cls: type[Config]) -> dict[str, Any]:
+    """The parameters of ``params_cls`` added later, with their defaults."""
+    return {name: f.default for name, f in params_cls.model_fields.items()
+            if (f.json_schema_extra or {}).get(ADDED_LATER)}
 
 
 @dataclass(frozen=True)
@@ -128,9 +135,15 @@ class TrialSpec:
             content["sharded"] = True
         return content
 
-    @property
+    @functools.cached_property
     def trial_id(self) -> str:
+        # Cached: a sweep of 10^6 trials asks each for its id several times (planning, journal, jobs).
         return hashlib.sha256(canonical_json(self.content()).encode()).hexdigest()[:20]
+
+    def with_seed(self, seed: int) -> "TrialSpec":
+        """The same trial with another seed: the resolved settings shared, not validated again (a
+        sweep's seeds of one grid point differ only in the seed)."""
+        return TrialSpec(self.algorithm, self.params, self.environment, int(seed), self.horizon, self.sharded)
 
     @property
     def environment_label(self) -> str:

@@ -387,9 +387,10 @@ def _expand_algorithm(source: str, index: int, entry: AlgorithmEntry, environmen
         env_name = environment_label(env_config)
         sharding = _sharding(source, where, entry, env, f"environments[{env_index}]")
         for point in points:
+            first = TrialSpec.create(entry.name, {**entry.params, **point}, env_config, seeds[0], env["horizon"],
+                                     sharded=sharding is not None)
             for seed in seeds:
-                spec = TrialSpec.create(entry.name, {**entry.params, **point}, env_config, seed, env["horizon"],
-                                        sharded=sharding is not None)
+                spec = first.with_seed(seed)
                 shards = _shard_count(source, where, spec, sharding) if sharding else 0
                 label = (entry.label or entry.name).format_map({k: spec.params[k] for k in label_fields})
                 unnamed = tuple((k, point[k]) for k in keys if k not in label_fields)
