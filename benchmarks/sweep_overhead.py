@@ -31,6 +31,12 @@ with what the trials alone need. Two cases:
     trials table), trial phase (to the last trial the sink recorded), tear-down, and the trials'
     own compute (sum of ``wall_seconds``) for scale.
 
+``status``
+    ``banditsweep status`` of a spec of ``--status-seeds`` (10^5) seeds of Random on one synthetic
+    bandit, nothing run: the cost of reading, expanding and validating a spec (every command pays it
+    before it starts) and of counting its trials against an empty store. Measured: wall time and the
+    command's peak resident memory.
+
 Comparing code trees side by side: ``--code LABEL=PATH`` (repeatable), PATH a checkout of the
 project. Each run of a tree gets a temp dir holding only a symlink ``banditsweep -> PATH``, put first
 on ``PYTHONPATH`` (the subprocess and Ray's workers inherit it; the editable install's finder comes
@@ -179,6 +185,31 @@ def run_command(tree: Tree, python: str, spec: Path, workers: int, run_dir: Path
         raise SystemExit(f"{tree.label}: {failed} trials failed; see {run_dir}")
     return {"wall": wall, "cli_seconds": seconds, "finished": finished, "workers": used_workers,
             "began_epoch": began_epoch, "ended_epoch": ended_epoch}
+
+
+def status_command(tree: Tree, python: str, seeds: int, run_dir: Path, timeout: float) -> dict:
+    """``banditsweep status`` of a ``seeds``-seed spec: wall seconds and peak resident MiB."""
+    spec = run_dir / "status_scale.yaml"
+    spec.write_text(f"sweep: status_scale\nhorizon: 100\nseeds: {seeds}\n"
+                    "environments:\n  - {kind: synthetic, function: h1, dim: 3}\nalgorithms:\n  - {name: random}\n")
+    command = [python, "-m", "banditsweep.sweeps.cli", "status", str(spec), "--results", str(run_dir / "results")]
+    began = time.perf_counter()
+    with open(run_dir / "stdout.txt", "w") as stdout, open(run_dir / "stderr.txt", "w") as stderr:
+        process = subprocess.Popen(command, cwd=run_dir, env=run_env(tree), stdout=stdout, stderr=stderr,
+                                   start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while (waited := os.wait4(process.pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                os.killpg(process.pid, signal.SIGKILL)
+                raise SystemExit(f"{tree.label}: `{' '.join(command)}` ran over {timeout:.0f} s")
+            time.sleep(0.05)
+    wall = time.perf_counter() - began
+    _, status, usage = waited
+    text = (run_dir / "stdout.txt").read_text()
+    if os.waitstatus_to_exitcode(status) != 0 or f"{seeds} trials: 0 done" not in text:
+        raise SystemExit(f"{tree.label}: `{' '.join(command)}` exited {os.waitstatus_to_exitcode(status)}:\n"
+                         f"{text[-2000:]}\n{(run_dir / 'stderr.txt').read_text()[-2000:]}")
+    return {"wall": wall, "peak_mib": usage.ru_maxrss / 1024}
 
 
 # Ray's own floor, measured beside each repeat: what a script that only starts an embedded Ray (as the
@@ -410,6 +441,15 @@ def table(results: list[RunResult], trees: list[Tree], cases: list[str], args) -
             speedups = [a / b if b else math.nan for a, b in zip(q("quickstart_w1", key), q("quickstart_w2", key))]
             row(f"quickstart: speedup 2 vs 1 worker, {name}", f"≥ {SPEEDUP_TARGET:.1f}" if target else "",
                 [verdict(v, v >= SPEEDUP_TARGET) if target else fmt(v) for v in speedups])
+    if "status" in cases:
+        row(f"status of {args.status_seeds:,} seeds: wall (s)", "",
+            [fmt(median_of(results, t, "status", "wall"), 1) for t in labels])
+        row(f"status of {args.status_seeds:,} seeds: peak memory (MiB)", "",
+            [fmt(median_of(results, t, "status", "peak_mib"), 0) for t in labels])
+        if len(labels) > 1:
+            first = median_of(results, labels[0], "status", "wall")
+            row(f"status: wall of {labels[0]} / wall", "",
+                [fmt(first / median_of(results, t, "status", "wall")) for t in labels])
     header = "| figure | min / target | " + " | ".join(f"{t.label} ({t.revision})" for t in trees) + " |"
     lines = [header, "|" + "---|" * (2 + len(trees))]
     lines += [f"| {name} | {reference} | " + " | ".join(values) + " |" for name, reference, values in rows]
@@ -426,7 +466,8 @@ def parse_args(argv=None):
                         help="a checkout of the project to measure (repeatable); default: the installed package")
     parser.add_argument("--python", default=str(DEFAULT_PYTHON if DEFAULT_PYTHON.exists() else sys.executable),
                         help="interpreter with the project's dependencies (default: %(default)s)")
-    parser.add_argument("--cases", default="sleep,quickstart", help="comma-separated: sleep, quickstart")
+    parser.add_argument("--cases", default="sleep,quickstart", help="comma-separated: sleep, quickstart, status")
+    parser.add_argument("--status-seeds", type=int, default=100_000, help="status case: seeds of the spec (default 10^5)")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each case per tree; medians reported")
     parser.add_argument("--trials", type=int, default=640, help="sleep case: trials (default 640)")
     parser.add_argument("--actors", type=int, default=16, help="sleep case: trial actors (default 16)")
@@ -442,9 +483,9 @@ def parse_args(argv=None):
     parser.add_argument("--json", default=None, help="also write every run's figures to this JSON file")
     args = parser.parse_args(argv)
     args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
-    unknown = set(args.cases) - {"sleep", "quickstart"}
+    unknown = set(args.cases) - {"sleep", "quickstart", "status"}
     if unknown:
-        parser.error(f"unknown case(s) {sorted(unknown)}; known: sleep, quickstart")
+        parser.error(f"unknown case(s) {sorted(unknown)}; known: sleep, quickstart, status")
     return args
 
 
@@ -484,6 +525,8 @@ def main(argv=None) -> int:
         plan.append(("sleep", args.actors))
     if "quickstart" in args.cases:
         plan += [("quickstart_w1", 1), ("quickstart_w2", 2)]
+    if "status" in args.cases:
+        plan.append(("status", 0))
     results: list[RunResult] = []
     started = time.time()
     for repeat in range(args.repeats):
@@ -495,6 +538,13 @@ def main(argv=None) -> int:
         for case, workers in plan:
             for tree in trees:
                 run_dir = Path(tempfile.mkdtemp(prefix=f"{case}_{tree.label}_{repeat}_", dir=scratch))
+                if case == "status":
+                    figures = status_command(tree, args.python, args.status_seeds, run_dir, args.timeout)
+                    results.append(RunResult(tree.label, case, repeat, figures))
+                    print(f"[{time.time() - started:6.0f} s] {tree.label} status #{repeat + 1}: "
+                          f"{figures['wall']:.1f} s, {figures['peak_mib']:.0f} MiB", file=sys.stderr, flush=True)
+                    shutil.rmtree(run_dir, ignore_errors=True)
+                    continue
                 if case == "sleep":
                     spec = run_dir / "sleep_overhead.yaml"
                     spec.write_text(sleep_spec(args.trials, args.seconds, cpus_per_trial))
