@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from banditsweep.workers.atomic import move_into_place, written_temporary
+from banditsweep.workers.safe_files import open_regular
 
 _DIGEST = re.compile(r"-([0-9a-f]{64})$")
 
@@ -25,7 +26,7 @@ def named_digest(path: Path) -> str | None:
 
 def file_digest(path: Path | str) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:   # a FIFO or a device planted under a result file's name is refused
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -17,6 +17,7 @@ from typing import Any
 from banditsweep.workers.checksums import named_digest
 from banditsweep.workers.errors import one_line
 from banditsweep.workers.record import TrialRecord
+from banditsweep.workers.safe_files import MAX_LINE_BYTES, open_regular
 
 # Each journal line holds its record's fields and this key: the SHA-256 of the record's canonical
 # JSON, so one damaged record is found (and named) while the others of its segment are kept.
@@ -51,18 +52,39 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _lines(handle, digest) -> Iterable[str | None]:
+    """The file's lines as text (each fed to ``digest`` as bytes); None for a line longer than
+    MAX_LINE_BYTES, after which nothing more is read."""
+    while True:
+        line = handle.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        digest.update(line)
+        if len(line) > MAX_LINE_BYTES:
+            yield None
+            return
+        yield line.decode(errors="replace").rstrip("\r\n")
+
+
 def read_records(path: Path, planned: set[str] = frozenset()) -> JournalFile:
     """The valid records of one journal file and what is wrong with the rest: a line that is not a
     JSON object, a record that is not a valid TrialRecord, one whose checksum does not match, one
     whose trial id (a ``planned`` one) is not its content's; and a segment whose bytes do not match
     the checksum in its name (a record lost or repeated). Records without a checksum (written
     before records had one) are checked for everything else."""
+    good, bad = [], []
+    whole = hashlib.sha256()
     try:
-        data = path.read_bytes()
+        with open_regular(path) as handle:   # not a link, a FIFO or a device: each would be read for ever
+            lines = list(_lines(handle, whole))
     except OSError as error:
         return JournalFile([], f"not readable: {error.strerror or one_line(error)}")
-    good, bad = [], []
-    for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
+    for number, line in enumerate(lines, 1):
+        if line is None:
+            # A record is a few KB: a line this long is not one (a sparse or planted file); what
+            # follows it is not read.
+            bad.append(f"line {number}: longer than {MAX_LINE_BYTES:,} bytes")
+            break
         if not line.strip():
             continue
         named = _TRIAL_ID.search(line)   # to name the trial also when the line is not JSON
@@ -81,10 +103,12 @@ def read_records(path: Path, planned: set[str] = frozenset()) -> JournalFile:
         except ValueError as error:   # json's errors, RecordError and the checks above
             text = str(error) if not isinstance(error, json.JSONDecodeError) else f"not JSON ({error})"
             bad.append(f"line {number}{trial}: {one_line(text)}")
+        except RecursionError:
+            bad.append(f"line {number}{trial}: JSON nested too deeply to be a record")
     if bad:
         more = f"; and {len(bad) - 1} more" if len(bad) > 1 else ""
         return JournalFile(good, f"{len(bad)} unreadable record(s): {bad[0]}{more}")
     expected = named_digest(path)
-    if expected and hashlib.sha256(data).hexdigest() != expected:
+    if expected and whole.hexdigest() != expected:
         return JournalFile(good, f"its bytes do not match the SHA-256 in its name ({len(good)} record(s) kept)")
     return JournalFile(good)

@@ -25,6 +25,11 @@ FAILED = "failed"
 # Tries of a trial whose worker died (its actor, or its shards' actors), counted in ``attempts``:
 # a trial that kills its worker every time fails after these, alone.
 MAX_ATTEMPTS = 3
+# Bounds of what a journal record holds, each far above what a real record needs.
+MAX_ERROR = 16 << 10          # characters of a failed trial's error message
+MAX_TRACEBACK = 64 << 10      # characters of its traceback (the end kept)
+MAX_DEPTH = 32                # nesting of a trial's settings (a domain's settings are 3 deep)
+MAX_TIMESTAMP = 9e9           # seconds since 1970 (year 2255: pandas' last date is in 2262)
 
 
 @dataclass(frozen=True)
@@ -72,9 +77,15 @@ class TrialRecord:
             finished_at=at)
 
     def failed(self, error: str, traceback: str | None, at: float) -> "TrialRecord":
+        # Bounded: a journal line is at most MAX_LINE_BYTES (an exception's message may quote a
+        # whole array); the start of the message and the end of the traceback say the most.
+        message = plain_text(error)
+        trace = plain_text(traceback)
         return dataclasses.replace(self, status=FAILED, final_regret=None, wall_seconds=None,
-                                   seconds_per_round=None, diagnostics={}, error=plain_text(error),
-                                   traceback=plain_text(traceback), finished_at=at)
+                                   seconds_per_round=None, diagnostics={},
+                                   error=message if len(message) <= MAX_ERROR else message[:MAX_ERROR] + " …",
+                                   traceback=trace if trace is None or len(trace) <= MAX_TRACEBACK
+                                   else "… " + trace[-MAX_TRACEBACK:], finished_at=at)
 
     # ---- JSON (the journal) ----------------------------------------------------------------------
 
@@ -149,6 +160,27 @@ def _integer(least: int):
     return check
 
 
+def _timestamp(value):
+    """None or seconds since 1970 that a date can hold (a planted 1e300 ended every reader)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_TIMESTAMP:
+        return f"must be seconds since 1970, from 0 to {MAX_TIMESTAMP:.0e}, or null"
+    return None
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and objects (without recursion: it may be planted)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level <= MAX_DEPTH:
+                stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def _number(least: float | None = None):
     """None or a finite number (>= ``least``); JSON has no NaN, so neither has the journal."""
     def check(value):
@@ -172,6 +204,8 @@ def _mapping(numbers: bool = False):
     def check(value):
         if not isinstance(value, dict):
             return "must be a JSON object"
+        if _depth(value) > MAX_DEPTH:
+            return f"nests lists and objects more than {MAX_DEPTH} deep"
         if numbers:
             for key, item in value.items():
                 if item is not None and (not isinstance(item, (int, float)) or isinstance(item, float)
@@ -189,7 +223,7 @@ _FIELD_CHECKS = {
     "status": lambda v: None if v in (PENDING, FINISHED, FAILED) else f"must be one of {PENDING}, {FINISHED}, {FAILED}",
     "attempts": _integer(0), "final_regret": _number(), "wall_seconds": _number(0.0),
     "seconds_per_round": _number(0.0), "diagnostics": _mapping(numbers=True), "error": _text(True),
-    "traceback": _text(True), "started_at": _number(), "finished_at": _number(), "node": _text(True),
+    "traceback": _text(True), "started_at": _timestamp, "finished_at": _timestamp, "node": _text(True),
     "node_id": _text(True), "device": _text(True),
 }
 # A field added to TrialRecord needs its check here, or no journal could be read.

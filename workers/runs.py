@@ -17,6 +17,7 @@ from pathlib import Path
 
 from banditsweep.workers.atomic import write_atomically
 from banditsweep.workers.errors import one_line
+from banditsweep.workers.safe_files import read_regular, shown
 
 RUNS_DIR = ".runs"
 # Run files read at most (the newest): a sweep run many times still reads quickly.
@@ -55,15 +56,13 @@ def recorded_runs(root: Path) -> tuple[list[RecordedRun], list[str]]:
     runs, skipped = [], []
     for path in paths[:MAX_RUNS]:
         try:
-            if path.stat().st_size > MAX_BYTES:
-                raise ValueError(f"larger than {MAX_BYTES >> 10} KiB")
-            data = json.loads(path.read_bytes())
+            data = json.loads(read_regular(path, MAX_BYTES))   # not a link, FIFO or device; bounded
             runs.append(_run(data, path))
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
             text = error.strerror if isinstance(error, OSError) and error.strerror else one_line(error, 120)
             if isinstance(error, json.JSONDecodeError):
                 text = f"not JSON ({text})"
-            skipped.append(f"{path}: {text}; skipped (not a run's record)")
+            skipped.append(f"{shown(path)}: {text}; skipped (not a run's record)")
     runs.sort(key=lambda run: run.started_at, reverse=True)
     return runs, skipped
 

@@ -58,6 +58,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from banditsweep.workers.atomic import write_atomically
 from banditsweep.workers.checksums import named_digest, visible, write_digested
@@ -67,10 +68,17 @@ from banditsweep.workers.curves import (CURVE_SCHEMA, MAX_CURVE_FILES, curve_tab
 from banditsweep.workers.errors import DamagedResultError, SweepBusyError, one_line
 from banditsweep.workers.journal import journal_text, read_records
 from banditsweep.workers.record import FAILED, FINISHED, TrialOutcome, TrialRecord
+from banditsweep.workers.safe_files import not_regular, open_regular, read_regular, refuse_linked_or_misplaced, shown
 from banditsweep.workers.trials_table import TRIALS_FORMAT, trials_table, upgrade_trials
 
 __all__ = ["CURVE_SCHEMA", "FAILED", "FINISHED", "MAX_CURVE_FILES", "StoreHealth", "SweepBusyError", "SweepStore",
            "TrialsTable", "load", "named_digest"]
+
+
+LOCK_FILE = ".run.lock"
+# The sweep folder's own entries: what check_layout() expects each to be.
+FOLDERS = (".journal", "curves", "trials", "quarantine", ".checkpoints", ".runs")
+FILES = ("README.txt", LOCK_FILE, "running.json")
 
 
 @dataclass
@@ -103,18 +111,19 @@ class SweepStore:
         the same results folder is refused (two writers would each rebuild the trials table from
         their own records). The lock is the OS's (flock), so it ends with the process holding it."""
         self.root.mkdir(parents=True, exist_ok=True)
-        path = self.root / ".run.lock"
-        with open(path, "a+") as handle:
+        self.check_layout()
+        path = self.root / LOCK_FILE
+        with open_regular(path, write=True) as handle:   # never through a link: it is truncated below
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 handle.seek(0)
-                holder = handle.read().strip() or "another process"
+                holder = one_line(handle.read(200).decode(errors="replace")) or "another process"
                 raise SweepBusyError(f"{self.root}: another `run` of this sweep is in progress ({holder}); "
                                      f"wait for it to end, or use another --results folder") from None
             handle.seek(0)
             handle.truncate()
-            handle.write(f"pid {os.getpid()} on {socket.gethostname()}")
+            handle.write(f"pid {os.getpid()} on {socket.gethostname()}".encode())
             self.describe()
             handle.flush()
             try:
@@ -132,8 +141,18 @@ class SweepStore:
         reading the curves with the trials' columns (or the other way round)."""
         text = README.format(sweep=self.root.name, root=self.root, results=self.root.parent)
         path = self.root / "README.txt"
-        if not path.exists() or path.read_text() != text:
+        try:
+            current = read_regular(path, 64 << 10)
+        except OSError:   # missing, or not a regular file of a sane size: replaced
+            current = None
+        if current != text.encode():
             write_atomically(path, text)
+
+    def check_layout(self) -> None:
+        """The sweep folder's own entries are what the project made them (no link, a folder where a
+        folder belongs): refused with :class:`InputError` naming the entry otherwise, before anything
+        is written through it."""
+        refuse_linked_or_misplaced(self.root, FOLDERS, FILES)
 
     def write_outcomes(self, outcomes: list[TrialOutcome]) -> None:
         """Make a group of trial outcomes durable: one curves part, then one journal segment."""
@@ -227,21 +246,70 @@ class SweepStore:
         write_atomically(manifest, "\n".join(p.name for p in parts))
         self._finish_replace(manifest)
 
-    @staticmethod
-    def _finish_replace(manifest: Path) -> None:
+    def _finish_replace(self, manifest: Path, found: bool = False) -> str:
+        """Remove the parts ``manifest`` names and show the merged file it goes with; "" when done,
+        else (the manifest not one this project wrote) the line saying where it was moved aside.
+        A part is only ever a result file of the manifest's own folder, named as the project names
+        them: a name with a separator, a hidden or unknown one, or one that is not a regular file
+        makes the whole manifest suspect, and nothing it names is touched. A manifest ``found`` on
+        disk (not the one just written) also has its merged file checked to hold every trial of its
+        parts."""
         hidden = manifest.with_name(manifest.name[: -len(".replaces")])
-        for name in manifest.read_text().split("\n"):
+        suffixes = (".parquet",) if manifest.parent.name == "curves" else (".jsonl", ".json")
+        try:
+            names = read_regular(manifest, 1 << 20).decode().split("\n")
+            problem = not_regular(hidden) and f"its merged file {shown(hidden.name)} is {not_regular(hidden)}"
+            for name in names:
+                if problem:
+                    break
+                if (not name or name.startswith(".") or os.sep in name or (os.altsep and os.altsep in name)
+                        or not name.endswith(suffixes) or not name.isprintable()):
+                    problem = f"it names {shown(name)!r}, not a result file of {manifest.parent.name}/"
+                elif not_regular(manifest.parent / name) not in ("", "missing"):
+                    problem = f"it names {shown(name)}, which is {not_regular(manifest.parent / name)}"
+            if found and not problem:
+                problem = self._merge_problem(hidden, [manifest.parent / name for name in names])
+        except (OSError, UnicodeDecodeError, pa.ArrowException) as error:
+            problem = f"not readable: {one_line(error)}"
+        if problem:
+            return self._quarantine(manifest, f"a compaction's list of files to remove that cannot be trusted: "
+                                              f"{problem}; nothing it names was removed")
+        for name in names:
             (manifest.parent / name).unlink(missing_ok=True)
         os.replace(hidden, manifest.parent / hidden.name[1:])
         manifest.unlink()
+        return ""
 
-    def recover(self) -> None:
+    def _merge_problem(self, merged: Path, parts: list[Path]) -> str:
+        """"" when ``merged`` is whole and holds every trial of the ``parts`` still there (as the
+        merge a compaction wrote does: every record of a journal's parts; the rows of each trial the
+        journal holds as finished of a curves file's parts); else what is wrong. A planted list
+        naming the real journal beside an empty file would otherwise have the record of truth removed."""
+        if merged.suffix == ".parquet":
+            damage = curves_damage(merged)
+            done = {trial_id for trial_id, record in self.journal().items() if record.status == FINISHED}
+            ids = lambda path: done & set(pq.read_table(path, columns=["trial_id"])["trial_id"].to_pylist())  # noqa: E731
+        else:
+            read = read_records(merged)
+            damage = read.damage
+            ids = lambda path: {record.trial_id for record in read_records(path).records}  # noqa: E731
+        if damage:
+            return f"its merged file {shown(merged.name)} is damaged ({damage})"
+        held = ids(merged)
+        for part in parts:
+            if part.exists() and not ids(part) <= held:
+                return f"its merged file {shown(merged.name)} lacks trials of {shown(part.name)}"
+        return ""
+
+    def recover(self) -> list[str]:
         """Finish compactions a crash interrupted (their merged file is complete: only the removal
-        of the parts and the final rename may be missing)."""
+        of the parts and the final rename may be missing); the lines of manifests moved aside."""
+        moved = []
         for directory in (self.curves_dir, self.journal_dir):
             if directory.is_dir():
                 for manifest in directory.glob(".*.replaces"):
-                    self._finish_replace(manifest)
+                    moved.append(self._finish_replace(manifest, found=True))
+        return [line for line in moved if line]
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -265,7 +333,9 @@ class SweepStore:
         rounds in the curves. A file that fails is moved to ``quarantine/`` (named in the answer,
         never deleted); the good records of a damaged journal file are kept in a new segment.
         Trials left without their results are named, so that ``run`` runs them again."""
+        self.check_layout()
         health = StoreHealth()
+        health.quarantined += self.recover()
         planned = set(planned)
         for path in [*visible(self.journal_dir, "*.json"), *self._segments()]:
             read = read_records(path, planned)
@@ -285,10 +355,15 @@ class SweepStore:
         return health
 
     def _quarantine(self, path: Path, why: str) -> str:
-        target = self.root / "quarantine" / f"{path.parent.name.lstrip('.')}-{path.name}"
-        target.parent.mkdir(parents=True, exist_ok=True)
+        """Move ``path`` to ``quarantine/`` (never over a file moved there before); the line saying so."""
+        folder = self.root / "quarantine"
+        folder.mkdir(parents=True, exist_ok=True)
+        stem = f"{path.parent.name.lstrip('.')}-{path.name}"
+        target, copy = folder / stem, 1
+        while os.path.lexists(target):
+            target, copy = folder / f"{stem}.{copy}", copy + 1
         os.replace(path, target)
-        return f"{path} ({why}) moved to {target}"
+        return f"{shown(path)} ({why}) moved to {shown(target)}"
 
     def read_trials(self) -> pd.DataFrame:
         """The trials table (one row per finished or failed trial), in the current layout also when
