@@ -20,6 +20,7 @@ from pathlib import Path
 
 import banditsweep
 from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
+from banditsweep.workers.errors import one_line
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
 from banditsweep.sweeps.commands.progress import ProgressDisplay
 from banditsweep.sweeps.commands.shared import jobs_of, print_results, say_health, store_of
@@ -146,7 +147,9 @@ def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options:
           f"`trials, curves = banditsweep.load({options.results_root!r}, {sweep.name!r})`")
     failures = failed_records(store, [job.record.trial_id for job in jobs])
     for record in failures[:5]:
-        print(f"failed: {record.label} | {record.environment} | seed {record.seed}: {record.error}", file=sys.stderr)
+        # One line each, whatever the record holds (an exception's message may span lines).
+        print(one_line(f"failed: {record.label} | {record.environment} | seed {record.seed}: {record.error}", 500),
+              file=sys.stderr)
     return EXIT_FAILED_TRIALS if failures else 0
 
 
