@@ -324,3 +324,17 @@ def test_a_diagnostic_the_journal_cannot_hold_is_left_out_not_the_trial(tmp_path
     record = _record("t" * 20).finished(result, at=1.7e9, batch_size=1.0)
     store.write_outcomes([_finished(record)])
     assert store.journal()["t" * 20].diagnostics == {"eta": 0.5, "steps": 4, "batch_size": 1.0}
+
+
+def test_a_failed_trial_with_a_huge_error_keeps_a_readable_record(tmp_path):
+    """An exception's message may quote a whole array: the record keeps the start of the message and
+    the end of the traceback, within a journal line's bound, and is read back."""
+    from banditsweep.workers.record import MAX_ERROR, MAX_TRACEBACK
+
+    store = SweepStore.for_sweep(tmp_path, "s")
+    failed = _record("e" * 20).failed("ValueError: " + "9" * (4 << 20), "Traceback\n" + "x\n" * (2 << 20), at=1.7e9)
+    store.write_outcomes([TrialOutcome(failed)])
+    record = store.journal()["e" * 20]
+    assert record.status == FAILED and record.error.startswith("ValueError: 999") and record.error.endswith(" …")
+    assert len(record.error) <= MAX_ERROR + 2 and len(record.traceback) <= MAX_TRACEBACK + 2
+    assert record.traceback.startswith("… ") and record.traceback.endswith("x\n")
