@@ -194,13 +194,16 @@ class Sweep:
         return self.spec.sweep
 
 
-def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Sweep:
+def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None, max_trials: int = MAX_TRIALS) -> Sweep:
     source = str(path)
     raw = load_yaml(read_spec_text(path), source)
-    return parse_sweep(raw, source, overrides)
+    return parse_sweep(raw, source, overrides, max_trials)
 
 
-def parse_sweep(raw: Any, source: str = "<spec>", overrides: dict[str, Any] | None = None) -> Sweep:
+def parse_sweep(raw: Any, source: str = "<spec>", overrides: dict[str, Any] | None = None,
+                max_trials: int = MAX_TRIALS) -> Sweep:
+    """The sweep a spec's data describes, checked; ``max_trials`` (at most MAX_TRIALS) bounds its
+    size, counted before any trial is built."""
     keys = ("a YAML mapping with keys sweep, horizon, seeds, environments, algorithms (optional: resources, "
             "log_every, checkpoint_every, sinks, mlflow_runs)")
     if not isinstance(raw, dict):
@@ -225,7 +228,7 @@ def parse_sweep(raw: Any, source: str = "<spec>", overrides: dict[str, Any] | No
                 raise SpecError("--set", key, spec_error.message) from None
             raise
     environments = [_check_environment(source, i, env, spec.horizon) for i, env in enumerate(spec.environments)]
-    _check_trial_count(source, spec, environments)
+    _check_trial_count(source, spec, environments, min(max_trials, MAX_TRIALS))
     trials: dict[str, PlannedTrial] = {}
     for index, entry in enumerate(spec.algorithms):
         for planned in _expand_algorithm(source, index, entry, environments, spec.seed_list):
@@ -239,7 +242,7 @@ def parse_sweep(raw: Any, source: str = "<spec>", overrides: dict[str, Any] | No
     return Sweep(spec=spec, source=source, trials=list(trials.values()))
 
 
-def _check_trial_count(source: str, spec: SweepSpec, environments: list[dict]) -> None:
+def _check_trial_count(source: str, spec: SweepSpec, environments: list[dict], limit: int = MAX_TRIALS) -> None:
     """Refuse a sweep of more than :data:`MAX_TRIALS` trials from its sizes alone (grid values x seeds
     x the environments each entry runs on, its ``when`` and the algorithm's interaction respected),
     before a single trial is built: building 1.2 M took 90 s and 800 MB only to be refused."""
@@ -258,9 +261,9 @@ def _check_trial_count(source: str, spec: SweepSpec, environments: list[dict]) -
         if count > largest[0]:
             sizes = " x ".join(str(len(v)) for v in entry.grid.values()) or "1"
             largest = (count, f"algorithms[{index}]: {sizes} grid values x {seeds} seeds x {matching} environments")
-    if total > MAX_TRIALS:
+    if total > limit:
         raise SpecError(source, "algorithms", f"the sweep expands to {total} trials; a sweep has at most "
-                                              f"{MAX_TRIALS} (the most from {largest[1]} = {largest[0]}; split it "
+                                              f"{limit} (the most from {largest[1]} = {largest[0]}; split it "
                                               f"into several sweeps)")
 
 

@@ -21,6 +21,7 @@ from banditsweep.workers.store import SweepStore
 
 # Distinct override sets tried at most (each is a load of the spec).
 MAX_CANDIDATES = 10
+CANDIDATE_TRIALS = 10_000   # a noted run of up to this many trials is always considered
 
 
 @dataclass
@@ -97,12 +98,15 @@ def _candidates(spec_path, sweep: Sweep, planned: frozenset, noted: list[tuple[s
     candidates: list[Candidate] = []
     tried: set[tuple[str, ...]] = set()
     inferred_overrides = _inferred(spec_path, journal, finished)
+    # A noted run is data (its file may be planted): one whose trials far outnumber what the store
+    # and the spec hold is not expanded (10^6 trials take a minute), as it could show little of them.
+    largest = max(10 * len(journal), len(planned), CANDIDATE_TRIALS)
     for overrides, inferred in [*((o, False) for o in noted), (inferred_overrides, True)]:
         if overrides is None or overrides in tried or len(tried) >= MAX_CANDIDATES:
             continue
         tried.add(overrides)
         try:
-            other = load_sweep(spec_path, parse_overrides(list(overrides)))
+            other = load_sweep(spec_path, parse_overrides(list(overrides)), max_trials=largest)
         except SpecError:
             continue   # overrides the spec (as it is now) does not take: they select nothing of it
         ids = frozenset(trial.trial_id for trial in other.trials)

@@ -168,3 +168,26 @@ def test_a_file_name_cannot_forge_output_lines_and_quarantine_keeps_every_file(s
         assert command(capsys, "status")[0] == 4
     kept = sorted(path.read_text() for path in (swept.root / "quarantine").glob("journal-s99.jsonl*"))
     assert kept == ["first\n", "second\n"]
+
+
+def test_planted_run_notes_of_huge_sweeps_are_not_expanded(swept, capsys, monkeypatch):
+    """Two 78-byte notes of runs with 333,333 seeds: `status` built 1.3 M trials for them (a minute,
+    1.3 GB). A noted run far larger than the store and the spec is not considered."""
+    import banditsweep.sweeps.spec as spec_module
+
+    built = []
+    expand = spec_module._expand_algorithm
+
+    def counted(*args, **kwargs):
+        for trial in expand(*args, **kwargs):
+            built.append(1)
+            yield trial
+
+    monkeypatch.setattr(spec_module, "_expand_algorithm", counted)
+    runs = swept.root / ".runs"
+    for day, seeds in ((2, 333_333), (3, 333_332)):
+        (runs / f"run-2099010{day}T000000-1.json").write_text(json.dumps(
+            {"overrides": [f"seeds={seeds}"], "started_at": 4e9 + day, "trials": 0, "pid": 1, "host": "h"}))
+    code, out, err = command(capsys, "status")
+    assert code == 0 and f"{TRIALS} trials: {TRIALS} done" in out, err
+    assert len(built) < 1000, len(built)
