@@ -78,7 +78,7 @@ __all__ = ["CURVE_SCHEMA", "FAILED", "FINISHED", "MAX_CURVE_FILES", "StoreHealth
 LOCK_FILE = ".run.lock"
 # The sweep folder's own entries: what check_layout() expects each to be.
 FOLDERS = (".journal", "curves", "trials", "quarantine", ".checkpoints", ".runs")
-FILES = ("README.txt", LOCK_FILE, "running.json")
+FILES = ("README.txt", LOCK_FILE)   # running.json is checked by its reader (workers.heartbeat)
 
 
 @dataclass
