@@ -107,11 +107,21 @@ def environment_names() -> list[str]:
     return sorted(_ENVIRONMENTS)
 
 
+# The package's library modules whose classes a state holds (core.state_codec): the round loops, the
+# trials, their environments, policies, networks and kernels all live in banditsweep.core. The rest of
+# the installed package root (tests/, benchmarks/ with their import-time side effects, sweeps/,
+# workers/) is never named by a state.
+_LIBRARY = "banditsweep.core"
+
+
 def trusted_module(module: str) -> bool:
-    """Whether ``module`` holds code this installation runs anyway: banditsweep's own modules, the
-    plugins named in ``BANDITSWEEP_PLUGINS`` and the modules of registered algorithms and environments.
-    A stored state may name classes of these modules only (core.state_codec)."""
-    if module == "banditsweep" or module.startswith("banditsweep."):
+    """Whether a stored state may name classes of ``module`` (core.state_codec): banditsweep's library
+    (``banditsweep.core`` and below), the plugins named in ``BANDITSWEEP_PLUGINS`` and the modules of
+    registered algorithms and environments: code this installation runs anyway. Nothing is imported
+    here but those plugins."""
+    if not isinstance(module, str):
+        return False
+    if module == _LIBRARY or module.startswith(_LIBRARY + "."):
         return True
     _load_plugins()
     if module in _plugins_loaded:

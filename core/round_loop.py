@@ -89,6 +89,57 @@ class TrialRecorder:
                             self.extras[i], diagnostics[i]) for i in range(self.count)]
 
 
+# Relative tolerance of a recorded cumulative regret against the sum of its increments (they agree to
+# rounding: an environment's cumulative regret is its running sum, or a tally whose increments are
+# its differences).
+_CUMULATIVE_RTOL = 1e-9
+
+
+def check_saved_recorder(recorder, count: int, horizon: int, next_round: int) -> None:
+    """:class:`StateFormatError` unless ``recorder`` is what a loop of ``count`` trials of ``horizon``
+    rounds holds before round ``next_round``: a :class:`TrialRecorder` of that shape whose rounds
+    1..next_round-1 are recorded (finite; arms >= 0; seconds >= 0; each cumulative regret the previous
+    one plus the round's regret, to rounding) and whose later rounds are untouched (zero). Cheap
+    consistency checks only: a state forged consistently passes."""
+    played = next_round - 1
+
+    def refuse(reason: str):
+        raise StateFormatError(f"the state's recorder {reason}")
+
+    if type(recorder) is not TrialRecorder:
+        refuse("is missing")
+    if recorder.__dict__.get("count") != count or recorder.__dict__.get("horizon") != horizon:
+        refuse(f"is not of {count} trial(s) of {horizon} rounds")
+    columns = {}
+    for name, dtype in (("arm", np.int64), ("reward", np.float64), ("regret", np.float64),
+                        ("cum_regret", np.float64), ("seconds", np.float64)):
+        values = recorder.__dict__.get(name)
+        if type(values) is not np.ndarray or values.dtype != dtype or values.shape != (count, horizon):
+            refuse(f"{name} is not a ({count}, {horizon}) array of {np.dtype(dtype)}")
+        columns[name] = values
+    extras = recorder.__dict__.get("extras")
+    if type(extras) is not list or len(extras) != count or any(type(table) is not dict for table in extras):
+        refuse("extras are not one table per trial")
+    for table in extras:
+        for name, values in table.items():
+            if (type(name) is not str or type(values) is not np.ndarray or values.dtype != np.float64
+                    or values.shape != (horizon,)):
+                refuse(f"extra {str(name)[:40]!r} is not an array of {horizon} rounds")
+    rows = [*columns.values(), *(values[None] for table in extras for values in table.values())]
+    for values in rows:
+        if not np.isfinite(values[:, :played]).all():
+            refuse("holds a value that is not finite")
+        if np.any(values[:, played:]):
+            refuse(f"holds values of rounds after round {played}, the last played")
+    if np.any(columns["arm"][:, :played] < 0) or np.any(columns["seconds"][:, :played] < 0):
+        refuse("holds a negative arm or time")
+    regret, cumulative = columns["regret"][:, :played], columns["cum_regret"][:, :played]
+    previous = np.concatenate([np.zeros((count, 1)), cumulative[:, :-1]], axis=1)
+    scale = np.maximum(np.maximum(np.abs(cumulative), np.abs(previous)), np.abs(regret))
+    if np.any(np.abs(cumulative - previous - regret) > _CUMULATIVE_RTOL * scale):
+        refuse("holds a cumulative regret that is not the sum of its rounds' regrets")
+
+
 @dataclass
 class Played:
     """One round as a :class:`RoundLoop` played it: the arm of each trial (B,), each trial's feedback,
@@ -142,19 +193,29 @@ class RoundLoop(ABC):
     @classmethod
     def saved_attributes(cls, state: bytes, specs: Sequence[TrialSpec] | None) -> dict:
         """The attributes a saved loop's state holds (core.state_codec). With ``specs``, the state must
-        be of exactly those trials (in order) between two of their rounds; :class:`StateFormatError`
-        says what is wrong."""
+        be of exactly those trials (in order) and one :func:`play_out` saves: between two of their
+        rounds, at least one played and one to play (next round 2..horizon), its recorder holding
+        exactly the rounds played (:func:`check_saved_recorder`). :class:`StateFormatError` says
+        what is wrong. A state that passes these checks but was forged consistently is not detected."""
         attributes = decode_state(state)
         if not isinstance(attributes, dict) or not isinstance(attributes.get("specs"), list):
+            raise StateFormatError(f"not the state of a {cls.__name__}")
+        if not all(isinstance(name, str) for name in attributes):
             raise StateFormatError(f"not the state of a {cls.__name__}")
         if specs is not None:
             stored = [str(getattr(spec, "trial_id", None)) for spec in attributes["specs"]]
             expected = [spec.trial_id for spec in specs]
             if stored != expected:
                 raise StateFormatError(f"the state is of trial {', '.join(stored)}, not {', '.join(expected)}")
+            horizon = specs[0].horizon
+            if type(attributes.get("horizon")) is not int or attributes["horizon"] != horizon:
+                raise StateFormatError(f"the state's horizon {attributes.get('horizon')!r} is not {horizon}")
             next_round = attributes.get("next_round")
-            if type(next_round) is not int or not 1 <= next_round <= specs[0].horizon + 1:
-                raise StateFormatError(f"the state's next round {next_round!r} is outside 1..{specs[0].horizon + 1}")
+            # play_out saves only after a step of >= 1 round and only while rounds are left.
+            if type(next_round) is not int or not 2 <= next_round <= horizon:
+                raise StateFormatError(f"the state's next round {next_round!r} is outside 2..{horizon} "
+                                       "(a saved state has played a round and has one left)")
+            check_saved_recorder(attributes.get("recorder"), len(specs), horizon, next_round)
         return attributes
 
     @classmethod

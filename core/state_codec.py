@@ -4,14 +4,18 @@ as JSON. This is the checkpoint format; unlike pickle, reading it cannot run cod
 A state is an object graph of plain values (None, bools, numbers, strings, bytes), containers (list,
 tuple, dict, set), NumPy arrays, scalars and generators, PyTorch tensors (storage sharing kept: a
 network's parameters stay views of its flat buffer), devices and dtypes, and instances of the
-project's own classes (``banditsweep.*`` and its registered plugins: ``core.registry.trusted_module``).
-Nothing else is written, and nothing else is read: a class is looked up by name only among those and
-rebuilt with ``__new__`` plus its stored attributes
+project's own library classes (``banditsweep.core.*``) and its registered plugins'
+(``core.registry.trusted_module``). Nothing else is written, and nothing else is read: a class is
+looked up by name only among those (a module already imported is taken from ``sys.modules``; no
+other module is ever imported) and rebuilt with ``__new__`` plus its stored attributes
 (no ``__reduce__``, ``__setstate__`` or constructor runs), a NumPy bit generator only from NumPy's own
 list. Object identity is kept, as pickle keeps it: the policy and the round loop share their
 environments after a restore as before it.
 
-Any damage (not a zip, a missing entry, a wrong type, an unknown class) raises :class:`StateFormatError`.
+Stored bytes are hostile data (a results folder may come from anyone): any failure to read them
+(not a zip, a compressed or oversized entry, an array header that claims more than its entry holds,
+JSON nested deeper than :data:`MAX_DEPTH`, a missing entry, a wrong type, an unknown class, and
+whatever else reading them raises: RecursionError, MemoryError, ...) raises :class:`StateFormatError`.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import enum
 import importlib
 import io
 import json
+import re
+import sys
 import zipfile
 from typing import Any
 
@@ -31,6 +37,10 @@ from banditsweep.core import registry
 FORMAT = "banditsweep-state/1"
 _STATE_ENTRY = "state_json"
 _BIT_GENERATORS = {"PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937"}
+# The deepest nesting of the JSON structure read (the project's states nest about 20 deep): deeper is
+# refused before it is parsed, so that neither json.loads nor the decoder can run out of stack.
+MAX_DEPTH = 200
+_JSON_TOKEN = re.compile(rb'[\[\]{}"\\]')
 
 
 class StateFormatError(ValueError):
@@ -149,16 +159,22 @@ def encode_state(value: Any) -> bytes:
 
 def _project_class(path: Any) -> type:
     if not (isinstance(path, list) and len(path) == 2 and all(isinstance(p, str) for p in path)):
-        raise StateFormatError(f"a class is named by [module, name], not {path!r}")
+        raise StateFormatError(f"a class is named by [module, name], not {str(path)[:80]!r}")
     module_name, qualname = path
+    if not (all(part.isidentifier() for part in module_name.split("."))
+            and all(part.isidentifier() for part in qualname.split("."))):
+        raise StateFormatError(f"not a class name: {module_name[:80]!r}, {qualname[:80]!r}")
     if not registry.trusted_module(module_name):
         raise StateFormatError(f"class {module_name}.{qualname} is not one of banditsweep's or its plugins'")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as error:
-        raise StateFormatError(f"no module {module_name}") from error
-    for part in qualname.split("."):
-        target = getattr(target, part, None)
+    target: Any = sys.modules.get(module_name)
+    if target is None:   # only a trusted module is ever imported
+        try:
+            target = importlib.import_module(module_name)
+        except ImportError:
+            raise StateFormatError(f"no module {module_name}") from None
+    for part in qualname.split("."):   # looked up in the namespaces: no module __getattr__ or descriptor runs
+        namespace = getattr(target, "__dict__", None)
+        target = namespace.get(part) if isinstance(namespace, (dict, type(type.__dict__))) else None
     if not isinstance(target, type) or target.__module__ != module_name:
         raise StateFormatError(f"no class {qualname} in {module_name}")
     return target
@@ -300,21 +316,91 @@ class _Decoder:
         return self._register(node, tensor)
 
 
+def _nesting_depth(text: bytes, limit: int) -> int:
+    """How deep the JSON ``text`` nests (brackets outside its strings), counted in one pass without
+    recursion; the count stops once it passes ``limit``."""
+    depth = deepest = 0
+    in_string, escaped = False, -1
+    for token in _JSON_TOKEN.finditer(text):
+        at, char = token.start(), text[token.start()]
+        if in_string:
+            if at == escaped:
+                continue
+            if char == 0x5C:          # backslash: the next character is escaped
+                escaped = at + 1
+            elif char == 0x22:        # quote
+                in_string = False
+        elif char == 0x22:
+            in_string = True
+        elif char in (0x5B, 0x7B):    # [ {
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif char in (0x5D, 0x7D):    # ] }
+            depth -= 1
+    return deepest
+
+
+def _check_archive(data: bytes) -> None:
+    """What ``encode_state`` writes (``np.savez``: stored, uncompressed ``.npy`` entries), before
+    NumPy allocates anything: no entry may unpack to more than the bytes given, and no array header
+    may claim more data than its entry holds."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for info in archive.infolist():
+            if not info.filename.endswith(".npy"):
+                raise StateFormatError(f"entry {info.filename[:80]!r} is not an array")
+            if info.compress_type != zipfile.ZIP_STORED or info.file_size > len(data):
+                raise StateFormatError(f"entry {info.filename[:80]!r} is compressed or larger than the state")
+            with archive.open(info) as entry:
+                version = np.lib.format.read_magic(entry)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(entry)
+                elif version == (2, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(entry)
+                else:
+                    raise StateFormatError(f"entry {info.filename[:80]!r}: array format {version} is not written here")
+                if dtype.hasobject:
+                    raise StateFormatError(f"entry {info.filename[:80]!r} holds Python objects")
+                count = 1
+                for extent in shape:
+                    count *= extent
+                if count * dtype.itemsize > info.file_size - entry.tell():
+                    raise StateFormatError(f"entry {info.filename[:80]!r} claims more data than it holds")
+
+
 def decode_state(data: bytes) -> Any:
-    """The object ``encode_state`` was given; :class:`StateFormatError` for anything else."""
+    """The object ``encode_state`` was given; :class:`StateFormatError` for anything else: whatever
+    reading hostile bytes raises (RecursionError, MemoryError, ...) becomes one, with a short reason."""
     try:
+        return _decode_state(data)
+    except StateFormatError as error:
+        raise StateFormatError(str(error)[:500]) from None
+    except Exception as error:   # hostile bytes: every failure is the state's
+        raise StateFormatError(f"damaged state ({type(error).__name__}: {str(error)[:200]})") from None
+
+
+def _decode_state(data: bytes) -> Any:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise StateFormatError(f"a state is bytes, not {type(data).__name__}")
+    try:
+        _check_archive(data)
         with np.load(io.BytesIO(data), allow_pickle=False) as stored:
             arrays = {name: stored[name] for name in stored.files}
-        structure = json.loads(arrays.pop(_STATE_ENTRY).tobytes().decode())
+        entry = arrays.pop(_STATE_ENTRY)
+        if entry.dtype != np.uint8 or entry.ndim != 1:
+            raise StateFormatError("the structure entry is not text")
+        text = entry.tobytes()
+        if _nesting_depth(text, MAX_DEPTH) > MAX_DEPTH:
+            raise StateFormatError(f"the structure nests deeper than {MAX_DEPTH}")
+        structure = json.loads(text.decode())
     except StateFormatError:
         raise
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError) as error:
-        raise StateFormatError(f"not a stored state ({type(error).__name__}: {error})") from None
+    except Exception as error:
+        raise StateFormatError(f"not a stored state ({type(error).__name__}: {str(error)[:200]})") from None
     if not isinstance(structure, dict) or structure.get("format") != FORMAT:
         raise StateFormatError(f"not a {FORMAT} state")
-    try:
-        return _Decoder(arrays).decode(structure["root"])
-    except StateFormatError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as error:
-        raise StateFormatError(f"damaged state ({type(error).__name__}: {error})") from None
+    if "root" not in structure:
+        raise StateFormatError("the state has no root")
+    return _Decoder(arrays).decode(structure["root"])

@@ -62,9 +62,24 @@ class CheckpointFiles:
             log.warning("checkpoint %s not removed: %s", self._path(key), error)
 
     def reject(self, key: str, reason: str) -> None:
-        """A state that cannot be used (damaged, planted, another format, other trials) is moved, with
-        its parts, to ``<sweep>/quarantine/`` with a note; never read again. Its loop starts from
-        round 1 and records ``checkpoint_rejected``."""
+        """A state that cannot be used is moved, with its parts, to ``<sweep>/quarantine/`` with a
+        note; never read again. Its loop starts from round 1 and records ``checkpoint_rejected``.
+
+        Every checkpoint is read as hostile data (core.state_codec, core.round_loop.RoundLoop.
+        saved_attributes). Refused: bytes that are not a state this project writes (garbage,
+        truncated, pickle or another format, compressed or oversized entries, array headers that
+        claim more than their entry holds, JSON nested deeper than ``state_codec.MAX_DEPTH``, any
+        error reading them raises); classes outside ``banditsweep.core`` and the registered plugins
+        (no other module is imported); states of other trials or another horizon; a next round
+        outside 2..horizon (``play_out`` saves only after a round was played and while one is
+        left: a "finished" state is never written); a recorder whose shape or dtypes are not the
+        trials', whose recorded rounds are not finite (or hold a negative arm or time), whose rounds
+        after the last played are not zero, or whose cumulative regret is not the running sum of
+        its per-round regrets (to a relative 1e-9). Not detected: a state forged to be internally
+        consistent (plausible rewards and regrets, a matching policy and environment state): it
+        cannot be told apart from one the project wrote, so a results folder from someone else can
+        still make its trials' recorded rounds say what its author chose. Only a folder one trusts
+        (or one whose ``.checkpoints/`` is removed before ``run``) gives results one can trust."""
         set_aside(self._path(key), self.directory.parent / QUARANTINE, reason)
         if (self.directory / key).is_dir():
             set_aside(self.directory / key, self.directory.parent / QUARANTINE, reason)
