@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from banditsweep.workers.checksums import file_digest, named_digest
+from banditsweep.workers.safe_files import not_regular
 from banditsweep.workers.errors import one_line
 from banditsweep.workers.record import FINISHED, TrialOutcome, TrialRecord
 
@@ -40,6 +41,53 @@ CURVE_SCHEMA = pa.schema([
     *[(name, pa.float64()) for name in CURVE_EXTRA_COLUMNS],
     ("other_extras", pa.map_(pa.string(), pa.float64())),
 ])
+
+# The columns every layout of the curves table has had. A file of an earlier version may lack the
+# others (the trial's names and seed, filled in from the journal; the extras, read as missing).
+CURVE_REQUIRED_COLUMNS = ("trial_id", "t", "arm", "reward", "regret", "cum_regret", "seconds")
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def _reads_as(kind: pa.DataType, wanted: pa.DataType) -> bool:
+    """Whether a column of type ``kind`` reads into :data:`CURVE_SCHEMA`'s ``wanted`` as it is:
+    the same type, or one Arrow casts to it without parsing text or losing values (text plain or
+    dictionary-encoded, a narrower integer or float, a map's entries named otherwise)."""
+    if kind == wanted:
+        return True
+    if _is_text(wanted):
+        return _is_text(kind)
+    if pa.types.is_integer(wanted):
+        return pa.types.is_signed_integer(kind) or kind in (pa.uint8(), pa.uint16(), pa.uint32())
+    if pa.types.is_floating(wanted):
+        return kind in (pa.float32(), pa.float64())
+    if pa.types.is_map(wanted):
+        return (pa.types.is_map(kind) and _is_text(kind.key_type)
+                and _reads_as(kind.item_type, wanted.item_type))
+    return False
+
+
+def schema_damage(schema: pa.Schema) -> str:
+    """What keeps a file of ``schema`` from being read as curve rows ("" when nothing): a column
+    every layout has that it lacks, or a column of :data:`CURVE_SCHEMA` of another type (a ``t`` of
+    text would end every read of curves/ in a cast error). Columns of no layout are left unread."""
+    missing = [name for name in CURVE_REQUIRED_COLUMNS if name not in schema.names]
+    if missing:
+        return f"not a curves table: no column {', '.join(missing)}"
+    for field in CURVE_SCHEMA:
+        if field.name not in schema.names:
+            continue
+        if schema.get_all_field_indices(field.name) != [schema.get_field_index(field.name)]:
+            return f"not a curves table: column {field.name} twice"
+        kind = schema.field(field.name).type
+        if not _reads_as(kind, field.type):
+            return f"not a curves table: column {field.name} is {kind} (the curves table's is {field.type})"
+    return ""
+
 
 # Curve files are compacted into one when a sweep has more (each `run` leaves one).
 MAX_CURVE_FILES = 8
@@ -135,8 +183,13 @@ def with_trial_columns(table: pa.Table, records: dict[str, TrialRecord] | Callab
 
 def curves_damage(path: Path, rows: dict[str, int] | None = None) -> str:
     """What is wrong with a curves file ("" when nothing): bytes that do not match the checksum in
-    its name, a page that fails its CRC, or not Parquet at all. Counts each trial's rows into
-    ``rows``. A file without a checksum (written before) is decoded whole, every column."""
+    its name, a page that fails its CRC, not Parquet at all, or Parquet that is not a curves table
+    (:func:`schema_damage`: a file named with its right checksum may still have been put there by
+    hand). Counts each trial's rows into ``rows``. A file without a checksum (written before) is
+    decoded whole, every column."""
+    kind = not_regular(path)
+    if kind:   # a FIFO would block Parquet's reader for ever, a link lead out of the folder
+        return f"not readable: {kind}, not a file"
     expected = named_digest(path)
     try:
         matches = expected is not None and file_digest(path) == expected
@@ -145,6 +198,9 @@ def curves_damage(path: Path, rows: dict[str, int] | None = None) -> str:
             return "its bytes do not match the SHA-256 in its name"
         counts: dict[str, int] = {}
         handle = pq.ParquetFile(path, page_checksum_verification=True)
+        wrong = schema_damage(handle.schema_arrow)
+        if wrong:
+            return wrong
         columns = ["trial_id"] if matches else None   # a matching checksum vouches for every byte
         for group in range(handle.num_row_groups):
             table = handle.read_row_group(group, columns=columns)
