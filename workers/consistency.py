@@ -175,6 +175,12 @@ def _other_values(table: pa.Table, records: dict[str, TrialRecord]) -> dict[str,
     return changed
 
 
+def _named_problem(found: dict[str, str], what: str, why: str = "") -> str:
+    """``found`` (trial id -> what is wrong with it) as one line: the count, what, the first ids, an example."""
+    example = min(found)
+    return f"{len(found)} finished trial(s) {what} ({_named(found)}; {example}: {found[example]}){why}"
+
+
 def _copies_that_differ(files: list[Path], trial_ids: list[str]) -> dict[str, str]:
     """Of trials whose rounds are in the curves twice, those whose copies disagree on a value of a
     round (:data:`ROUND_VALUES` and ``other_extras``: a rerun of a trial reproduces each, same
@@ -334,30 +340,23 @@ def _check_curves(root: Path, finished: dict[str, TrialRecord], result: Consiste
         else:
             result.complete_curves += 1
     if short:
-        example = next(iter(sorted(short)))
-        result.problems.append(
-            f"{len(short)} finished trial(s) have curve rows for fewer rounds than their horizon "
-            f"({_named(short)}; {example}: {short[example]}); `run` runs them again")
+        result.problems.append(_named_problem(short, "have curve rows for fewer rounds than their horizon",
+                                              "; `run` runs them again"))
     if outside:
-        example = next(iter(sorted(outside)))
-        result.problems.append(
-            f"{len(outside)} finished trial(s) have curve rows outside rounds 1…horizon "
-            f"({_named(outside)}; {example}: {outside[example]})")
+        result.problems.append(_named_problem(outside, "have curve rows outside rounds 1…horizon"))
     if finals:
-        example = next(iter(sorted(finals)))
-        result.problems.append(
-            f"{len(finals)} finished trial(s) have a final regret in the journal other than the cumulative regret "
-            f"of their last round in the curves ({_named(finals)}; {example}: {finals[example]}): the two are "
-            "one number, so the record or the curve is not this trial's (edited by hand?)")
+        result.problems.append(_named_problem(
+            finals, "have a final regret in the journal other than the cumulative regret of their last round in "
+                    "the curves", ": the two are one number, so the record or the curve is not this trial's "
+                                  "(edited by hand?)"))
     twice = [tid for tid, (rows, distinct, _, _) in rounds.items() if tid in finished and rows > distinct]
     if twice:
         differ = _copies_that_differ(files, twice)
         if differ:
-            example = next(iter(sorted(differ)))
-            result.problems.append(
-                f"{len(differ)} finished trial(s) have rounds written twice with different values "
-                f"({_named(differ)}; {example}: {differ[example]}): a trial's rerun gives the same values, so one "
-                "copy is not this trial's (a file put in curves/ by hand?); readers would keep the later one")
+            result.problems.append(_named_problem(
+                differ, "have rounds written twice with different values", ": a trial's rerun gives the same "
+                "values, so one copy is not this trial's (a file put in curves/ by hand?); readers would keep the "
+                "later one"))
         else:
             result.notes.append(f"{len(twice)} finished trial(s) have rounds written twice (a run stopped between its "
                                 "curves and its journal, then ran them again); readers keep one copy")
