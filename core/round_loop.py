@@ -358,12 +358,24 @@ def play_out(start: Callable[[], RoundLoop], resume: Callable[[bytes], RoundLoop
         except StateFormatError as error:
             checkpoints.reject(key, str(error))
             rejected = True
+    resumed = loop is not None
     if loop is None:
         loop = start()
         loop.checkpoint_rejected = rejected
     step = checkpoints.every if checkpoints is not None else None
     while not loop.done:
-        loop.advance(step, on_progress=on_progress, progress_every=progress_every)
+        try:
+            loop.advance(step, on_progress=on_progress, progress_every=progress_every)
+        except Exception as error:
+            if not resumed:
+                raise
+            # A state that decodes but does not hold what a loop holds (a policy that is a number)
+            # fails only when played: it is set aside and the trial starts again from round 1, as
+            # for a state refused on reading; a failure of the trial itself then recurs on its own.
+            checkpoints.reject(key, f"the trial resumed from it failed: {type(error).__name__}: {error}"[:500])
+            loop, resumed = start(), False
+            loop.checkpoint_rejected = True
+            continue
         if checkpoints is not None and not loop.done:
             loop.save(checkpoints, key)
     results = loop.results()

@@ -77,8 +77,16 @@ def _finished_state() -> bytes:
     return run.snapshot()
 
 
+def _policy_replaced_state() -> bytes:
+    """A real state of round 10 whose policy is a number: it decodes, and fails only when played."""
+    run = TrialRun([_trial()])
+    run.advance(10)
+    run.policy = 7
+    return run.snapshot()
+
+
 PLANTED = {"deep": _deep_state, "oversized": _oversized_state, "plugin class": _plugin_class_state,
-           "finished": _finished_state}
+           "finished": _finished_state, "policy replaced": _policy_replaced_state}
 
 
 @pytest.mark.parametrize("planted", sorted(PLANTED))
