@@ -199,3 +199,16 @@ def test_a_fifo_named_as_a_curves_file_of_an_earlier_version_is_quarantined(swep
     os.mkfifo(fifo)
     code, out, err = command(capsys, "status")
     assert code == 4 and f"damaged result file {fifo} (not readable: a FIFO (named pipe), not a file)" in err, err
+
+
+def test_status_leaves_a_running_runs_compaction_alone(swept, tmp_path, capsys):
+    """A run's own compaction may be between writing its list and removing the parts: `status`
+    beside a run (which holds the folder's lock) does not finish or judge it."""
+    (swept.journal_dir / ".s5.jsonl").write_text("")
+    manifest = swept.journal_dir / ".s5.jsonl.replaces"
+    manifest.write_text("../../../victim.txt")
+    with swept.exclusive():
+        code, out, err = command(capsys, "status")
+    assert "compaction's list" not in err and manifest.exists(), err
+    code, out, err = command(capsys, "status")
+    assert code == 4 and "compaction's list" in err and not manifest.exists()

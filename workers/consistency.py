@@ -12,7 +12,6 @@ at the end).
 
 from __future__ import annotations
 
-import fcntl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ import pyarrow.parquet as pq
 from banditsweep.workers.curves import CURVE_EXTRA_COLUMNS, CURVE_REQUIRED_COLUMNS, CURVE_SCHEMA
 from banditsweep.workers.errors import one_line
 from banditsweep.workers.record import FINISHED, TrialRecord
+from banditsweep.workers.store import run_in_progress
 from banditsweep.workers.trials_table import TRIAL_COLUMNS, trials_table
 
 # Trial ids named in one line at most (a count says how many more).
@@ -68,21 +68,6 @@ def _named(ids, total: int | None = None) -> str:
     total = len(ids) if total is None else total
     more = f" and {total - SHOWN} more" if total > SHOWN else ""
     return ", ".join(ids[:SHOWN]) + more
-
-
-def run_in_progress(root: Path) -> bool:
-    """Whether a `run` of this sweep folder holds its lock (``SweepStore.exclusive``) now."""
-    try:
-        handle = open(root / ".run.lock")
-    except OSError:
-        return False
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
 
 
 def check(root: Path, records: dict[str, TrialRecord]) -> Consistency:

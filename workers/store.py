@@ -81,6 +81,21 @@ FOLDERS = (".journal", "curves", "trials", "quarantine", ".checkpoints", ".runs"
 FILES = ("README.txt", LOCK_FILE)   # running.json is checked by its reader (workers.heartbeat)
 
 
+def run_in_progress(root: Path) -> bool:
+    """Whether a `run` of the sweep folder ``root`` holds its lock (``SweepStore.exclusive``) now."""
+    try:
+        handle = open_regular(root / LOCK_FILE)   # a FIFO planted there would block an open for ever
+    except OSError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
 @dataclass
 class SweepStore:
     root: Path  # <results root>/<sweep>
@@ -335,7 +350,8 @@ class SweepStore:
         Trials left without their results are named, so that ``run`` runs them again."""
         self.check_layout()
         health = StoreHealth()
-        health.quarantined += self.recover()
+        if not run_in_progress(self.root):   # a run's own compaction may be between its steps
+            health.quarantined += self.recover()
         planned = set(planned)
         for path in [*visible(self.journal_dir, "*.json"), *self._segments()]:
             read = read_records(path, planned)
