@@ -350,8 +350,13 @@ def play_out(start: Callable[[], RoundLoop], resume: Callable[[bytes], RoundLoop
     ``checkpoint_rejected``. With ``checkpoints`` the loop is saved every ``checkpoints.every``
     rounds and its state discarded once it has finished. The results are the same, bit for bit,
     with or without a resume."""
-    loop, rejected = None, False
-    saved = checkpoints.load(key) if checkpoints is not None else None
+    loop, rejected, saved = None, False, None
+    if checkpoints is not None:
+        try:
+            saved = checkpoints.load(key)
+        except OSError as error:   # not a regular file (a FIFO would block for ever), or unreadable
+            checkpoints.reject(key, f"not readable: {error.strerror or error}")
+            rejected = True
     if saved is not None:
         try:
             loop = resume(saved)

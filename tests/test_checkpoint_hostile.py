@@ -7,6 +7,7 @@ trial starts from round 1 with the results of a clean run."""
 
 import io
 import json
+import os
 import sys
 import zipfile
 from pathlib import Path
@@ -86,7 +87,7 @@ def _policy_replaced_state() -> bytes:
 
 
 PLANTED = {"deep": _deep_state, "oversized": _oversized_state, "plugin class": _plugin_class_state,
-           "finished": _finished_state, "policy replaced": _policy_replaced_state}
+           "finished": _finished_state, "policy replaced": _policy_replaced_state, "fifo": None}
 
 
 @pytest.mark.parametrize("planted", sorted(PLANTED))
@@ -96,7 +97,10 @@ def test_a_hostile_checkpoint_is_set_aside_and_its_trial_starts_from_round_1(pla
     spec_file, trial = _write_spec(tmp_path), _trial()
     checkpoint = tmp_path / "results" / "hostile" / ".checkpoints" / f"{checkpoint_key([trial])}.state"
     checkpoint.parent.mkdir(parents=True)
-    checkpoint.write_bytes(PLANTED[planted]())
+    if planted == "fifo":
+        os.mkfifo(checkpoint)   # reading it would block the trial for ever
+    else:
+        checkpoint.write_bytes(PLANTED[planted]())
     assert main(["run", spec_file, "--no-progress", "--sink", "none"]) == 0
     store = SweepStore.for_sweep(tmp_path / "results", "hostile")
     row = store.read_trials().iloc[0]

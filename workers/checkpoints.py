@@ -22,6 +22,7 @@ from pathlib import Path
 
 # Checkpoint files are written as every result file is; workers.shards writes its shards' states with it.
 from banditsweep.workers.atomic import write_atomically
+from banditsweep.workers.safe_files import open_regular
 
 __all__ = ["QUARANTINE", "CheckpointFiles", "set_aside", "write_atomically"]
 
@@ -37,8 +38,12 @@ class CheckpointFiles:
         return self.directory / f"{key}.state"
 
     def load(self, key: str) -> bytes | None:
+        """The state saved under ``key``, or None. One that is not a regular file (a link, a FIFO
+        that would block the trial for ever, a device) raises ``NotARegularFile`` (an OSError: the
+        round loop sets it aside)."""
         try:
-            return self._path(key).read_bytes()
+            with open_regular(self._path(key)) as handle:
+                return handle.read()
         except FileNotFoundError:
             return None
 
