@@ -105,7 +105,7 @@ class SweepPlan:
         rows = [header, "-" * len(header)]
         for cell, name in zip(self.cells, names):
             name = name if len(name) <= width else name[:width - 3] + "..."
-            per_round = "?" if math.isnan(cell.seconds_per_round) else f"{cell.seconds_per_round:.4f}"
+            per_round = "?" if math.isnan(cell.seconds_per_round) else f"{cell.seconds_per_round:.3g}"   # 9.17e-05: fast rounds keep their digits
             rows.append(f"{name:<{width}} {cell.trials:>7,} {cell.trial_rounds:>11,} {per_round:>9} "
                         f"{gib(cell.memory_bytes):>10} {cell.gpus_per_trial:>4g}  {cell.source}")
         rows.append(f"{self.trials:,} trials, {self.trial_rounds:,} trial-rounds; about {duration(self.serial_seconds)} "
