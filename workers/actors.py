@@ -17,9 +17,11 @@ import ray
 
 from banditsweep.core.trial import TrialSpec, run_trials
 from banditsweep.workers.checkpoints import CheckpointFiles
+from banditsweep.workers.code_identity import code_of, runtime_info
 from banditsweep.workers.heartbeat import RunningTrials
 from banditsweep.workers.record import TrialOutcome, TrialRecord
 from banditsweep.workers.sinks import Mirror, MirrorStatus, SinkContext, open_sinks
+from banditsweep.workers.trial_setup import configure_threads, trial_device
 
 
 def _describe_error() -> tuple[str, str]:
@@ -44,18 +46,7 @@ class TrialActor:
             os.environ[DATA_ENV_VAR] = data_dir
         self.node = ray.util.get_node_ip_address()
         self.node_id = ray.get_runtime_context().get_node_id()
-        self.device, self.device_label = "cpu", "cpu"
-        self.warning = None
-        if ray.get_gpu_ids():
-            import torch
-
-            if torch.cuda.is_available():
-                self.device, self.device_label = "cuda", torch.cuda.get_device_name()
-            else:
-                # Ray gave this actor a GPU that torch cannot use (no CUDA build, no driver): run on
-                # the CPU, and say so rather than fail every trial.
-                self.warning = (f"node {self.node}: Ray assigned GPU {ray.get_gpu_ids()} but torch sees no CUDA "
-                                f"device (torch {torch.__version__}); trials there run on the CPU (device=cpu)")
+        self.device, self.device_label, self.warning = trial_device(ray.get_gpu_ids(), self.node)
 
     def ready(self) -> str | None:
         """Answers once the actor is placed and built; a warning about its device, if any."""
@@ -73,6 +64,7 @@ class TrialActor:
         try:
             # Inside the guard: an algorithm whose module cannot be imported fails its trials, not the sweep.
             self._configure_threads(specs[0])
+            records = self._stamped(specs, records)
             return self._run_together(specs, records)
         except Exception:
             if len(batch) == 1:
@@ -81,17 +73,20 @@ class TrialActor:
         for spec, record in zip(specs, records):
             record = record.started(record.attempts, self.node, self.node_id, self.device_label, time.time())
             try:
+                [record] = self._stamped([spec], [record])
                 outcomes.extend(self._run_together([spec], [record]))
             except Exception:
                 outcomes.append(TrialOutcome.of(record.failed(*_describe_error(), at=time.time())))
         return outcomes
 
     def _configure_threads(self, spec: TrialSpec) -> None:
-        """Torch's intra-op threads follow the actor's CPUs; set once the algorithm's module (and
-        torch, if it uses it) is imported, so actors of torch-free algorithms never load torch."""
-        spec.policy_class
-        if "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(self.threads)
+        spec.policy_class   # imports the algorithm's module (and torch, where it uses it) first
+        configure_threads(self.threads)
+
+    def _stamped(self, specs: list[TrialSpec], records: list[TrialRecord]) -> list[TrialRecord]:
+        """The records stamped with the code this process runs them on and where it runs them."""
+        runtime = runtime_info(self.device_label, self.threads)
+        return [record.ran_on(code_of(spec), runtime) for spec, record in zip(specs, records)]
 
     def _run_together(self, specs: list[TrialSpec], records: list[TrialRecord]) -> list[TrialOutcome]:
         self.mirror.started.remote(records)

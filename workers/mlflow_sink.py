@@ -177,6 +177,23 @@ def trial_params(record: TrialRecord) -> dict[str, Any]:
             **{f"env.{k}": v for k, v in record.environment_config.items()}, **record.params}
 
 
+def code_tags(record: TrialRecord) -> dict[str, str]:
+    """The code a trial ran on and where (workers.code_identity), as tags: ``code_digest``, one
+    ``code.<module>`` per module it reaches, one ``runtime.<fact>`` per library version, the CPU,
+    device and threads; a trial recorded before trials carried their code says ``code_digest: unknown``."""
+    tags = {"code_digest": record.code_digest or "unknown"}
+    tags.update({_tag_key(f"code.{module}"): digest[:5000] for module, digest in record.code.items()})
+    tags.update({_tag_key(f"runtime.{key}"): str(value)[:5000] for key, value in record.runtime.items()})
+    if record.code_accepted:
+        tags["code_accepted"] = json.dumps(record.code_accepted, sort_keys=True)[:5000]
+    return tags
+
+
+def _tag_key(name: str) -> str:
+    """A tag name MLflow takes (letters, digits, ``_-./`` and spaces; at most 250 characters)."""
+    return re.sub(r"[^\w./ -]", "_", name)[:250]
+
+
 def final_metrics(record: TrialRecord) -> dict[str, float]:
     """The values worth a chart or a column in the compare view."""
     values = {"final_regret": record.final_regret, "seconds_per_round": record.seconds_per_round}
@@ -387,7 +404,7 @@ class MLflowSink:
         self.regret_keys[record.trial_id] = regret_metric(record.environment)
         params = {} if run_id in self.described else trial_params(record)
         metrics = self._regret_metrics(record.trial_id, curve)
-        tags = {"status": record.status}
+        tags = {"status": record.status, **code_tags(record)}
         if record.status == FINISHED:
             now = int(time.time() * 1000)
             metrics += [Metric(k, v, now, 0) for k, v in final_metrics(record).items()]

@@ -62,11 +62,25 @@ class TrialRecord:
     node: str | None = None          # the Ray node's address
     node_id: str | None = None       # the Ray node's id (several nodes may share an address)
     device: str | None = None        # "cpu", or the GPU's name
+    # The code it ran on (workers.code_identity): one digest per module it reaches, and their digest;
+    # empty / None in records written before trials carried their code ("code unknown").
+    code: dict[str, str] = field(default_factory=dict)
+    code_digest: str | None = None
+    # The libraries, CPU, device, threads and float settings it ran with (code_identity.runtime_info).
+    runtime: dict[str, Any] = field(default_factory=dict)
+    # Set when `verify --accept` re-stamped a trial computed by other code as today's: the digest it
+    # was computed by, the sample that reproduced, the sample's seed and when (workers.verification).
+    code_accepted: dict[str, Any] | None = None
 
     def started(self, attempts: int, node: str | None, node_id: str | None, device: str | None,
                 at: float) -> "TrialRecord":
         return dataclasses.replace(self, attempts=attempts, node=node, node_id=node_id, device=device,
                                    started_at=at)
+
+    def ran_on(self, code, runtime: dict[str, Any]) -> "TrialRecord":
+        """Stamped with the code (a workers.code_identity.CodeIdentity) and runtime it runs on."""
+        return dataclasses.replace(self, code=dict(code.parts), code_digest=code.digest, runtime=dict(runtime),
+                                   code_accepted=None)
 
     def finished(self, result, at: float, **extra_diagnostics: float) -> "TrialRecord":
         """The record of a trial that ran to its horizon (``result``: core.trial.TrialResult)."""
@@ -181,6 +195,33 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+MAX_CODE_PARTS = 512          # modules of one trial's code (a neural trial reaches 13)
+MAX_RUNTIME_KEYS = 64
+MAX_VALUE_CHARS = 1024
+
+
+def _flat(value: Any, most: int, kinds: tuple[type, ...]) -> str | None:
+    """A JSON object of at most ``most`` short text keys, each value of ``kinds`` (short, if text)."""
+    if not isinstance(value, dict):
+        return "must be a JSON object"
+    if len(value) > most:
+        return f"holds more than {most} entries"
+    for key, item in value.items():
+        if len(key) > MAX_VALUE_CHARS or isinstance(item, bool) or not isinstance(item, kinds) \
+                or isinstance(item, str) and len(item) > MAX_VALUE_CHARS:
+            names = " or ".join("a string" if kind is str else "an integer" for kind in kinds)
+            return f"value of {key[:60]!r} must be {names} (of at most {MAX_VALUE_CHARS} characters)"
+    return None
+
+
+def _digest_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and 0 < len(value) <= 64 and all(c in "0123456789abcdef" for c in value):
+        return None
+    return "must be a hexadecimal digest or null"
+
+
 def _number(least: float | None = None):
     """None or a finite number (>= ``least``); JSON has no NaN, so neither has the journal."""
     def check(value):
@@ -225,6 +266,9 @@ _FIELD_CHECKS = {
     "seconds_per_round": _number(0.0), "diagnostics": _mapping(numbers=True), "error": _text(True),
     "traceback": _text(True), "started_at": _timestamp, "finished_at": _timestamp, "node": _text(True),
     "node_id": _text(True), "device": _text(True),
+    "code": lambda v: _flat(v, MAX_CODE_PARTS, (str,)), "code_digest": _digest_text,
+    "runtime": lambda v: _flat(v, MAX_RUNTIME_KEYS, (str, int)),
+    "code_accepted": lambda v: None if v is None else _mapping()(v),
 }
 # A field added to TrialRecord needs its check here, or no journal could be read.
 if set(_FIELD_CHECKS) != {f.name for f in dataclasses.fields(TrialRecord)}:

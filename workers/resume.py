@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from banditsweep.workers.code_check import CodeComparison, compare_code
 from banditsweep.workers.jobs import Job
 from banditsweep.workers.record import FAILED, FINISHED, TrialRecord
 from banditsweep.workers.sinks import SinkContext, open_sinks
@@ -22,23 +23,34 @@ class ResumePlan:
     total: int                  # the sweep's trials
     finished: int               # ... recorded finished, with their results
     failed: int                 # ... recorded failed before this run
-    pending: list[Job]          # ... to run now
+    pending: list[Job]          # ... to run now (with the finished ones computed by other code, if re-run)
     health: StoreHealth         # what the check of the result files found (files moved aside, results lost)
+    code: CodeComparison = field(default_factory=CodeComparison)   # finished trials against today's code
+    rerun_changed: bool = True  # whether the trials computed by other code are among ``pending``
 
 
-def plan_resume(store: SweepStore, jobs: list[Job], retry_failed: bool) -> ResumePlan:
+# What `run` does with finished trials computed by other code: run them again on today's code, or keep them.
+RERUN, KEEP = "rerun", "keep"
+
+
+def plan_resume(store: SweepStore, jobs: list[Job], retry_failed: bool, changed: str = RERUN) -> ResumePlan:
     """Check the store's files (damaged ones are moved to quarantine) and work out which of ``jobs``
     run: those the journal does not hold as finished with their results, nor as failed unless
-    ``retry_failed``."""
+    ``retry_failed``; and, unless ``changed`` is KEEP, those finished by code other than today's."""
     health = store.verify(planned=[job.record.trial_id for job in jobs])
-    state = {trial_id: record.status for trial_id, record in store.journal().items()
+    journal = store.journal()
+    state = {trial_id: record.status for trial_id, record in journal.items()
              if trial_id not in health.missing_results}
+    code = compare_code(((job.spec, f"{job.record.label} | {job.record.environment}") for job in jobs),
+                        {trial_id: record for trial_id, record in journal.items() if trial_id in state})
     skip = {FINISHED} if retry_failed else {FINISHED, FAILED}
+    rerun = changed != KEEP
     return ResumePlan(total=len(jobs),
                       finished=sum(1 for job in jobs if state.get(job.record.trial_id) == FINISHED),
                       failed=sum(1 for job in jobs if state.get(job.record.trial_id) == FAILED),
-                      pending=[job for job in jobs if state.get(job.record.trial_id) not in skip],
-                      health=health)
+                      pending=[job for job in jobs if state.get(job.record.trial_id) not in skip
+                               or rerun and job.record.trial_id in code.other],
+                      health=health, code=code, rerun_changed=rerun)
 
 
 @dataclass

@@ -28,6 +28,7 @@ from banditsweep.core.kernel_shards import KernelShard, domain_shape
 from banditsweep.core.sharded_trial import run_sharded
 from banditsweep.core.sharding import shard_ranges
 from banditsweep.core.trial import TrialSpec
+from banditsweep.workers.code_identity import code_of, runtime_info
 from banditsweep.workers.checkpoints import CheckpointFiles
 from banditsweep.workers.record import MAX_ATTEMPTS, TrialOutcome, TrialRecord
 
@@ -103,8 +104,9 @@ def run_sharded_trial(spec: TrialSpec, record: TrialRecord, shards: int, cpus: f
     node_id = ray.get_runtime_context().get_node_id()
     checkpoints = CheckpointFiles(checkpoint_root, checkpoint_every) if checkpoint_every else None
     last_error = ""
+    code, runtime = code_of(spec), runtime_info("cpu", max(1, int(cpus)))
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        started = record.started(record.attempts + attempt - 1, node, node_id, "cpu", time.time())
+        started = record.started(record.attempts + attempt - 1, node, node_id, "cpu", time.time()).ran_on(code, runtime)
         group = None
         try:
             group = RayShards(spec, shards, cpus, gpus, on_wait=on_message)

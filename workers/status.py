@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from banditsweep.workers.code_check import CodeComparison, compare_code
 from banditsweep.workers.consistency import Consistency, check
 from banditsweep.workers.heartbeat import LiveRun, read_heartbeat
 from banditsweep.workers.jobs import Job
@@ -23,6 +24,7 @@ class CellCounts:
     failed: int = 0
     running: int = 0            # not done, and running now in a run that says so
     pending: int = 0
+    other_code: int = 0         # finished, by code other than today's (a `run` runs them again)
 
 
 @dataclass
@@ -32,6 +34,7 @@ class StatusSummary:
     consistency: Consistency | None
     live: LiveRun | None = None         # the sweep's running.json: the run in progress, or the last one
     live_warning: str | None = None     # why a running.json there was ignored
+    code: CodeComparison | None = None  # the finished trials' code against today's
 
     @property
     def running_now(self) -> bool:
@@ -56,6 +59,8 @@ def status_summary(store: SweepStore, jobs: list[Job]) -> StatusSummary:
     running = live.running_ids if live is not None and not live.ended and not live.stale() else set()
     journal = store.journal()
     lost = health.missing_results if health is not None else set()
+    code = compare_code(((job.spec, f"{job.record.label} | {job.record.environment}") for job in jobs),
+                        {trial_id: record for trial_id, record in journal.items() if trial_id not in lost})
     cells: dict[tuple[str, str], CellCounts] = {}
     for job in jobs:
         record = job.record
@@ -63,7 +68,9 @@ def status_summary(store: SweepStore, jobs: list[Job]) -> StatusSummary:
         if record.trial_id in lost:
             state = None
         cell = cells.setdefault((record.label, record.environment), CellCounts(record.label, record.environment))
-        if state == FINISHED:
+        if state == FINISHED and record.trial_id in code.other and record.trial_id not in running:
+            cell.other_code += 1
+        elif state == FINISHED:
             cell.done += 1
         elif record.trial_id in running:   # also a failed trial run again
             cell.running += 1
@@ -72,4 +79,4 @@ def status_summary(store: SweepStore, jobs: list[Job]) -> StatusSummary:
         else:
             cell.pending += 1
     consistency = check(store.root, journal) if health is not None else None
-    return StatusSummary(list(cells.values()), health, consistency, live, live_warning)
+    return StatusSummary(list(cells.values()), health, consistency, live, live_warning, code)

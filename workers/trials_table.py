@@ -1,6 +1,7 @@
 """The trials table of a sweep (``<sweep>/trials/trials.parquet``): one row per finished or failed
 trial, rebuilt from the journal. Every record field, every parameter, every environment setting
-(``env_<name>``) and every diagnostic (``diag_<name>``) is a typed column of its own, with one type
+(``env_<name>``), every diagnostic (``diag_<name>``) and every runtime fact (``runtime_<name>``:
+library versions, CPU, device, threads) is a typed column of its own, with one type
 per column across the sweep (a directory of per-trial files would be read with the first file's
 schema).
 """
@@ -23,7 +24,9 @@ TIMESTAMP = pa.timestamp("us", tz="UTC")
 # diagnostic (``diag_<name>``). Files of this layout say so in their schema metadata.
 ENV_PREFIX, DIAG_PREFIX = "env_", "diag_"
 TRIALS_FORMAT = {b"banditsweep.trials": b"2"}
-_JSON_FIELDS = ("params", "environment_config", "diagnostics")
+_JSON_FIELDS = ("params", "environment_config", "diagnostics", "code", "runtime", "code_accepted")
+# Where each trial ran (libraries, CPU, device, threads) also as columns of their own.
+RUNTIME_PREFIX = "runtime_"
 _FIELD_TYPES = {"seed": pa.int64(), "horizon": pa.int64(), "log_every": pa.int64(), "attempts": pa.int64(),
                 "final_regret": pa.float64(), "wall_seconds": pa.float64(), "seconds_per_round": pa.float64(),
                 "started_at": TIMESTAMP, "finished_at": TIMESTAMP}
@@ -75,6 +78,8 @@ def trials_table(records: list[TrialRecord]) -> pa.Table:
         columns[ENV_PREFIX + key] = _column_array([_setting(r.environment_config.get(key)) for r in records])
     for key in sorted({k for r in records for k in r.diagnostics}):
         columns[DIAG_PREFIX + key] = _column_array([r.diagnostics.get(key) for r in records])
+    for key in sorted({k for r in records for k in r.runtime}):
+        columns[RUNTIME_PREFIX + key] = _column_array([r.runtime.get(key) for r in records])
     return pa.table(columns).replace_schema_metadata(TRIALS_FORMAT)
 
 

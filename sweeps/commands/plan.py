@@ -9,9 +9,10 @@ import os
 
 from banditsweep.sweeps.commands.shared import store_of
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
-from banditsweep.sweeps.plan import data_directory, default_workers, plan_sweep
+from banditsweep.sweeps.plan import data_directory, default_workers, duration, plan_sweep
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError
+from banditsweep.workers.code_check import compare_code
 
 
 def main(args: argparse.Namespace, sweep: Sweep) -> int:
@@ -20,13 +21,22 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
     ensure_datasets_of_trials(args.spec, (trial.spec for trial in sweep.trials), data_dir)
     store = store_of(args, sweep)
     records = store.journal() if store.root.exists() else {}
-    done = {trial_id for trial_id, record in records.items() if record.status == "finished"}
+    code = compare_code(((trial.spec, f"{trial.label} | {trial.environment}") for trial in sweep.trials), records)
+    # Trials computed by other code are not done: `run` runs them again by default.
+    done = {trial_id for trial_id, record in records.items() if record.status == "finished"} - set(code.other)
     with data_directory(data_dir):
         plan = plan_sweep(sweep, trials_at_once, records, args.probe_seconds, done)
     for line in plan.lines():
         print(line)
     if done:
         print(f"({len(done)} trials of the spec are finished in {store.root} and left out)")
+    if code.other:
+        seconds = sum(records[trial_id].wall_seconds or 0.0 for trial_id in code.other)
+        print(f"(of the trials to run, {code.other_code_line()}; re-running them is about {duration(seconds)} of "
+              f"trial time, {duration(seconds / max(1, trials_at_once))} on {trials_at_once} worker(s), as they "
+              "took; `run --keep-changed` keeps them instead)")
+    if code.unknown:
+        print(f"(note: {code.unknown_line()})")
     return 0
 
 

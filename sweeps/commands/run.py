@@ -12,13 +12,10 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
 from dataclasses import replace
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import banditsweep
 from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
 from banditsweep.workers.errors import one_line
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
@@ -27,11 +24,13 @@ from banditsweep.sweeps.commands.shared import jobs_of, print_results, say_healt
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError
+from banditsweep.workers.code_identity import source_commit
 from banditsweep.workers.dispatcher import run_sweep
 from banditsweep.workers.jobs import Job, RunOptions
 from banditsweep.workers.pool import check_fits
 from banditsweep.workers.ray_address import ray_address
-from banditsweep.workers.resume import catch_up, failed_records, plan_resume
+from banditsweep.workers.code_check import CodeComparison
+from banditsweep.workers.resume import KEEP, RERUN, catch_up, failed_records, plan_resume
 from banditsweep.workers.runs import record_run
 from banditsweep.workers.sinks import DEFAULT_SINKS, SinkContext, run_mode, sink_names
 from banditsweep.workers.tracking import check_tracking_server
@@ -105,11 +104,12 @@ def sweep_settings(args: argparse.Namespace, sweep: Sweep) -> dict[str, str]:
 def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options: RunOptions) -> int:
     """With the sweep's folder locked: resume where the store stands, run, say how it went."""
     store = store_of(args, sweep)
-    plan = plan_resume(store, jobs, args.retry_failed)
+    plan = plan_resume(store, jobs, args.retry_failed, KEEP if args.keep_changed else RERUN)
     say_health(plan.health)
     selected = f" (selected by {sweep.selected_by})" if sweep.selected_by else ""
     print(f"{sweep.name}: {plan.total} trials{selected}, {plan.finished} finished, {plan.failed} failed, "
           f"{len(plan.pending)} to run")
+    say_code(plan.code, plan.rerun_changed)
     if not plan.pending:
         caught = catch_up(store, options.sinks, SinkContext(sweep.name, options.results_root, options.tracking_uri,
                                                             mlflow_runs=options.mlflow_runs))
@@ -120,7 +120,7 @@ def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options:
         print_results(store, sweep)
         return EXIT_FAILED_TRIALS if plan.failed else 0
     say_estimate(sweep, store, plan.pending, options)
-    options = replace(options, spec_text=_spec_text(args.spec), source_commit=_source_commit())
+    options = replace(options, spec_text=_spec_text(args.spec), source_commit=source_commit())
     # Which --set planned these trials: `status` and `report` without them find them by it.
     record_run(store.root, args.overrides or [], len(sweep.trials))
     display = ProgressDisplay(len(plan.pending), sweep.name, bar=not args.no_progress)
@@ -151,6 +151,20 @@ def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options:
         print(one_line(f"failed: {record.label} | {record.environment} | seed {record.seed}: {record.error}", 500),
               file=sys.stderr)
     return EXIT_FAILED_TRIALS if failures else 0
+
+
+def say_code(code: CodeComparison, rerun: bool) -> None:
+    """What `run` found of the finished trials' code, and what it does about it."""
+    line = code.other_code_line()
+    if line:
+        action = ("running them again on today's code (--keep-changed keeps them; if the change moves no number, "
+                  "`banditsweep verify SPEC --accept` first)") if rerun else \
+            "kept (--keep-changed): `report` marks their cells as computed by other code"
+        print(f"note: {line}; {action}")
+    if code.unknown_line():
+        print(f"note: {code.unknown_line()}")
+    for line in code.undigestable_lines():
+        print(f"warning: {line}", file=sys.stderr)
 
 
 # Cells a run probes for its first-line estimate (each for at most RUN_PROBE_SECONDS); a sweep of more
@@ -190,37 +204,3 @@ def _spec_text(path: str) -> str:
         return Path(path).read_text()
     except (OSError, UnicodeDecodeError):
         return ""
-
-
-def _source_commit(package: Path | None = None) -> str:
-    """The git commit of the code that runs (with ``+dirty`` when it has changes), where it is a
-    git checkout; else (a Ray job's uploaded tree, an installed package) the SHA-256 of the package's
-    source files with the installed version: every result still names the code that made it."""
-    package = package or Path(banditsweep.__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=False, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(package), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=False, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "", ""
-    if commit:
-        return commit + ("+dirty" if dirty else "")
-    try:
-        installed = f"banditsweep {version('banditsweep')}"
-    except PackageNotFoundError:
-        installed = "banditsweep"
-    return f"{installed}, source sha256:{source_digest(package)[:16]} (no git)"
-
-
-def source_digest(package: Path) -> str:
-    """SHA-256 over the package's Python files and sweep specs, by relative path: the same tree gives
-    the same digest wherever it was copied (what a Ray job uploads has no ``.git``)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    files = sorted(path for pattern in ("*.py", "*.yaml") for path in package.rglob(pattern)
-                   if ".venv" not in path.parts and "__pycache__" not in path.parts)
-    for path in files:
-        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()

@@ -35,11 +35,15 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
     cells = pd.DataFrame([asdict(cell) for cell in summary.cells])
     if not summary.running_now:
         cells = cells.drop(columns="running")
-    print(markdown_table(cells, index=False))
+    if not summary.total("other_code"):
+        cells = cells.drop(columns="other_code")
+    print(markdown_table(cells.rename(columns={"other_code": "other code"}), index=False))
     running = f"{summary.total('running')} running, " if summary.running_now else ""
+    other = f"{summary.total('other_code')} by other code, " if summary.total("other_code") else ""
     selected = f" (selected by {sweep.selected_by})" if sweep.selected_by else ""
-    print(f"\n{sweep.name}: {len(sweep.trials)} trials{selected}: {summary.total('done')} done, {summary.total('failed')} failed, "
-          f"{running}{summary.total('pending')} pending")
+    print(f"\n{sweep.name}: {len(sweep.trials)} trials{selected}: {summary.total('done')} done, {other}"
+          f"{summary.total('failed')} failed, {running}{summary.total('pending')} pending")
+    say_code_state(summary.code)
     say_live(summary)
     if summary.consistency is None:
         return 0
@@ -49,6 +53,19 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
     for problem in summary.consistency.problems:
         print(f"inconsistent: {problem}", file=sys.stderr)
     return EXIT_INCONSISTENT if summary.inconsistent else 0
+
+
+def say_code_state(code) -> None:
+    """Which modules changed since the finished trials ran, and the trials recorded without code."""
+    if code is None:
+        return
+    if code.other:
+        print(f"other code: {code.other_code_line()}; `run` runs them again (--keep-changed keeps them), "
+              "`verify --accept` stamps them as today's where a sample reproduces")
+    if code.unknown:
+        print(f"note: {code.unknown_line()}")
+    for line in code.undigestable_lines():
+        print(f"warning: {line}", file=sys.stderr)
 
 
 def say_live(summary: StatusSummary) -> None:
