@@ -4,7 +4,8 @@ search registry).
 A sweep spec names algorithms, environments and sinks only by these keys; a spec never carries code.
 Adding an algorithm is one module plus one line here. Out-of-tree code registers through plugins:
 modules named in ``BANDITSWEEP_PLUGINS`` (comma-separated) are imported on first lookup and may call
-:func:`register_algorithm` / :func:`register_environment` / :func:`register_sink`. Sinks live in the
+:func:`register_algorithm` / :func:`register_environment` / :func:`register_sink`; one that cannot be
+imported raises :class:`PluginError`, one line naming the module and what went wrong. Sinks live in the
 workers layer, which registers its own (``banditsweep.workers.sinks``); this layer knows none of
 them, only the table plugins add theirs to.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 
 from banditsweep.core.contracts import Environment, Policy
 
@@ -65,14 +67,51 @@ def register_sink(name: str, target: str | type) -> None:
 
 _plugins_seen: list[str | None] = [None]   # the value of $BANDITSWEEP_PLUGINS last loaded
 
+PLUGINS_ENV_VAR = "BANDITSWEEP_PLUGINS"
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+class PluginError(Exception):
+    """A module named in ``$BANDITSWEEP_PLUGINS`` cannot be imported: it is not a module name, no
+    module of that name is found, or importing it raised. ``str(error)`` is one line naming the
+    variable, the module and the problem (the CLI maps it to bad input, exit 2)."""
+
+    def __init__(self, module: str, problem: str):
+        self.variable, self.module, self.problem = PLUGINS_ENV_VAR, module, problem
+        shown = repr(module if len(module) <= 100 else module[:99] + "…")
+        super().__init__(f"${PLUGINS_ENV_VAR}: {shown}: {problem}")
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _import_plugin(module: str) -> None:
+    if not _MODULE_NAME.fullmatch(module):
+        raise PluginError(module, "not a module name; the variable names importable modules (on PYTHONPATH), "
+                                  "separated by commas, e.g. my_plugins,pkg.more_plugins")
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        missing = error.name or ""
+        if missing and (module == missing or module.startswith(missing + ".")):
+            raise PluginError(module, f"no module of that name can be imported (ModuleNotFoundError: "
+                                      f"{_one_line(error)}); put its folder on PYTHONPATH or fix the name") from error
+        raise PluginError(module, f"the plugin module failed on import: ModuleNotFoundError: "
+                                  f"{_one_line(error)}") from error
+    except (Exception, SystemExit) as error:   # whatever a plugin's import raises is its own error
+        detail = f"{type(error).__name__}: {_one_line(error)}" if str(error) else type(error).__name__
+        raise PluginError(module, f"the plugin module failed on import: {detail}") from error
+
 
 def _load_plugins() -> None:
-    wanted = os.environ.get("BANDITSWEEP_PLUGINS", "")
+    wanted = os.environ.get(PLUGINS_ENV_VAR, "")
     if wanted == _plugins_seen[0]:
         return   # asked once per trial of a sweep expanded: the same value needs no second look
     for module in filter(None, (m.strip() for m in wanted.split(","))):
         if module not in _plugins_loaded:
-            importlib.import_module(module)
+            _import_plugin(module)   # PluginError: the next lookup tries again (and fails the same way)
             _plugins_loaded.add(module)
     _plugins_seen[0] = wanted
 

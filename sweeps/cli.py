@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 
 from banditsweep.core.datasets import DATA_ENV_VAR, DatasetError
+from banditsweep.core.registry import PluginError
 from banditsweep.sweeps.commands import EXIT_BAD_INPUT, EXIT_INCONSISTENT, EXIT_INTERRUPTED, EXIT_STORE_UNWRITABLE
 from banditsweep.sweeps.commands.arguments import (DEFAULT_RESULTS_ROOT, RESULTS_ENV_VAR, check_arguments,
                                                    check_sweep_folder, results_root)
@@ -32,15 +33,17 @@ from banditsweep.workers.errors import (DamagedResultError, InputError, RayUnrea
                                         StoreWriteError, SweepBusyError)
 from banditsweep.workers.signals import exit_now_if_ray_was_abandoned, stop_cleanly_on_sigterm
 
-# Bad input, found before anything is started or written: exit 2 with one line.
-INPUT_ERRORS = (SpecError, DatasetError, SweepBusyError, InputError, RayUnreachableError, ResourceRequestError)
+# Bad input, found before anything is started or written: exit 2 with one line. PluginError: a module
+# of $BANDITSWEEP_PLUGINS cannot be imported (found by the first registry lookup, in every command).
+INPUT_ERRORS = (SpecError, DatasetError, SweepBusyError, InputError, RayUnreachableError, ResourceRequestError,
+                PluginError)
 UNWRITABLE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 MAX_WORKERS = 100_000   # trial actors of one run, at most
 
 # command -> (module of sweeps.commands, its function); each is imported only when it runs.
 COMMANDS = {"run": ("run", "main"), "status": ("status", "main"), "report": ("report", "main"),
             "sync-mlflow": ("mlflow", "sync"), "ui": ("mlflow", "ui"), "list": ("listing", "main"),
-            "plan": ("plan", "main")}
+            "plan": ("plan", "main"), "verify": ("verify", "main")}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-workers", type=_worker_count, default=None,
                      help="at most this many trial actors (default: as many as the cluster can hold)")
     run.add_argument("--retry-failed", action="store_true", help="also rerun trials recorded as failed")
+    changed = run.add_mutually_exclusive_group()
+    changed.add_argument("--rerun-changed", action="store_true",
+                         help="run finished trials computed by other code again on today's code (the default)")
+    changed.add_argument("--keep-changed", action="store_true",
+                         help="keep finished trials computed by other code (report marks their cells)")
     run.add_argument("--data-dir", default=None, help=f"dataset directory (default: ${DATA_ENV_VAR}, else "
                                                       "a per-user cache directory)")
     run.add_argument("--sink", dest="sinks", action="append", default=None, metavar="NAME",
@@ -91,6 +99,21 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--gpus", type=_gpu_count, default=None,
                       help="GPUs of the cluster (for trials that ask for GPUs; 0: a cluster without GPUs)")
     plan.add_argument("--probe-seconds", type=_probe_seconds, default=3.0, help="at most this long timing each cell (default 3)")
+    verify = commands.add_parser("verify", help="re-run a sample of the finished trials on today's code and "
+                                                "compare every stored value but timings")
+    _common(verify)
+    verify.add_argument("--sample", type=_sample_size, default=10,
+                        help="trials to re-run (default 10; at least one of each code version the store holds)")
+    verify.add_argument("--seed", type=_seed, default=None, help="the sample's seed (default: a new one, printed)")
+    verify.add_argument("--accept", action="store_true",
+                        help="stamp the finished trials of each code version whose sampled trials reproduced as "
+                             "computed by today's code (after a change that moves no number)")
+    verify.add_argument("--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS, else an "
+                                                        "embedded local Ray on 127.0.0.1)")
+    verify.add_argument("--max-workers", type=_worker_count, default=None, help="at most this many trial actors")
+    verify.add_argument("--data-dir", default=None, help=f"dataset directory (default: ${DATA_ENV_VAR}, else "
+                                                         "a per-user cache directory)")
+    verify.add_argument("--no-progress", action="store_true", help="no progress bar")
     status = commands.add_parser("status", help="done / failed / pending trial counts")
     _common(status)
     report = commands.add_parser("report", help="tables and figures of a sweep's results")
@@ -137,6 +160,14 @@ def _probe_seconds(text: str) -> float:
 
 def _worker_count(text: str) -> int:
     return _whole_number(text, 1, MAX_WORKERS)
+
+
+def _sample_size(text: str) -> int:
+    return _whole_number(text, 1, 100_000)
+
+
+def _seed(text: str) -> int:
+    return _whole_number(text, 0, 2**63 - 1)
 
 
 def _gpu_count(text: str) -> int:

@@ -242,7 +242,8 @@ def _compare(paper: PaperData, best: pd.DataFrame, by_id: pd.DataFrame, configs:
                     "ours_over_paper": _ratio(mean, paper_mean),
                     "ours_over_best_baseline": _ratio(mean, best_ours),
                     "paper_over_best_baseline": _ratio(paper_mean, best_paper),
-                    "rank_ours": rank_ours.get(name, float("nan")), "rank_paper": rank_paper.get(name, float("nan"))})
+                    "rank_ours": rank_ours.get(name, float("nan")), "rank_paper": rank_paper.get(name, float("nan")),
+                    "code": row.get("code", "") or ""})
             rho, why = _spearman([ours(env, n, "mean") for n in ranked], [published(env, n, "mean") for n in ranked])
             spearman_rows.append({"environment": env, "paper_environment": matched_envs[env]["paper"],
                                   "algorithms": len(ranked), "spearman": rho, "note": why})
@@ -373,12 +374,18 @@ def paper_comparison_markdown(comparison: PaperComparison, sweep: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_paper_comparisons(directory: Path, comparisons: list[PaperComparison], sweep: str) -> str:
+def write_paper_comparisons(directory: Path, comparisons: list[PaperComparison], sweep: str,
+                            code_notes: list[str] = ()) -> str:
     """``vs_paper.md`` (every matched paper) and per paper ``vs_paper_<key>_{cells,spearman,claims}.csv``;
-    returns the Markdown."""
+    returns the Markdown. ``code_notes``: which cells mix code versions or hold trials of other code
+    than today's (sweeps.report.code_marks); their cells are marked in the ``code`` column."""
     if not comparisons:
         return ""
     text = "\n".join(paper_comparison_markdown(c, sweep) for c in comparisons)
+    if code_notes:
+        text += ("\n### The code behind our numbers\n\nCells marked in the `code` column: † trials of more than one "
+                 "code version, ‡ trials computed by other code than today's.\n\n"
+                 + "".join(f"- {note}\n" for note in code_notes))
     (directory / "vs_paper.md").write_text(text)
     for comparison in comparisons:
         stem = f"vs_paper_{slug(comparison.paper.key)}"

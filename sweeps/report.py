@@ -48,6 +48,16 @@ class Summary:
     titles: dict[str, str] = field(default_factory=dict)  # environment (and table column) -> display title
     columns: dict[str, str] = field(default_factory=dict)  # environment -> its table column
     notes: list[str] = field(default_factory=list)  # grid points left out of the choice, and why
+    # Cells whose trials were not all computed by one code version, or by today's code: (column, row)
+    # -> mark (CODE_MIXED, CODE_OTHER), and the notes that name the modules.
+    marks: dict[tuple[str, str], str] = field(default_factory=dict)
+    code_notes: list[str] = field(default_factory=list)
+
+
+# Marks of cells in the tables (each explained in the caption and a note naming the modules).
+CODE_MIXED, CODE_OTHER = "†", "‡"
+CODE_LEGEND = {CODE_MIXED: "† its trials were computed by more than one code version",
+               CODE_OTHER: "‡ some of its trials were computed by other code than today's"}
 
 
 def recorded_trials(store: SweepStore) -> pd.DataFrame:
@@ -73,7 +83,7 @@ def finished_trials(trials: pd.DataFrame, planned, status: str = FINISHED) -> pd
 
 
 def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str],
-              failed: pd.DataFrame | None = None) -> Summary:
+              failed: pd.DataFrame | None = None, other_code: dict[str, list[str]] | None = None) -> Summary:
     """Best grid point per (algorithm label, environment) by mean final regret (the papers' tuning
     rule). A grid point with a failed trial (``failed``: a seed that diverged, say) is not a
     candidate: the mean of the seeds that survived would flatter it. Only where every grid point of
@@ -129,9 +139,50 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
                           "seconds_per_round": row["seconds_per_round"], **timing})
     titles = environment_titles(trials, envs)
     titles |= {short[env]: titles[env] for env in short}
+    marks, code_notes = code_marks(trials, best, other_code or {})
+    best["code"] = [marks.get((row["environment"], row["label"]), "") for _, row in best.iterrows()]
     return Summary(best, layout("mean"), layout("std"), layout("seconds_per_round"), pd.DataFrame(diag_rows),
                    setting_table(trials, best, labels, envs), layout("seconds_std"), titles,
-                   {env: short.get(env, env) for env in envs}, notes)
+                   {env: short.get(env, env) for env in envs}, notes,
+                   {(short.get(env, env), label): mark for (env, label), mark in marks.items()}, code_notes)
+
+
+def code_marks(trials: pd.DataFrame, best: pd.DataFrame, other_code: dict[str, list[str]]
+               ) -> tuple[dict[tuple[str, str], str], list[str]]:
+    """Which chosen cells mix code versions (:data:`CODE_MIXED`) or hold trials computed by other code
+    than today's (:data:`CODE_OTHER`), keyed (environment, label), and the notes naming the modules.
+    A report never puts numbers of two code versions in one cell or one table without saying so.
+    (Digests are compared within a cell, of trials of one algorithm: each trial's digest of a module
+    covers only the definitions it reaches there, so two algorithms' digests of a module differ.)"""
+    if "code_digest" not in trials.columns:
+        return {}, []
+    by_id = trials.drop_duplicates("trial_id", keep="last").set_index("trial_id")
+    marks: dict[tuple[str, str], str] = {}
+    notes: list[str] = []
+    unknown = 0
+    for _, row in best.iterrows():
+        ids = [tid for tid in row["trial_ids"] if tid in by_id.index]
+        digests = {by_id.loc[tid, "code_digest"] or "unknown" for tid in ids}
+        parts = [json.loads(by_id.loc[tid, "code"] or "{}") for tid in ids]
+        unknown += sum(1 for tid in ids if not by_id.loc[tid, "code_digest"])
+        mark = ""
+        if len(digests) > 1:
+            differ = sorted(m for m in {m for code in parts for m in code}
+                            if len({code.get(m) for code in parts}) > 1) or ["(code unknown for some)"]
+            mark += CODE_MIXED
+            notes.append(f"{row['label']} | {row['environment']}: its {len(ids)} trials were computed by "
+                         f"{len(digests)} code versions ({', '.join(differ[:6])} differ)")
+        stale = [tid for tid in ids if tid in other_code]
+        if stale:
+            changed = sorted({m for tid in stale for m in other_code[tid]})
+            mark += CODE_OTHER
+            notes.append(f"{row['label']} | {row['environment']}: {len(stale)} of its {len(ids)} trials were "
+                         f"computed by other code than today's ({', '.join(changed[:6])} changed since)")
+        if mark:
+            marks[(row["environment"], row["label"])] = mark
+    if unknown:
+        notes.append(f"{unknown} of the reported trials were recorded before trials carried their code (code unknown)")
+    return marks, notes
 
 
 def environment_titles(trials: pd.DataFrame, envs: list[str]) -> dict[str, str]:
@@ -224,12 +275,19 @@ def setting_table(trials: pd.DataFrame, best: pd.DataFrame, labels: list[str], e
 
 def _write_table(directory: Path, name: str, table: pd.DataFrame, digits: int, caption: str, sweep: str,
                  names: dict[str, str], titles: dict[str, str], bold: dict | None = None,
-                 latex_digits: int | None = None) -> None:
-    (directory / f"{name}.md").write_text(f"{caption}\n\n{markdown_table(table, digits, bold=bold)}\n")
+                 latex_digits: int | None = None, marks: dict | None = None) -> None:
+    caption += _marks_legend(marks)
+    (directory / f"{name}.md").write_text(f"{caption}\n\n{markdown_table(table, digits, bold=bold, marks=marks)}\n")
     table.to_csv(directory / f"{name}.csv")
     (directory / f"{name}.tex").write_text(latex_table(
         table.rename(index=names, columns=titles), caption, f"tab:{label_slug(sweep)}:{label_slug(name)}",
-        digits if latex_digits is None else latex_digits, _renamed(bold, names, titles)))
+        digits if latex_digits is None else latex_digits, _renamed(bold, names, titles),
+        marks={(titles.get(c, c), names.get(r, r)): m for (c, r), m in (marks or {}).items()}))
+
+
+def _marks_legend(marks: dict | None) -> str:
+    used = {c for mark in (marks or {}).values() for c in mark}
+    return "".join(f"; {CODE_LEGEND[c]}" for c in (CODE_MIXED, CODE_OTHER) if c in used)
 
 
 def _renamed(bold: dict | None, names: dict[str, str], titles: dict[str, str]) -> dict:
@@ -300,17 +358,22 @@ def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sw
     regret_rule = separation_rule("mean final regret", seeds)
     _write_table(directory, "final_regret_mean", summary.mean, 1,
                  f"{sweep}: mean final cumulative regret over {seeds} (best grid point per cell; {regret_rule})",
-                 sweep, names, titles, regret_bold)
+                 sweep, names, titles, regret_bold, marks=summary.marks)
     _write_table(directory, "final_regret_std", summary.std, 2,
-                 f"{sweep}: standard deviation of the final cumulative regret over {seeds}", sweep, names, titles)
+                 f"{sweep}: standard deviation of the final cumulative regret over {seeds}", sweep, names, titles,
+                 marks=summary.marks)
     _write_table(directory, "seconds_per_round", summary.seconds, 4,
                  f"{sweep}: mean wall seconds per round ({separation_rule('seconds per round', seeds)})",
-                 sweep, names, titles, separated_best(summary.seconds, summary.seconds_std))
+                 sweep, names, titles, separated_best(summary.seconds, summary.seconds_std), marks=summary.marks)
     caption = (f"{sweep}: final cumulative regret, mean ± standard deviation over {seeds} (best grid point per "
-               f"cell; {regret_rule})")
+               f"cell; {regret_rule}){_marks_legend(summary.marks)}")
     (directory / "final_regret_mean_std.tex").write_text(latex_table(
         summary.mean.rename(index=names, columns=titles), caption, f"tab:{label_slug(sweep)}:final-regret-mean-std",
-        1, _renamed(regret_bold, names, titles), std=summary.std.rename(index=names, columns=titles)))
+        1, _renamed(regret_bold, names, titles), std=summary.std.rename(index=names, columns=titles),
+        marks={(titles.get(c, c), names.get(r, r)): m for (c, r), m in summary.marks.items()}))
+    if summary.code_notes:
+        (directory / "code.md").write_text(f"{sweep}: the code behind the numbers\n\n"
+                                           + "".join(f"- {note}\n" for note in summary.code_notes))
     by_setting = summary.by_setting.copy()
     by_setting.columns = [f"{a} {b}" for a, b in by_setting.columns]
     (directory / "by_setting.md").write_text(
@@ -336,6 +399,7 @@ def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sw
         summary.diagnostics.to_csv(directory / "timing.csv", index=False)
     plot_curves(store, summary, directory, sweep)
     trials = recorded_trials(store)
-    return write_paper_comparisons(directory, compare_with_papers(summary.best, trials), sweep)
+    return write_paper_comparisons(directory, compare_with_papers(summary.best, trials), sweep,
+                                   summary.code_notes)
 
 

@@ -11,8 +11,10 @@ import pandas as pd
 MISSING = "—"  # a setting an environment does not have (another kind's key), or left unset (None)
 
 
-def markdown_table(table: pd.DataFrame, digits: int = 2, index: bool = True, bold: dict | None = None) -> str:
-    """``bold``: column -> the row (index value) whose cell is bold (``**5.0**``)."""
+def markdown_table(table: pd.DataFrame, digits: int = 2, index: bool = True, bold: dict | None = None,
+                   marks: dict | None = None) -> str:
+    """``bold``: column -> the row (index value) whose cell is bold (``**5.0**``); ``marks``:
+    (column, row) -> a mark written after the cell's value (``5.0†``)."""
     frame = table.reset_index() if index else table
     header = [str(c) for c in frame.columns]
     rows = list(table.index) if index else [None] * len(frame)
@@ -29,6 +31,8 @@ def markdown_table(table: pd.DataFrame, digits: int = 2, index: bool = True, bol
         for i, column in enumerate(frame.columns):
             if column in bold and bold[column] == name:
                 cells[i] = f"**{cells[i]}**"
+            if marks and (column, name) in marks:
+                cells[i] += marks[(column, name)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -68,6 +72,9 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
                   **{c: f"$^{d}$" for c, d in zip("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")}}
 
 
+_LATEX_MARKS = {"†": r"$^\dagger$", "‡": r"$^\ddagger$"}
+
+
 def latex_escape(text) -> str:
     return "".join(_LATEX_SPECIAL.get(c, c) for c in str(text))
 
@@ -86,7 +93,7 @@ def latex_number(value, digits: int = 1) -> str:
 
 
 def latex_table(table: pd.DataFrame, caption: str, label: str, digits: int = 1, bold: dict | None = None,
-                std: pd.DataFrame | None = None, std_digits: int | None = None) -> str:
+                std: pd.DataFrame | None = None, std_digits: int | None = None, marks: dict | None = None) -> str:
     """A booktabs table of numbers (rows: algorithms, columns: environments) with a caption and a
     ``\\label``; ``bold``: column -> the row whose cell is bold (:func:`separated_best`). With
     ``std``, each cell is ``mean \\pm std``."""
@@ -108,7 +115,8 @@ def latex_table(table: pd.DataFrame, caption: str, label: str, digits: int = 1, 
                 text += r" \pm " + latex_number(std.loc[name, column], digits if std_digits is None else std_digits)
             if column in best and best[column] == name:
                 text = rf"\mathbf{{{text}}}"
-            cells.append(f"${text}$")
+            mark = (marks or {}).get((column, name), "")
+            cells.append(f"${text}$" + "".join(_LATEX_MARKS.get(c, "") for c in mark))
         lines.append(" & ".join([latex_escape(name), *cells]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(lines) + "\n"

@@ -46,6 +46,7 @@ between is finished by the next :meth:`SweepStore.recover`.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import socket
 import time
@@ -65,7 +66,7 @@ from banditsweep.workers.checksums import named_digest, visible, write_digested
 from banditsweep.workers.curves import (CURVE_SCHEMA, MAX_CURVE_FILES, curve_table, curves_damage, has_trial_columns,
                                         only_of, write_parts_parquet,
                                         latest_rows, read_parquet, with_trial_columns, write_order, write_parquet)
-from banditsweep.workers.errors import DamagedResultError, SweepBusyError, one_line
+from banditsweep.workers.errors import DamagedResultError, InputError, SweepBusyError, one_line
 from banditsweep.workers.journal import journal_text, read_records
 from banditsweep.workers.record import FAILED, FINISHED, TrialOutcome, TrialRecord
 from banditsweep.workers.safe_files import not_regular, open_regular, read_regular, refuse_linked_or_misplaced, shown
@@ -76,9 +77,13 @@ __all__ = ["CURVE_SCHEMA", "FAILED", "FINISHED", "MAX_CURVE_FILES", "StoreHealth
 
 
 LOCK_FILE = ".run.lock"
+# The store's format: a reader refuses a store of a later format (it would take the later records'
+# new fields for damage and set them aside). 1: records carry their code and runtime (code_identity).
+FORMAT_FILE = ".format.json"
+STORE_FORMAT = 1
 # The sweep folder's own entries: what check_layout() expects each to be.
 FOLDERS = (".journal", "curves", "trials", "quarantine", ".checkpoints", ".runs")
-FILES = ("README.txt", LOCK_FILE)   # running.json is checked by its reader (workers.heartbeat)
+FILES = ("README.txt", LOCK_FILE, FORMAT_FILE)   # running.json is checked by its reader (workers.heartbeat)
 
 
 def run_in_progress(root: Path) -> bool:
@@ -139,6 +144,7 @@ class SweepStore:
             handle.seek(0)
             handle.truncate()
             handle.write(f"pid {os.getpid()} on {socket.gethostname()}".encode())
+            self.mark_format()
             self.describe()
             handle.flush()
             try:
@@ -165,9 +171,40 @@ class SweepStore:
 
     def check_layout(self) -> None:
         """The sweep folder's own entries are what the project made them (no link, a folder where a
-        folder belongs): refused with :class:`InputError` naming the entry otherwise, before anything
-        is written through it."""
+        folder belongs), and its format one this reader knows: refused with :class:`InputError`
+        naming the entry otherwise, before anything is read or written through it."""
         refuse_linked_or_misplaced(self.root, FOLDERS, FILES)
+        self.check_format()
+
+    def check_format(self) -> int:
+        """The store's format (0: written before stores said theirs); a later one than this reader's
+        :data:`STORE_FORMAT`, or a format file this project did not write, is refused."""
+        path = self.root / FORMAT_FILE
+        if not os.path.lexists(path):
+            return 0
+        try:
+            values = json.loads(read_regular(path, 4096))
+            found = values["store_format"]
+            if isinstance(found, bool) or not isinstance(found, int) or found < 0:
+                raise ValueError(found)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise InputError(f"{shown(path)}: not a store-format file banditsweep writes ({one_line(error)[:80]}); "
+                             f"it says which banditsweep can read the results folder: restore it, or remove it "
+                             f"if the folder was written by this version") from None
+        if found > STORE_FORMAT:
+            writer = values.get("written_by") if isinstance(values.get("written_by"), str) else "a later banditsweep"
+            raise InputError(f"{shown(self.root)}: the results were written in store format {found} ({shown(writer)}); "
+                             f"this banditsweep reads formats up to {STORE_FORMAT}: upgrade banditsweep to read or "
+                             f"extend them, or give another --results folder")
+        return found
+
+    def mark_format(self) -> None:
+        """Say the store's format (before a run writes anything), where it does not say it yet."""
+        if self.check_format() < STORE_FORMAT:
+            from banditsweep import __version__
+
+            write_atomically(self.root / FORMAT_FILE, json.dumps(
+                {"store_format": STORE_FORMAT, "written_by": f"banditsweep {__version__}"}) + "\n")
 
     def write_outcomes(self, outcomes: list[TrialOutcome]) -> None:
         """Make a group of trial outcomes durable: one curves part, then one journal segment."""
@@ -452,6 +489,7 @@ def load(results_root: str | os.PathLike, sweep: str | None = None) -> tuple[pd.
     root = Path(results_root).expanduser()
     folder = root / sweep if sweep is not None else root
     store = SweepStore(folder.resolve())
+    store.check_format()
     if not any(path.is_dir() for path in (store.trials_dir, store.curves_dir, store.journal_dir)):
         here = sorted(p.name for p in root.iterdir() if (p / "trials").is_dir()) if root.is_dir() else []
         raise FileNotFoundError(f"{folder}: no sweep results here" + (

@@ -60,6 +60,8 @@ def _setting(value: Any) -> Any:
 def _column(name: str, records: list[TrialRecord]) -> pa.Array:
     values = [getattr(r, name) for r in records]
     if name in _JSON_FIELDS:
+        if name == "code_accepted":   # null where a trial was not re-stamped
+            return pa.array([None if v is None else json.dumps(v, sort_keys=True) for v in values], pa.string())
         return pa.array([json.dumps(v or {}, sort_keys=True) for v in values], pa.string())
     kind = _FIELD_TYPES.get(name, pa.string())
     if kind == TIMESTAMP:

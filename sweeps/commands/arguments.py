@@ -24,7 +24,7 @@ RESULTS_ENV_VAR = "BANDITSWEEP_RESULTS"
 DEFAULT_RESULTS_ROOT = "~/banditsweep-results"
 
 # Commands that write under the results root (`status` only reads).
-WRITING_COMMANDS = ("run", "report", "sync-mlflow")
+WRITING_COMMANDS = ("run", "report", "sync-mlflow", "verify")
 
 
 def results_root(args: argparse.Namespace) -> Path:
@@ -62,7 +62,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         if uri:   # the default is always fine
             source = f"--mlflow-uri {show(uri)}" if args.mlflow_uri else f"${TRACKING_URI_ENV_VAR}={show(uri)}"
             check_tracking_uri(uri, source, results_root(args), writing)
-    if args.command == "run":
+    if args.command in ("run", "verify"):
         if args.data_dir == "":
             raise InputError("--data-dir: empty path; give the dataset directory")
         if args.address == "":

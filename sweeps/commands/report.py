@@ -8,8 +8,8 @@ import sys
 
 from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS, EXIT_INCONSISTENT
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
-from banditsweep.sweeps.commands.shared import (env_order, label_order, say_health, say_selection, selected_sweep,
-                                                store_of)
+from banditsweep.sweeps.commands.shared import (env_order, label_order, other_code_of, say_code_notes, say_health,
+                                                say_selection, selected_sweep, store_of)
 from banditsweep.sweeps.report import finished_trials, markdown_table, recorded_trials, summarise, write_report
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.workers.mlflow_sink import attach_report
@@ -29,16 +29,18 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
         print(f"{sweep.name}: no finished trials under {store.root}; run `banditsweep run {args.spec}` first",
               file=sys.stderr)
         return EXIT_FAILED_TRIALS
-    summary = summarise(trials, label_order(sweep), env_order(sweep), finished_trials(recorded, sweep.trials, FAILED))
+    summary = summarise(trials, label_order(sweep), env_order(sweep), finished_trials(recorded, sweep.trials, FAILED),
+                        other_code_of(store, sweep))
     files = write_report(store, summary, sweep.name)
     run_id, note = attach_report(tracking_uri(args), str(results_root(args)), sweep.name, store.report_dir)
     if note:
         print(f"warning: {note}", file=sys.stderr)
     print(f"Mean final cumulative regret ({sweep.name}, {len(trials)} finished trials):")
-    print(markdown_table(summary.mean, 1))
-    print(f"\nStandard deviation:\n{markdown_table(summary.std, 2)}")
+    print(markdown_table(summary.mean, 1, marks=summary.marks))
+    print(f"\nStandard deviation:\n{markdown_table(summary.std, 2, marks=summary.marks)}")
     for note in summary.notes:
         print(f"note: {note}")
+    say_code_notes(summary)
     print(f"\nwrote {len(files)} files to {store.report_dir}"
           + (f"; logged to MLflow run {run_id}" if run_id else ""))
     if health is not None and not health.ok:

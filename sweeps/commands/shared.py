@@ -8,11 +8,12 @@ import argparse
 import sys
 
 from banditsweep.sweeps.commands.arguments import results_root
-from banditsweep.sweeps.report import finished_trials, markdown_table, recorded_trials, summarise
+from banditsweep.sweeps.report import CODE_LEGEND, finished_trials, markdown_table, recorded_trials, summarise
 from banditsweep.sweeps.selection import parse_selectors, select
 from banditsweep.sweeps.spec import PlannedTrial, Sweep
 from banditsweep.sweeps.spec_errors import SpecError
 from banditsweep.sweeps.stored_runs import Selection, select_sweep
+from banditsweep.workers.code_check import compare_code
 from banditsweep.workers.jobs import Job
 from banditsweep.workers.record import FAILED, TrialRecord
 from banditsweep.workers.store import StoreHealth, SweepStore
@@ -74,14 +75,30 @@ def env_order(sweep: Sweep) -> list[str]:
     return list(dict.fromkeys(t.environment for t in sweep.trials))
 
 
+def other_code_of(store: SweepStore, sweep: Sweep) -> dict[str, list[str]]:
+    """The spec's finished trials computed by code other than today's, with the modules that changed."""
+    journal = store.journal() if store.root.is_dir() else {}
+    return compare_code(((t.spec, f"{t.label} | {t.environment}") for t in sweep.trials), journal).other
+
+
+def say_code_notes(summary) -> None:
+    """The legend of the cells marked for their code, and which modules they concern."""
+    for mark in sorted({c for value in summary.marks.values() for c in value}):
+        print(f"{CODE_LEGEND[mark]}")
+    for note in summary.code_notes:
+        print(f"code: {note}")
+
+
 def print_results(store: SweepStore, sweep: Sweep) -> None:
     recorded = recorded_trials(store)
     trials = finished_trials(recorded, sweep.trials)
     if trials.empty:
         print("no finished trials yet")
         return
-    summary = summarise(trials, label_order(sweep), env_order(sweep), finished_trials(recorded, sweep.trials, FAILED))
+    summary = summarise(trials, label_order(sweep), env_order(sweep), finished_trials(recorded, sweep.trials, FAILED),
+                        other_code_of(store, sweep))
     print(f"\nMean final cumulative regret (best grid point per cell, {sweep.name}):")
-    print(markdown_table(summary.mean, 1))
+    print(markdown_table(summary.mean, 1, marks=summary.marks))
     for note in summary.notes:
         print(f"note: {note}")
+    say_code_notes(summary)
