@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--sample", type=_sample_size, default=10,
                         help="trials to re-run (default 10; at least one of each code version the store holds)")
     verify.add_argument("--seed", type=_seed, default=None, help="the sample's seed (default: a new one, printed)")
+    verify.add_argument("--max-trial-seconds", type=_probe_seconds, default=None, metavar="S",
+                        help="sample only trials that took at most S seconds when recorded (of a code version "
+                             "with none, its quickest)")
     verify.add_argument("--accept", action="store_true",
                         help="stamp the finished trials of each code version whose sampled trials reproduced as "
                              "computed by today's code (after a change that moves no number)")

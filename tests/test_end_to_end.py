@@ -68,6 +68,10 @@ def test_run_resume_report(tmp_path, monkeypatch, capsys, shared_ray):
     assert [m.step for m in history] == [20, 40, 60]
     row = trials.set_index("trial_id").loc[linucb.data.tags["trial_id"]]
     assert linucb.data.metrics["final_regret"] == pytest.approx(row["final_regret"])
+    # The code it ran on and where, as in the Parquet record (workers.code_identity).
+    assert linucb.data.tags["code_digest"] == row["code_digest"]
+    assert linucb.data.tags["code.core/algorithms/linear.py"] == json.loads(row["code"])["core/algorithms/linear.py"]
+    assert linucb.data.tags["runtime.cpu"] == row["runtime_cpu"] and "runtime.numpy" in linucb.data.tags
     # Runs name their grid point; the seeds of one cell share a group; single values are parameters,
     # so the chart view holds the curves (cum_regret/<environment>, final_regret, seconds_per_round) only:
     # one regret key per environment, so no chart mixes the regrets of two problems.

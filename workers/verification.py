@@ -74,13 +74,19 @@ def code_groups(records: list[TrialRecord], current: dict[str, CodeIdentity]) ->
     return groups
 
 
-def draw_sample(groups: dict[tuple, list[str]], size: int, seed: int) -> list[str]:
+def draw_sample(groups: dict[tuple, list[str]], size: int, seed: int, seconds: dict[str, float] | None = None,
+                most_seconds: float | None = None) -> list[str]:
     """``size`` trial ids drawn from ``seed``, taken in turn from each group, so that every group
-    (code version) has at least one (the sample is larger than ``size`` where there are more groups)."""
+    (code version) has at least one (the sample is larger than ``size`` where there are more groups).
+    With ``most_seconds``, only trials whose recorded wall time (``seconds``) is at most that are
+    drawn, and of a group without one its quickest trial."""
     rng = random.Random(seed)
     pools = []
     for _, ids in sorted(groups.items()):
         ids = sorted(ids)
+        if most_seconds is not None and seconds is not None:
+            quick = [i for i in ids if (seconds.get(i) or 0.0) <= most_seconds]
+            ids = quick or [min(ids, key=lambda i: (seconds.get(i) or 0.0, i))]
         rng.shuffle(ids)
         pools.append(ids)
     chosen: list[str] = []

@@ -60,7 +60,8 @@ def _verify(args: argparse.Namespace, sweep: Sweep, store: SweepStore) -> int:
     records = [journal[job.record.trial_id] for job in finished]
     groups = code_groups(records, current)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    sample = draw_sample(groups, args.sample, seed)
+    sample = draw_sample(groups, args.sample, seed, {r.trial_id: r.wall_seconds for r in records},
+                         args.max_trial_seconds)
     print(f"verify: re-running {len(sample)} of {len(finished)} finished trials on today's code ({len(groups)} code "
           f"version(s); sample seed {seed}: `--seed {seed}` draws the same sample)")
     wanted = set(sample)
