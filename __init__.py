@@ -31,7 +31,7 @@ def _submitted_tree() -> str | None:
 
 # The submitted code is the code that runs: a job's entrypoint imports the submitted copy's modules,
 # not the installed package's (the job's workers get the same copy as the runtime env's py_modules,
-# workers.ray_connection.RayConnection).
+# workers.execution.ray_connection.RayConnection).
 SUBMITTED_TREE = _submitted_tree()
 if SUBMITTED_TREE and SUBMITTED_TREE != _os.path.dirname(_os.path.realpath(__file__)):
     __path__ = [SUBMITTED_TREE]
@@ -42,7 +42,7 @@ else:
 
 def load(results_root, sweep=None):
     """The results of a sweep as pandas DataFrames ``(trials, curves)``; see
-    :func:`banditsweep.workers.store.load`."""
-    from banditsweep.workers.store import load as load_results
+    :func:`banditsweep.workers.results.store.load`."""
+    from banditsweep.workers import load as load_results
 
     return load_results(results_root, sweep)

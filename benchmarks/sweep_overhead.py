@@ -128,7 +128,7 @@ def prepare_tree(tree: Tree, python: str, scratch: Path) -> None:
     if tree.path is not None:
         tree.code_dir = Path(tempfile.mkdtemp(prefix=f"code_{tree.label}_", dir=scratch))
         (tree.code_dir / "banditsweep").symlink_to(tree.path)
-    probe = ("import os, banditsweep, banditsweep.workers.dispatcher, torch, mlflow; "
+    probe = ("import os, banditsweep, banditsweep.workers.execution.dispatcher, torch, mlflow; "
              "print(os.path.dirname(os.path.realpath(banditsweep.__file__)))")
     empty = Path(tempfile.mkdtemp(prefix="probe_", dir=scratch))
     out = subprocess.run([python, "-c", probe], cwd=empty, env=run_env(tree), capture_output=True, text=True)
@@ -221,7 +221,7 @@ import ray
 print("imported", time.time(), flush=True)
 actors, cpus = int(sys.argv[1]), float(sys.argv[2])
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "64")   # as workers.ray_connection
+os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "64")   # as workers.execution.ray_connection
 from ray._private import ray_constants
 ray_constants.ENABLE_RAY_CLUSTER = False
 ray.init(address="local", include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")

@@ -121,7 +121,7 @@ def run(folder: Path, spec: Path, sink: str, address: str | None = None) -> dict
     if sink == "mlflow":
         from mlflow.tracking import MlflowClient
 
-        from banditsweep.workers.mlflow_sink import search_all
+        from banditsweep.workers.mirrors.mlflow.sink import search_all
 
         client = MlflowClient(env["MLFLOW_TRACKING_URI"])
         experiment = client.get_experiment_by_name("scale").experiment_id
@@ -135,9 +135,9 @@ def run(folder: Path, spec: Path, sink: str, address: str | None = None) -> dict
 
 
 def mirror_only(count: int) -> None:
-    from banditsweep.workers.mlflow_sink import MLflowSink
-    from banditsweep.workers.record import FINISHED, TrialRecord
-    from banditsweep.workers.sinks import SinkContext
+    from banditsweep.workers.mirrors.mlflow.sink import MLflowSink
+    from banditsweep.workers.results.record import FINISHED, TrialRecord
+    from banditsweep.workers.mirrors.sinks import SinkContext
 
     for mode, n in (("bulk", count), ("client", max(1, count // 10))):
         with tempfile.TemporaryDirectory(prefix="banditsweep-mirror-") as work:

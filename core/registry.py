@@ -6,7 +6,7 @@ Adding an algorithm is one module plus one line here. Out-of-tree code registers
 modules named in ``BANDITSWEEP_PLUGINS`` (comma-separated) are imported on first lookup and may call
 :func:`register_algorithm` / :func:`register_environment` / :func:`register_sink`; one that cannot be
 imported raises :class:`PluginError`, one line naming the module and what went wrong. Sinks live in the
-workers layer, which registers its own (``banditsweep.workers.sinks``); this layer knows none of
+workers layer, which registers its own (``banditsweep.workers.mirrors.sinks``); this layer knows none of
 them, only the table plugins add theirs to.
 """
 

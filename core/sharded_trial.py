@@ -11,7 +11,7 @@ finiteness checks, the results and the checkpoint driver are the round loop's. T
 shares core.exp3's schedules and Fedorov-Wynn iteration with the unsharded algorithms.
 
 :func:`run_sharded` plays a trial out over a :class:`~banditsweep.core.sharding.ShardGroup`:
-``core.sharding.LocalShards`` in one process, ``workers.shards.RayShards`` over Ray actors.
+``core.sharding.LocalShards`` in one process, ``workers.execution.sharded_trials.RayShards`` over Ray actors.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ the last bit on identical machines (and to rounding across different CPUs):
 
 The coordinator talks to its shards through a :class:`ShardGroup`: the same calls on every shard
 (``map``) or on one (``call``). :class:`LocalShards` holds the shards in the calling process (tests,
-and a single machine without Ray); the Ray implementation is ``workers.shards.RayShards``.
+and a single machine without Ray); the Ray implementation is ``workers.execution.sharded_trials.RayShards``.
 """
 
 from __future__ import annotations

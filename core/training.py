@@ -473,7 +473,7 @@ def intra_op_threads(history_rows: float, block_dim: int, width: int, parameter_
     scheduler time slice. One thread per ``flops_per_thread`` FLOPs of step work, at least one, at most
     ``cores`` (default: the CPUs of this process). ``torch.set_num_threads`` is process-global, so
     this only advises whoever owns the process: benchmarks/neural_step.py applies it, while a trial
-    actor keeps one thread per CPU it was given (workers.actors); library code changes the count only
+    actor keeps one thread per CPU it was given (workers.execution.actors); library code changes the count only
     inside :func:`gradient_ascent`'s thread split, and restores it there.
     """
     import os

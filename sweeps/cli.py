@@ -29,9 +29,9 @@ from banditsweep.sweeps.spec import Sweep, load_sweep
 from banditsweep.sweeps.spec_errors import SpecError, one_line, show
 from banditsweep.sweeps.selection import parse_selectors, select
 from banditsweep.sweeps.spec_overrides import OVERRIDABLE, parse_overrides
-from banditsweep.workers.errors import (DamagedResultError, InputError, RayUnreachableError, ResourceRequestError,
+from banditsweep.workers import (DamagedResultError, InputError, RayUnreachableError, ResourceRequestError,
                                         StoreWriteError, SweepBusyError)
-from banditsweep.workers.signals import exit_now_if_ray_was_abandoned, stop_cleanly_on_sigterm
+from banditsweep.workers import exit_now_if_ray_was_abandoned, stop_cleanly_on_sigterm
 
 # Bad input, found before anything is started or written: exit 2 with one line. PluginError: a module
 # of $BANDITSWEEP_PLUGINS cannot be imported (found by the first registry lookup, in every command).
@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retry-failed", action="store_true", help="also rerun trials recorded as failed")
     changed = run.add_mutually_exclusive_group()
     changed.add_argument("--rerun-changed", action="store_true",
-                         help="run finished trials computed by other code again on today's code (the default)")
+                         help="run finished trials computed by other code again on today's code (the default), "
+                              "and also those recorded before trials carried their code (code unknown)")
     changed.add_argument("--keep-changed", action="store_true",
                          help="keep finished trials computed by other code (report marks their cells)")
     run.add_argument("--data-dir", default=None, help=f"dataset directory (default: ${DATA_ENV_VAR}, else "

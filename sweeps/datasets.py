@@ -39,8 +39,8 @@ from banditsweep.core.datasets import (
     read_table,
     verify_table,
 )
-from banditsweep.workers.atomic import write_atomically
-from banditsweep.workers.errors import InputError
+from banditsweep.workers import write_atomically
+from banditsweep.workers import InputError
 
 INSTALL_HINT = "pip install 'banditsweep[openml]'"
 _MISSING_VALUES = {"?", ""}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from banditsweep.sweeps.display import latex_entry, legend_entry
 from banditsweep.sweeps.tables import label_slug, latex_escape, slug
-from banditsweep.workers.store import SweepStore
+from banditsweep.workers import SweepStore
 
 # Distinct at a glance and in black and white: a colour, a line style and a marker per algorithm.
 LINE_STYLES = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1))]

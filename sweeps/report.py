@@ -30,10 +30,10 @@ from banditsweep.sweeps.figures import plot_curves
 from banditsweep.sweeps.paper_comparison import compare_with_papers, write_paper_comparisons
 from banditsweep.sweeps.tables import (MISSING, label_slug, latex_table, latex_text_table, markdown_table,
                                        separated_best, separation_rule)
-from banditsweep.workers.errors import InputError
-from banditsweep.workers.record import FINISHED
-from banditsweep.workers.store import SweepStore
-from banditsweep.workers.trials_table import trials_table
+from banditsweep.workers import InputError
+from banditsweep.workers import FINISHED
+from banditsweep.workers import SweepStore
+from banditsweep.workers import trials_table
 
 
 @dataclass

@@ -12,7 +12,7 @@ expand the document beyond ``MAX_VALUES`` values (an "alias bomb"), nesting deep
 ``MAX_DEPTH``; numbers that are not finite (``.inf``, ``.nan``); booleans where a number is
 expected (``horizon: true`` is not T = 1), and floats where an integer is (``horizon: 10.0``); integers
 beyond what the results store holds (int64) (all read by :mod:`banditsweep.sweeps.spec_yaml`); a
-sweep name that is a results root's own file (:mod:`banditsweep.workers.layout`); sweeps of more
+sweep name that is a results root's own file (:mod:`banditsweep.workers.results.root_entries`); sweeps of more
 than :data:`MAX_TRIALS` trials, counted before a single trial is built.
 
 This module holds the schema (pydantic models) and the expansion of a spec into its trials; the
@@ -34,19 +34,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from banditsweep.core import registry
-from banditsweep.core.canonical import canonical_json
-from banditsweep.core.trial import TrialSpec, environment_label, resolve_environment
+from banditsweep.core.trial import TrialSpec, environment_label
+from banditsweep.sweeps.spec_checks import (Collisions, GridPoint, check_environment_repeats, check_every_entry_has_trials,
+                                           check_grid_repeats, check_when_values, matches, written_horizons, SHARD_KEYS)
 from banditsweep.sweeps.spec_errors import SpecError, did_you_mean, raise_from_validation, show
 from banditsweep.sweeps.spec_overrides import apply_overrides
 from banditsweep.sweeps.spec_yaml import check_booleans, check_values, load_yaml, read_spec_text
-from banditsweep.workers.layout import RESULTS_ROOT_ENTRIES, taken_by_the_results_root
+from banditsweep.workers import RESULTS_ROOT_ENTRIES, taken_by_the_results_root
 
 # Keys of an environment entry that belong to the sweep, not to the environment's Config.
 ENVIRONMENT_SWEEP_KEYS = ("kind", "horizon", "label", "shards", "shard_points")
-# Execution keys of an environment or algorithm entry: split each trial's domain over shards
-# (core.kernel_shards); ``shards`` a count, ``shard_points`` the most points per shard.
-SHARD_KEYS = ("shards", "shard_points")
-
 MAX_TRIALS = 1_000_000       # trials of one sweep
 MAX_NAME = 100               # characters of a sweep name (a folder and an MLflow experiment name)
 MAX_SEED = 2**63 - 1         # seeds are stored as int64
@@ -96,7 +93,7 @@ class Resources(_Strict):
     cpus_per_trial: Float = Field(1.0, gt=0)
     # None: one GPU per trial actor when the cluster has GPUs, none otherwise.
     gpus_per_trial: Float | None = Field(None, ge=0)
-    # None: chosen per device (see banditsweep.workers.dispatcher.default_batch_size).
+    # None: chosen per device (see banditsweep.workers.execution.dispatcher.default_batch_size).
     batch_trials: Int | None = Field(None, ge=1)
     # Each shard actor of a sharded trial (its placement-group bundle).
     cpus_per_shard: Float = Field(1.0, gt=0)
@@ -118,7 +115,7 @@ class SweepSpec(_Strict):
     # Result sinks mirroring the Parquet results (registry names; None: the default, MLflow).
     sinks: list[str] | None = None
     # What MLflow gets: a run per trial, per cell (label x grid point x environment: the seeds' mean
-    # and band), or both; auto: per trial up to 2,000 trials, else per cell (workers.mlflow_sink).
+    # and band), or both; auto: per trial up to 2,000 trials, else per cell (workers.mirrors.mlflow.sink).
     mlflow_runs: Literal["auto", "trials", "cells", "both"] = "auto"
 
     @field_validator("sweep")
@@ -239,11 +236,11 @@ def parse_sweep(raw: Any, source: str = "<spec>", overrides: dict[str, Any] | No
                 raise SpecError("--set", key, spec_error.message) from None
             raise
     environments = [_check_environment(source, i, env, spec.horizon) for i, env in enumerate(spec.environments)]
-    horizons = _written_horizons(written, environments) if overrides and "horizon" in overrides else None
-    _check_environment_repeats(source, environments, horizons)
+    horizons = written_horizons(written, environments) if overrides and "horizon" in overrides else None
+    check_environment_repeats(source, environments, horizons)
     _check_trial_count(source, spec, environments, min(max_trials, MAX_TRIALS))
     trials: dict[str, PlannedTrial] = {}
-    collisions = _Collisions(source, spec.algorithms, environments, horizons)
+    collisions = Collisions(source, spec.algorithms, environments, horizons)
     for index, entry in enumerate(spec.algorithms):
         for point in _expand_algorithm(source, index, entry, environments, spec.seed_list):
             collisions.add(point)
@@ -254,7 +251,7 @@ def parse_sweep(raw: Any, source: str = "<spec>", overrides: dict[str, Any] | No
             if len(trials) > MAX_TRIALS:
                 raise SpecError(source, "algorithms", f"the sweep has more than {MAX_TRIALS} trials; at most "
                                                       f"{MAX_TRIALS} (split it into several sweeps)")
-    _check_every_entry_has_trials(source, spec.algorithms, environments, collisions)
+    check_every_entry_has_trials(source, spec.algorithms, environments, collisions)
     return Sweep(spec=spec, source=source, trials=list(trials.values()))
 
 
@@ -269,7 +266,7 @@ def _check_trial_count(source: str, spec: SweepSpec, environments: list[dict], l
             supports = registry.algorithm_class(entry.name).supports
         except (KeyError, ImportError):
             continue   # reported with its name when the entry is expanded
-        matching = sum(1 for env in environments if _matches(entry.when, env)
+        matching = sum(1 for env in environments if matches(entry.when, env)
                        and registry.environment_class(env["kind"]).interaction in supports)
         points = math.prod(len(values) for values in entry.grid.values())
         count = points * seeds * matching
@@ -323,14 +320,6 @@ def _check_environment(source: str, index: int, env: dict, default_horizon: int)
     return {**env, "horizon": horizon}
 
 
-def _matches(when: dict[str, Any], env: dict) -> bool:
-    for key, wanted in when.items():
-        values = wanted if isinstance(wanted, list) else [wanted]
-        if env.get(key) not in values:
-            return False
-    return True
-
-
 def _label_fields(source: str, where: str, label: str | None, params_cls) -> list[str]:
     """The ``{param}`` placeholders of a label template, e.g. ``"GA ({likelihood})"``: one row and
     one curve per value in the report instead of the best value per cell. Only plain parameter names
@@ -380,7 +369,7 @@ def _expand_algorithm(source: str, index: int, entry: AlgorithmEntry, environmen
         if key not in env_keys:
             raise SpecError(source, f"{where}.when.{key}",
                             f"no environment has key {show(key)}; environment keys: {', '.join(sorted(env_keys))}")
-    _check_when_values(source, where, entry.when, environments)
+    check_when_values(source, where, entry.when, environments)
     keys = list(entry.grid)
     count = math.prod(len(entry.grid[k]) for k in keys) * len(seeds) * len(environments)
     if count > MAX_TRIALS:
@@ -399,10 +388,10 @@ def _expand_algorithm(source: str, index: int, entry: AlgorithmEntry, environmen
             section = "grid" if key in entry.grid else "params"
             raise_from_validation(source, f"{where}.{section}" if key else where, error, params_cls,
                                    {**entry.params, **point})
-    _check_grid_repeats(source, where, entry, params_cls)
+    check_grid_repeats(source, where, entry, params_cls)
     label_fields = _label_fields(source, where, entry.label, params_cls)
     for env_index, env in enumerate(environments):
-        if not _matches(entry.when, env):
+        if not matches(entry.when, env):
             continue
         env_cls = registry.environment_class(env["kind"])
         if env_cls.interaction not in policy_cls.supports:
@@ -421,277 +410,7 @@ def _expand_algorithm(source: str, index: int, entry: AlgorithmEntry, environmen
                 shards = _shard_count(source, where, spec, sharding) if sharding else 0
                 planned.append(PlannedTrial(spec=spec, label=label, environment=env_name, grid_point=unnamed,
                                             shards=shards))
-            yield _Point(index, env_index, point, first, label, unnamed, env_name, planned)
-
-
-@dataclass(frozen=True)
-class _Point:
-    """The trials (one per seed) of one algorithm entry's grid point on one environment."""
-
-    entry: int                  # algorithms[entry]
-    environment: int            # environments[environment]
-    values: dict[str, Any]      # the grid point as written
-    first: TrialSpec            # its trial of the first seed
-    label: str
-    grid_point: tuple[tuple[str, Any], ...]   # the grid values its label does not name
-    environment_name: str
-    trials: list[PlannedTrial]
-
-    @property
-    def cell(self) -> str:
-        """The report cell (and MLflow group) its trials are shown in."""
-        point = "".join(f" {key}={value}" for key, value in self.grid_point)
-        return f"{self.label}{point} | {self.environment_name}"
-
-    def describe(self) -> str:
-        """What the trial is, for a message: ``linucb nu=0.1 on synthetic:h1``."""
-        values = "".join(f" {key}={show(value)}" for key, value in self.values.items())
-        return f"{self.first.algorithm}{values} on {self.environment_name}"
-
-
-# ---------------------------------------------------------------------------------------------
-# Repeats and collisions: a list value given twice, two entries making the same trial, one label
-# naming two algorithms, two different trials in one report cell, an entry that makes no trial.
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    """Whether two values of a spec are written the same (1 and 1.0 are not; true and 1 are not)."""
-    return type(a) is type(b) and a == b
-
-
-def _check_grid_repeats(source: str, where: str, entry: AlgorithmEntry, params_cls) -> None:
-    """Each grid list gives each value once, also once validated: ``nu: [0.1, 0.1]`` and ``nu: [1,
-    1.0]`` (a float parameter) are one value, and would be one trial."""
-    base = {key: values[0] for key, values in entry.grid.items()}
-    for key, values in entry.grid.items():
-        if len(values) < 2:
-            continue
-        seen: dict[str, int] = {}
-        for index, value in enumerate(values):
-            earlier = next((i for i in range(index) if _same_value(values[i], value)), None)
-            if earlier is not None:
-                raise SpecError(source, f"{where}.grid.{key}[{index}]",
-                                f"{show(value)} is repeated (also at [{earlier}]); give each grid value once")
-            # Every point was validated above: this one is a point of the grid.
-            resolved = params_cls(**entry.params, **{**base, key: value}).model_dump(mode="json")
-            identity = canonical_json(resolved)
-            if identity in seen:
-                earlier = seen[identity]
-                raise SpecError(source, f"{where}.grid.{key}[{index}]",
-                                f"{show(value)} is the same value of {key} as {show(values[earlier])} at [{earlier}] "
-                                f"(both {show(resolved.get(key))} once validated), so the same trials; give each "
-                                f"grid value once")
-            seen[identity] = index
-
-
-def _check_when_values(source: str, where: str, when: dict[str, Any], environments: list[dict]) -> None:
-    """Each value of a ``when`` filter is given once and is some environment's value of its key (a
-    value no environment has is a typo that silently drops trials)."""
-    for key, wanted in when.items():
-        values = wanted if isinstance(wanted, list) else [wanted]
-        present = [env.get(key) for env in environments]
-        for index, value in enumerate(values):
-            at = f"{where}.when.{key}" + (f"[{index}]" if isinstance(wanted, list) else "")
-            if any(earlier == value for earlier in values[:index]):   # as _matches compares them
-                raise SpecError(source, at, f"{show(value)} is given twice; give each value once")
-            if not any(have == value for have in present):
-                shown = list(dict.fromkeys(show(v) for v in present if v is not None))
-                raise SpecError(source, at, f"no environment has {key} {show(value)}, so it selects nothing; "
-                                            f"the environments' values: {', '.join(shown)}")
-
-
-def _written_horizons(written: dict, environments: list[dict]) -> list[str]:
-    """Each environment's horizon as the file writes it (``--set horizon`` gives every environment
-    its value): environments that differ only by it are different environments of the spec."""
-    entries = written.get("environments")
-    entries = entries if isinstance(entries, list) and len(entries) == len(environments) else [{}] * len(environments)
-    return [repr(entry.get("horizon", written.get("horizon")) if isinstance(entry, dict) else written.get("horizon"))
-            for entry in entries]
-
-
-def _environment_content(env: dict) -> dict:
-    """What the trials of an environment entry are made of: its kind and settings, defaults filled
-    in (its label, horizon and shard count are not settings)."""
-    config = {k: v for k, v in env.items() if k not in ("horizon", *SHARD_KEYS)}
-    return {"kind": env["kind"], **resolve_environment(config).model_dump(mode="json")}
-
-
-def _check_environment_repeats(source: str, environments: list[dict], horizons: list[str] | None) -> None:
-    """No environment given twice: the same settings (once validated, defaults filled in) and
-    horizon run the very same trials, whatever their labels."""
-    seen: dict[str, int] = {}
-    for index, env in enumerate(environments):
-        content = _environment_content(env)
-        horizon = horizons[index] if horizons is not None else env["horizon"]
-        identity = canonical_json([content, horizon, any(k in env for k in SHARD_KEYS)])
-        if identity in seen:
-            earlier = seen[identity]
-            other = environments[earlier]
-            name = environment_label({k: v for k, v in env.items() if k not in ("horizon", *SHARD_KEYS)})
-            written_alike = ({k: v for k, v in env.items() if k not in ("horizon", "label")}
-                             == {k: v for k, v in other.items() if k not in ("horizon", "label")})
-            how = ("" if written_alike else " (equal once defaults are filled in)") + (
-                "; their labels differ, but a label does not change a trial" if env.get("label") != other.get("label")
-                else "")
-            raise SpecError(source, f"environments[{index}]",
-                            f"is the same environment as environments[{earlier}] ({name}, horizon {env['horizon']})"
-                            f"{how}: both would run the very same trials; give each environment once")
-        seen[identity] = index
-
-
-def _difference(a: TrialSpec, b: TrialSpec, horizons: tuple[str, str] | None = None) -> str:
-    """How the trials ``a`` and ``b`` differ, briefly: ``lam 10.0 vs 1.0, horizon 500 vs 100``."""
-    parts = []
-    for what, x, y in (("params", a.params, b.params), ("environment", a.environment, b.environment)):
-        for key in dict.fromkeys([*x, *y]):
-            if x.get(key) != y.get(key):
-                parts.append(f"{key} {show(x.get(key))} vs {show(y.get(key))}")
-    if a.horizon != b.horizon:
-        parts.append(f"horizon {a.horizon} vs {b.horizon}")
-    elif horizons is not None and horizons[0] != horizons[1]:
-        parts.append(f"horizon {horizons[0]} vs {horizons[1]} as written")
-    if a.sharded != b.sharded:
-        parts.append(f"{'sharded' if a.sharded else 'not sharded'} vs {'sharded' if b.sharded else 'not sharded'}")
-    return ", ".join(parts[:4]) + (", ..." if len(parts) > 4 else "")
-
-
-class _Collisions:
-    """The trials of a sweep's points, checked as they are made: no trial made twice (two entries,
-    two environments or two grid values alike), no label naming two algorithms, no two different
-    trials shown in one report cell (label, grid point, environment) for a seed. Checked once per
-    point, with its first seed's trial: the seeds are the same for every entry."""
-
-    def __init__(self, source: str, entries: list[AlgorithmEntry], environments: list[dict],
-                 horizons: list[str] | None):
-        self.source, self.entries, self.environments, self.horizons = source, entries, environments, horizons
-        self.by_trial: dict[str, _Point] = {}
-        self.by_label: dict[str, _Point] = {}
-        self.by_cell: dict[tuple, _Point] = {}
-        self.entry_points = [0] * len(entries)
-        self.environment_points = [0] * len(environments)
-
-    def identity(self, point: _Point) -> str:
-        """The trial's id, or under ``--set horizon`` its content with the horizon as written: the
-        spec's own repeats are refused, those the override makes are not."""
-        if self.horizons is None:
-            return point.first.trial_id
-        return canonical_json({**point.first.content(), "horizon": self.horizons[point.environment]})
-
-    def add(self, point: _Point) -> None:
-        self.entry_points[point.entry] += 1
-        self.environment_points[point.environment] += 1
-        identity = self.identity(point)
-        other = self.by_trial.setdefault(identity, point)
-        if other is not point:
-            self._made_twice(other, point)
-        known = self.by_label.setdefault(point.label, point)
-        if known.first.algorithm != point.first.algorithm:
-            self._label_of_two_algorithms(known, point)
-        other = self.by_cell.setdefault((point.label, point.grid_point, point.environment_name), point)
-        if other is not point and self.identity(other) != identity:
-            self._one_cell(other, point)
-
-    def _made_twice(self, other: _Point, point: _Point) -> None:
-        trial = point.describe()
-        if point.entry != other.entry:
-            envs = "" if point.environment == other.environment else \
-                f" (on environments[{point.environment}] and environments[{other.environment}])"
-            raise SpecError(self.source, f"algorithms[{point.entry}]",
-                            f"makes the same trials as algorithms[{other.entry}]{envs}: both make {trial}, every "
-                            f"seed; a trial runs once, under one label: give each entry once, or tell them apart "
-                            f"by their grid values or `when`")
-        if point.environment != other.environment:
-            raise SpecError(self.source, f"environments[{point.environment}]",
-                            f"makes the same trials as environments[{other.environment}] ({trial}); give each "
-                            f"environment once")
-        raise SpecError(self.source, f"algorithms[{point.entry}].grid",
-                        f"two grid points make the same trial ({trial}); give each grid value once")
-
-    def _label_of_two_algorithms(self, known: _Point, point: _Point) -> None:
-        entry = self.entries[point.entry]
-        at = point.entry if entry.label is not None else known.entry
-        raise SpecError(self.source, f"algorithms[{at}].label",
-                        f"label {show(point.label)} names two algorithms, {known.first.algorithm} "
-                        f"(algorithms[{known.entry}]) and {point.first.algorithm} (algorithms[{point.entry}]): their "
-                        f"rows and curves would merge in the report; give each algorithm its own label")
-
-    def _one_cell(self, other: _Point, point: _Point) -> None:
-        horizons = None if self.horizons is None else (self.horizons[point.environment],
-                                                       self.horizons[other.environment])
-        difference = _difference(point.first, other.first, horizons)
-        in_environment = (point.first.params == other.first.params and point.environment != other.environment)
-        merge = f"their results would merge in one report cell ({point.cell})"
-        if in_environment:
-            raise SpecError(self.source, f"environments[{point.environment}]",
-                            f"is shown as {show(point.environment_name)} like environments[{other.environment}], but "
-                            f"their trials differ ({difference}): {merge}; give the environments different labels")
-        key = next((k for k in point.first.params if point.first.params[k] != other.first.params.get(k)), None)
-        placeholder = f" (a {{{key}}} placeholder in it)" if key else ""
-        if point.entry == other.entry:
-            raise SpecError(self.source, f"algorithms[{point.entry}].label",
-                            f"two of its grid points are shown alike but differ ({difference}): {merge}; name "
-                            f"what differs in the label{placeholder}")
-        raise SpecError(self.source, f"algorithms[{point.entry}]" + (".label" if self.entries[point.entry].label else ""),
-                        f"its trials and those of algorithms[{other.entry}] differ ({difference}) but are shown "
-                        f"alike: {merge}; give the entries different labels{placeholder}, put the values in one "
-                        f"entry's grid, or part them by `when`")
-
-
-def _runs_on(policy_cls) -> list[str]:
-    """The environment kinds an algorithm runs on (their interaction is one it supports)."""
-    kinds = []
-    for kind in registry.environment_names():
-        try:
-            if registry.environment_class(kind).interaction in policy_cls.supports:
-                kinds.append(kind)
-        except ImportError:
-            continue
-    return kinds
-
-
-def _check_every_entry_has_trials(source: str, entries: list[AlgorithmEntry], environments: list[dict],
-                                  collisions: _Collisions) -> None:
-    """Every algorithm entry makes a trial, and every environment has one: an entry whose `when`
-    filter or environment support excludes every environment (``kernel_exp3`` on a ``synthetic``
-    environment) is a mistake, named with the kinds it runs on and those the spec has."""
-    kinds = list(dict.fromkeys(env["kind"] for env in environments))
-    spec_kinds = f"the spec's environment kinds: {', '.join(kinds)}"
-    empty = [index for index, count in enumerate(collisions.entry_points) if count == 0]
-    if empty:
-        reasons = []
-        for index in empty:
-            entry = entries[index]
-            runs_on = _runs_on(registry.algorithm_class(entry.name))
-            selected = [env for env in environments if _matches(entry.when, env)]
-            fix = "fix the filter, or remove the entry"
-            if not selected:
-                reasons.append((f"algorithms[{index}].when", f"{entry.name}'s `when` filter matches no environment "
-                                f"(none has all of {show(entry.when)})", fix))
-            elif entry.when and any(env["kind"] in runs_on for env in environments):
-                names = ", ".join(environment_label({k: v for k, v in env.items() if k not in ("horizon", *SHARD_KEYS)})
-                                  for env in selected)
-                reasons.append((f"algorithms[{index}].when", f"{entry.name}'s `when` filter selects only environments "
-                                f"it does not run on ({names}); {entry.name} runs on {', '.join(runs_on) or 'no kind'}",
-                                fix))
-            else:
-                reasons.append((f"algorithms[{index}].name", f"{entry.name} runs on no environment of the spec: it "
-                                f"runs on {', '.join(runs_on) or 'no registered kind'}",
-                                "add an environment it runs on, or remove the entry"))
-        if len(reasons) == 1:
-            location, reason, fix = reasons[0]
-            raise SpecError(source, location, f"makes no trial: {reason}; {spec_kinds}; {fix}")
-        listed = "; ".join(f"{location.rsplit('.', 1)[0]}: {reason}" for location, reason, _ in reasons)
-        what = "no algorithm entry makes a trial" if len(empty) == len(entries) else f"{len(empty)} entries make no trial"
-        raise SpecError(source, "algorithms", f"{what}: {listed}; {spec_kinds}; each entry must make a trial")
-    for index, count in enumerate(collisions.environment_points):
-        if count == 0:
-            env = environments[index]
-            name = environment_label({k: v for k, v in env.items() if k not in ("horizon", *SHARD_KEYS)})
-            raise SpecError(source, f"environments[{index}]",
-                            f"no algorithm runs on {name}: every entry's `when` filter or environment support "
-                            f"excludes it (the entries run on: "
-                            f"{', '.join(dict.fromkeys(k for e in entries for k in _runs_on(registry.algorithm_class(e.name))))}"
-                            f"); add an algorithm that runs on it, or remove it")
+            yield GridPoint(index, env_index, point, first, label, unnamed, env_name, planned)
 
 
 def _sharding(source: str, where: str, entry: AlgorithmEntry, env: dict, env_where: str

@@ -1,7 +1,7 @@
 """Which of a spec's selections a sweep's store holds: a sweep run with ``--set horizon=100`` holds
 trials the spec alone does not plan, and ``status`` / ``report`` without that ``--set`` would find
 none of them. :func:`select_sweep` keeps the spec as given when the store holds any of its trials;
-else it takes the selection of the latest run (workers.runs) whose overrides plan trials the store
+else it takes the selection of the latest run (workers.results.run_notes) whose overrides plan trials the store
 has finished, and says which overrides those are. A store written before runs were noted is matched
 by the horizon and seeds of its trial records.
 """
@@ -15,9 +15,9 @@ from pathlib import Path
 from banditsweep.sweeps.spec import Sweep, load_sweep
 from banditsweep.sweeps.spec_errors import SpecError
 from banditsweep.sweeps.spec_overrides import parse_overrides
-from banditsweep.workers.record import FINISHED, TrialRecord
-from banditsweep.workers.runs import recorded_runs
-from banditsweep.workers.store import SweepStore
+from banditsweep.workers import FINISHED, TrialRecord
+from banditsweep.workers import recorded_runs
+from banditsweep.workers import SweepStore
 
 # Distinct override sets tried at most (each is a load of the spec).
 MAX_CANDIDATES = 10

@@ -27,7 +27,7 @@ class SharedRay:
     its workers loading the test plugins and reading the test datasets."""
 
     def __init__(self, markers: Path):
-        from banditsweep.workers.ray_connection import RayConnection
+        from banditsweep.workers.execution.ray_connection import RayConnection
 
         self.markers = markers   # where crash_once remembers the trials it crashed
         self.connection = RayConnection(None, {"PYTHONPATH": str(PLUGINS), "BANDITSWEEP_PLUGINS": PLUGIN_MODULES,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import banditsweep.workers.pool as pool
-import banditsweep.workers.ray_connection as ray_connection
+import banditsweep.workers.execution.pool as pool
+import banditsweep.workers.execution.ray_connection as ray_connection
 from banditsweep.sweeps.spec import load_sweep
 
 from test_bad_input import KERNEL, MAX_LINE, RUN, Case, _tree, add, edit, run_case

@@ -1,4 +1,4 @@
-"""The code a trial runs on (workers.code_identity): one digest per module of what its algorithm,
+"""The code a trial runs on (workers.provenance.code_identity): one digest per module of what its algorithm,
 its environment and the shared round loop reach; a change flags exactly the trials whose code it
 touches, and text that changes no number (comments, docstrings) flags none."""
 
@@ -9,8 +9,8 @@ import textwrap
 import pytest
 
 from banditsweep.core import registry
-from banditsweep.workers import code_identity
-from banditsweep.workers.code_identity import changed_parts, trial_code
+from banditsweep.workers.provenance import code_identity
+from banditsweep.workers.provenance.code_identity import changed_parts, trial_code
 
 PACKAGE = {
     "__init__.py": "",
@@ -140,7 +140,7 @@ def test_the_shipped_algorithms_share_no_class_code():
     assert all("core/algorithms/neural_base.py" in codes[n].parts for n in ("neural_ucb", "neural_rbmle_ga"))
     assert "core/algorithms/neural_base.py" not in codes["linucb"].parts
     for code in codes.values():
-        assert {"core/round_loop.py", "core/seeding.py", "workers/trial_setup.py"} <= set(code.parts)
+        assert {"core/round_loop.py", "core/seeding.py", "workers/execution/trial_setup.py"} <= set(code.parts)
         assert "core/registry.py" not in code.parts   # a name table, not computation
         assert not code.unknown
 
@@ -155,6 +155,8 @@ def test_a_class_without_source_is_said_to_be_unknown():
 
 
 def test_runtime_names_the_machine_and_libraries():
-    info = code_identity.runtime_info("cpu", 3)
+    from banditsweep.workers.provenance.runtime import runtime_info
+
+    info = runtime_info("cpu", 3)
     assert {"banditsweep", "commit", "python", "torch", "numpy", "scipy", "cpu", "device"} <= set(info)
     assert info["cpu"] and info["device"] == "cpu"

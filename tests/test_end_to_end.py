@@ -9,8 +9,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from banditsweep.sweeps.cli import main
-from banditsweep.workers.store import SweepStore
-from banditsweep.workers.mlflow_sink import regret_metric
+from banditsweep.workers.results.store import SweepStore
+from banditsweep.workers.mirrors.mlflow.sink import regret_metric
 
 HORIZON = 60
 SPEC = {
@@ -68,7 +68,7 @@ def test_run_resume_report(tmp_path, monkeypatch, capsys, shared_ray):
     assert [m.step for m in history] == [20, 40, 60]
     row = trials.set_index("trial_id").loc[linucb.data.tags["trial_id"]]
     assert linucb.data.metrics["final_regret"] == pytest.approx(row["final_regret"])
-    # The code it ran on and where, as in the Parquet record (workers.code_identity).
+    # The code it ran on and where, as in the Parquet record (workers.provenance.code_identity).
     assert linucb.data.tags["code_digest"] == row["code_digest"]
     assert linucb.data.tags["code.core/algorithms/linear.py"] == json.loads(row["code"])["core/algorithms/linear.py"]
     assert linucb.data.tags["runtime.cpu"] == row["runtime_cpu"] and "runtime.numpy" in linucb.data.tags
@@ -262,7 +262,7 @@ def test_interrupted_sweep_is_completed_by_running_it_again(tmp_path, monkeypatc
 def test_a_sigterm_to_the_whole_process_group_ends_the_run_promptly(tmp_path, monkeypatch):
     """A batch scheduler (or `kill -- -PGID`) signals the embedded Ray's processes with the driver.
     The driver must not wait on actors whose Ray is gone (Ray's failure detection takes ~90 s, past a
-    scheduler's grace period): it ends within seconds (workers.signals' deadline at the latest), exit
+    scheduler's grace period): it ends within seconds (workers.execution.signals' deadline at the latest), exit
     130, finished trials kept; the rerun completes the sweep and its MLflow runs."""
     import os
     import signal

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from banditsweep.sweeps.cli import main
-from banditsweep.workers.mlflow_sink import regret_metric
+from banditsweep.workers.mirrors.mlflow.sink import regret_metric
 
 TRIALS = 16
 # One trial: 100 rounds of 10 ms, about 1 s; 16 trials on the tests' two workers, about 8 s.
@@ -101,7 +101,7 @@ def trial_runs(uri: str, sweep: str) -> tuple[dict[str, list[str]], list[str]]:
     """Child runs' statuses by trial id, and the parent runs' statuses (active runs only)."""
     from mlflow.tracking import MlflowClient
 
-    from banditsweep.workers.mlflow_sink import search_all
+    from banditsweep.workers.mirrors.mlflow.sink import search_all
 
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(sweep)
@@ -199,10 +199,10 @@ def test_a_delivery_cut_off_part_way_is_handed_again_without_duplicate_runs_or_l
     mirror hands the whole call again, and the sink does only what is left."""
     from mlflow.tracking import MlflowClient
 
-    from banditsweep.workers import sinks
-    from banditsweep.workers.mlflow_sink import MLflowSink
-    from banditsweep.workers.record import FINISHED, TrialRecord
-    from banditsweep.workers.sinks import Mirror, SinkContext
+    from banditsweep.workers.mirrors import sinks
+    from banditsweep.workers.mirrors.mlflow.sink import MLflowSink
+    from banditsweep.workers.results.record import FINISHED, TrialRecord
+    from banditsweep.workers.mirrors.sinks import Mirror, SinkContext
 
     monkeypatch.setattr(sinks, "MAX_RETRY_DELAY", 0.05)
     uri = f"sqlite:///{tmp_path}/cut.db"
@@ -264,8 +264,8 @@ def test_two_results_folders_running_at_once_on_one_sqlite_store_keep_to_their_o
     """Two `banditsweep run` processes, the same sweep into two results folders, started together
     on one new SQLite MLflow store: no trial fails for the other's sake, and MLflow ends with one
     FINISHED child run per trial and store (each tagged with its store), one parent run each."""
-    from banditsweep.workers.mlflow_sink import search_all
-    from banditsweep.workers.sinks import store_id
+    from banditsweep.workers.mirrors.mlflow.sink import search_all
+    from banditsweep.workers.mirrors.sinks import store_id
 
     spec = {"sweep": "shared", **SPEC, "horizon": 40, "seeds": 12,
             "algorithms": [{"name": "slow_random", "grid": {"pause": [0.003]}, "label": "slow_a"},
@@ -311,7 +311,7 @@ def test_two_results_folders_running_at_once_on_one_sqlite_store_keep_to_their_o
 
 
 def _open_a_sink(uri: str, folder: str, start: float) -> str:
-    from banditsweep.workers.sinks import SinkContext, open_sinks
+    from banditsweep.workers.mirrors.sinks import SinkContext, open_sinks
 
     time.sleep(max(0.0, start - time.time()))   # all at once
     context = SinkContext("race", folder, uri)
@@ -332,7 +332,7 @@ def test_runs_opening_one_new_sqlite_store_at_once_all_get_their_sink(tmp_path):
 
 
 def _open_a_sink_saying(uri: str, folder: str, start: float) -> tuple[str, list[str]]:
-    from banditsweep.workers.sinks import SinkContext, open_sinks
+    from banditsweep.workers.mirrors.sinks import SinkContext, open_sinks
 
     time.sleep(max(0.0, start - time.time()))   # all at once
     sinks, _, warnings = open_sinks(["mlflow"], SinkContext("race", folder, uri), {}, [])

@@ -20,7 +20,7 @@ import sqlalchemy
 import yaml
 
 from banditsweep.sweeps.cli import main
-from banditsweep.workers.tracking import store_problem
+from banditsweep.workers.mirrors.mlflow.tracking_store import store_problem
 
 SPEC = {"horizon": 20, "seeds": 2, "log_every": 10, "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
         "algorithms": [{"name": "linucb", "grid": {"nu": [0.1, 1.0]}}]}
@@ -57,7 +57,7 @@ def trial_runs(uri: str, sweep: str) -> tuple[dict[str, list[str]], list[str]]:
     """Child runs' statuses by trial id, and the parent runs' statuses."""
     from mlflow.tracking import MlflowClient
 
-    from banditsweep.workers.mlflow_sink import search_all
+    from banditsweep.workers.mirrors.mlflow.sink import search_all
 
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(sweep).experiment_id

@@ -15,9 +15,9 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from banditsweep.sweeps.cli import main
-from banditsweep.workers.mlflow_sink import MLflowSink, regret_metric, search_all
-from banditsweep.workers.record import FINISHED, TrialRecord
-from banditsweep.workers.sinks import SinkContext
+from banditsweep.workers.mirrors.mlflow.sink import MLflowSink, regret_metric, search_all
+from banditsweep.workers.results.record import FINISHED, TrialRecord
+from banditsweep.workers.mirrors.sinks import SinkContext
 
 from conftest import PLUGINS
 
@@ -130,7 +130,7 @@ def test_the_bulk_writer_writes_what_the_client_writes(tmp_path):
 
 
 def test_bulk_writes_keep_the_latest_value_rule(tmp_path):
-    from banditsweep.workers.mlflow_bulk import RunWrite, write_runs
+    from banditsweep.workers.mirrors.mlflow.bulk import RunWrite, write_runs
 
     sink = MLflowSink(SinkContext("latest", str(tmp_path / "r"), f"sqlite:///{tmp_path}/m.db"))
     (run_id,) = write_runs(sink.bulk_store, sink.experiment_id,
@@ -148,9 +148,9 @@ def test_cell_runs_hold_their_seeds_mean_and_band(tmp_path):
     band of the curves, rebuilt from the Parquet record; no run per trial."""
     import numpy as np
 
-    from banditsweep.workers.sinks import run_mode
-    from banditsweep.workers.record import TrialOutcome
-    from banditsweep.workers.store import SweepStore
+    from banditsweep.workers.mirrors.sinks import run_mode
+    from banditsweep.workers.results.record import TrialOutcome
+    from banditsweep.workers.results.store import SweepStore
 
     assert run_mode("auto", 2000) == "trials" and run_mode("auto", 2001) == "cells"
     store = SweepStore.for_sweep(tmp_path / "results", "cells")

@@ -54,7 +54,7 @@ def test_code_without_git_is_named_by_its_sources_digest(tmp_path):
     from pathlib import Path
 
     import banditsweep
-    from banditsweep.workers.code_identity import source_commit as _source_commit
+    from banditsweep.workers.provenance.runtime import source_commit as _source_commit
 
     package = Path(banditsweep.__file__).resolve().parent
     first, second = tmp_path / "a" / "banditsweep", tmp_path / "b" / "banditsweep"

@@ -239,7 +239,7 @@ def test_status_and_report_without_the_set_of_the_run_show_its_trials_and_name_i
 def test_run_says_whether_the_actors_it_waits_for_are_starting_or_have_no_node(unplaced, said, monkeypatch, capsys):
     """Actors placed and still starting (a new worker process each) are not called unplaceable."""
     from banditsweep.sweeps.commands import progress as display_module
-    from banditsweep.workers.jobs import Progress
+    from banditsweep.workers.execution.run_values import Progress
 
     monkeypatch.setattr(display_module, "WAIT_NOTICE_SECONDS", 0.0)
     display = display_module.ProgressDisplay(8, "waits", bar=False)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError, show
-from banditsweep.workers.errors import InputError
-from banditsweep.workers.folders import check_directory
-from banditsweep.workers.ray_address import RAY_ADDRESS_FORMS, check_address, ray_address
-from banditsweep.workers.tracking import (TRACKING_URI_ENV_VAR, check_tracking_uri, database_in, given_tracking_uri,
+from banditsweep.workers import InputError
+from banditsweep.workers import check_directory
+from banditsweep.workers import RAY_ADDRESS_FORMS, check_address, ray_address
+from banditsweep.workers import (TRACKING_URI_ENV_VAR, check_tracking_uri, database_in, given_tracking_uri,
                                           resolve_tracking_uri)
 
 # One absolute default for results, wherever `run` is started from: a Ray job runs in a temporary
@@ -34,7 +34,7 @@ def results_root(args: argparse.Namespace) -> Path:
 
 
 def tracking_uri(args: argparse.Namespace) -> str:
-    """The MLflow store the command uses (workers.tracking.resolve_tracking_uri)."""
+    """The MLflow store the command uses (workers.mirrors.mlflow.tracking_store.resolve_tracking_uri)."""
     return resolve_tracking_uri(args.mlflow_uri, results_root(args))
 
 

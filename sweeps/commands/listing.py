@@ -18,7 +18,7 @@ from banditsweep.core import registry
 from banditsweep.core.kernel_shards import SHARDABLE_ALGORITHMS, SHARDABLE_ENVIRONMENTS
 from banditsweep.sweeps.commands import EXIT_BAD_INPUT
 from banditsweep.sweeps.spec_errors import did_you_mean, show
-from banditsweep.workers.sinks import DEFAULT_SINKS, sink_names
+from banditsweep.workers import DEFAULT_SINKS, sink_names
 
 WIDTH = 100        # columns of the listing
 INDENT = "    "    # a parameter under its algorithm or environment; its description below it, deeper

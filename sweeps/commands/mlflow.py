@@ -13,10 +13,10 @@ from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
 from banditsweep.sweeps.commands.shared import store_of
 from banditsweep.sweeps.spec import Sweep
-from banditsweep.workers.mlflow_sink import experiment_of
-from banditsweep.workers.resume import catch_up
-from banditsweep.workers.sinks import SinkContext, run_mode
-from banditsweep.workers.tracking import check_tracking_server
+from banditsweep.workers import experiment_of
+from banditsweep.workers import catch_up
+from banditsweep.workers import SinkContext, run_mode
+from banditsweep.workers import check_tracking_server
 
 
 def sync(args: argparse.Namespace, sweep: Sweep) -> int:

@@ -12,7 +12,7 @@ from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_tria
 from banditsweep.sweeps.plan import data_directory, default_workers, duration, plan_sweep
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError
-from banditsweep.workers.code_check import compare_code
+from banditsweep.workers import compare_code
 
 
 def main(args: argparse.Namespace, sweep: Sweep) -> int:

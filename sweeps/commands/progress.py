@@ -12,7 +12,7 @@ import time
 
 from tqdm import tqdm
 
-from banditsweep.workers.jobs import Progress
+from banditsweep.workers import Progress
 
 # Seconds without a placed actor before `run --no-progress` says it is waiting for nodes (starting
 # an actor takes a second or two; that is not worth a line).

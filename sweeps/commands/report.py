@@ -12,8 +12,8 @@ from banditsweep.sweeps.commands.shared import (env_order, label_order, other_co
                                                 say_selection, selected_sweep, store_of)
 from banditsweep.sweeps.report import finished_trials, markdown_table, recorded_trials, summarise, write_report
 from banditsweep.sweeps.spec import Sweep
-from banditsweep.workers.mlflow_sink import attach_report
-from banditsweep.workers.record import FAILED
+from banditsweep.workers import attach_report
+from banditsweep.workers import FAILED
 
 
 def main(args: argparse.Namespace, sweep: Sweep) -> int:

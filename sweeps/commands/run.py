@@ -2,7 +2,7 @@
 
 The datasets the trials read are made sure of, the sinks chosen and every trial checked to fit its
 node before the sweep's folder is locked; then the store says where the sweep stands
-(workers.resume), and either the dispatcher runs what is left (workers.dispatcher) or, with nothing
+(workers.results.resume), and either the dispatcher runs what is left (workers.execution.dispatcher) or, with nothing
 left, the store and the sinks are brought up to date.
 """
 
@@ -17,23 +17,23 @@ from dataclasses import replace
 from pathlib import Path
 
 from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
-from banditsweep.workers.errors import one_line
+from banditsweep.workers import one_line
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
 from banditsweep.sweeps.commands.progress import ProgressDisplay
 from banditsweep.sweeps.commands.shared import jobs_of, print_results, say_health, store_of
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError
-from banditsweep.workers.code_identity import source_commit
-from banditsweep.workers.dispatcher import run_sweep
-from banditsweep.workers.jobs import Job, RunOptions
-from banditsweep.workers.pool import check_fits
-from banditsweep.workers.ray_address import ray_address
-from banditsweep.workers.code_check import CodeComparison
-from banditsweep.workers.resume import KEEP, RERUN, catch_up, failed_records, plan_resume
-from banditsweep.workers.runs import record_run
-from banditsweep.workers.sinks import DEFAULT_SINKS, SinkContext, run_mode, sink_names
-from banditsweep.workers.tracking import check_tracking_server
+from banditsweep.workers import source_commit
+from banditsweep.workers import run_sweep
+from banditsweep.workers import Job, RunOptions
+from banditsweep.workers import check_fits
+from banditsweep.workers import ray_address
+from banditsweep.workers import CodeComparison
+from banditsweep.workers import KEEP, RERUN, RERUN_ALL, catch_up, failed_records, plan_resume
+from banditsweep.workers import record_run
+from banditsweep.workers import DEFAULT_SINKS, SinkContext, run_mode, sink_names
+from banditsweep.workers import check_tracking_server
 
 # What the driver's environment hands every Ray worker process: the plugins it imports.
 PLUGINS_ENV_VAR = "BANDITSWEEP_PLUGINS"
@@ -104,12 +104,13 @@ def sweep_settings(args: argparse.Namespace, sweep: Sweep) -> dict[str, str]:
 def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options: RunOptions) -> int:
     """With the sweep's folder locked: resume where the store stands, run, say how it went."""
     store = store_of(args, sweep)
-    plan = plan_resume(store, jobs, args.retry_failed, KEEP if args.keep_changed else RERUN)
+    plan = plan_resume(store, jobs, args.retry_failed,
+                       KEEP if args.keep_changed else RERUN_ALL if args.rerun_changed else RERUN)
     say_health(plan.health)
     selected = f" (selected by {sweep.selected_by})" if sweep.selected_by else ""
     print(f"{sweep.name}: {plan.total} trials{selected}, {plan.finished} finished, {plan.failed} failed, "
           f"{len(plan.pending)} to run")
-    say_code(plan.code, plan.rerun_changed)
+    say_code(plan.code, plan.rerun_changed, plan.rerun_unknown)
     if not plan.pending:
         caught = catch_up(store, options.sinks, SinkContext(sweep.name, options.results_root, options.tracking_uri,
                                                             mlflow_runs=options.mlflow_runs))
@@ -153,7 +154,7 @@ def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options:
     return EXIT_FAILED_TRIALS if failures else 0
 
 
-def say_code(code: CodeComparison, rerun: bool) -> None:
+def say_code(code: CodeComparison, rerun: bool, rerun_unknown: bool = False) -> None:
     """What `run` found of the finished trials' code, and what it does about it."""
     line = code.other_code_line()
     if line:
@@ -161,8 +162,11 @@ def say_code(code: CodeComparison, rerun: bool) -> None:
                   "`banditsweep verify SPEC --accept` first)") if rerun else \
             "kept (--keep-changed): `report` marks their cells as computed by other code"
         print(f"note: {line}; {action}")
-    if code.unknown_line():
-        print(f"note: {code.unknown_line()}")
+    if code.unknown and rerun_unknown:
+        print(f"note: {len(code.unknown)} finished trial(s) were recorded before trials carried their code (code "
+              "unknown): running them again on today's code (--rerun-changed)")
+    elif code.unknown:
+        print(f"note: {code.unknown_line()}; `run --rerun-changed` runs them again")
     for line in code.undigestable_lines():
         print(f"warning: {line}", file=sys.stderr)
 

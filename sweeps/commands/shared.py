@@ -13,10 +13,10 @@ from banditsweep.sweeps.selection import parse_selectors, select
 from banditsweep.sweeps.spec import PlannedTrial, Sweep
 from banditsweep.sweeps.spec_errors import SpecError
 from banditsweep.sweeps.stored_runs import Selection, select_sweep
-from banditsweep.workers.code_check import compare_code
-from banditsweep.workers.jobs import Job
-from banditsweep.workers.record import FAILED, TrialRecord
-from banditsweep.workers.store import StoreHealth, SweepStore
+from banditsweep.workers import compare_code
+from banditsweep.workers import Job
+from banditsweep.workers import FAILED, TrialRecord
+from banditsweep.workers import StoreHealth, SweepStore
 
 
 def record_of(sweep: Sweep, trial: PlannedTrial) -> TrialRecord:

@@ -16,8 +16,8 @@ from banditsweep.sweeps.commands import EXIT_INCONSISTENT
 from banditsweep.sweeps.commands.shared import jobs_of, say_health, say_selection, selected_sweep, store_of
 from banditsweep.sweeps.report import markdown_table
 from banditsweep.sweeps.spec import Sweep
-from banditsweep.workers.heartbeat import STALE_SECONDS, LiveTrial
-from banditsweep.workers.status import StatusSummary, status_summary
+from banditsweep.workers import STALE_SECONDS, LiveTrial
+from banditsweep.workers import StatusSummary, status_summary
 
 # Running trials (or lockstep batches) listed at most; a count says how many more.
 LISTED = 20

@@ -1,5 +1,5 @@
 """``banditsweep verify SPEC``: re-run a sample of the sweep's finished trials on today's code, on
-the same Ray as ``run``, and compare every stored value but timings (workers.verification).
+the same Ray as ``run``, and compare every stored value but timings (workers.provenance.verification).
 
 The sample is drawn from a seed it prints (``--seed`` draws the same one again), at least one trial
 of each code version the store holds, from the trials of the ``--set`` a stored run noted. The
@@ -25,12 +25,12 @@ from banditsweep.sweeps.commands.run import run_options
 from banditsweep.sweeps.commands.shared import jobs_of, say_health, say_selection, selected_sweep, store_of
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.spec import Sweep
-from banditsweep.workers.code_check import current_code
-from banditsweep.workers.dispatcher import run_sweep
-from banditsweep.workers.errors import InputError
-from banditsweep.workers.record import FINISHED, TrialOutcome
-from banditsweep.workers.store import SweepStore
-from banditsweep.workers.verification import accepted_records, code_groups, compare_trial, draw_sample
+from banditsweep.workers import current_code
+from banditsweep.workers import run_sweep
+from banditsweep.workers import InputError
+from banditsweep.workers import FINISHED, TrialOutcome
+from banditsweep.workers import SweepStore
+from banditsweep.workers import accepted_records, code_groups, compare_trial, draw_sample
 
 
 def main(args: argparse.Namespace, sweep: Sweep) -> int:

@@ -37,7 +37,7 @@ class CrashOnce(RandomPolicy):
         if t == 5 and not self.marker.exists():
             self.marker.touch()
             # Dies mid-trial, as a worker out of memory does: a death within a millisecond of the
-            # previous call's end may be counted for that call (workers.dispatcher.requeue_dead).
+            # previous call's end may be counted for that call (workers.execution.dispatcher.requeue_dead).
             time.sleep(0.3)
             os._exit(1)
         return super().select(t, contexts)

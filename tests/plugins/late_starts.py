@@ -8,8 +8,8 @@ the end, the mirror closing only once those starts are in. Every other sweep is 
 import dataclasses
 import threading
 
-from banditsweep.workers import sinks
-from banditsweep.workers.record import PENDING
+from banditsweep.workers.mirrors import sinks
+from banditsweep.workers.results.record import PENDING
 
 DELAY = 1.0   # seconds: twice the mirror's interval, so the start lands in a later delivery
 

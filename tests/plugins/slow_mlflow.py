@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from banditsweep.core import registry
-from banditsweep.workers.mlflow_sink import MLflowSink
+from banditsweep.workers.mirrors.mlflow.sink import MLflowSink
 
 
 class SlowMLflowSink(MLflowSink):

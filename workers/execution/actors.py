@@ -1,0 +1,201 @@
+"""The Ray actors of a sweep: trial actors that run batches of trials, and the mirror that feeds the
+result sinks.
+
+A trial actor returns its trials' outcomes (records and per-round arrays) to the driver, which makes
+them durable in the Parquet store; it streams a thinned regret curve of running trials to the mirror
+without waiting for it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+import ray
+
+from banditsweep.core.trial import TrialSpec, run_trials
+from banditsweep.workers.results.checkpoint_files import CheckpointFiles
+from banditsweep.workers.provenance.code_identity import code_of
+from banditsweep.workers.provenance.runtime import runtime_info
+from banditsweep.workers.results.live_run import RunningTrials
+from banditsweep.workers.results.record import TrialOutcome, TrialRecord
+from banditsweep.workers.mirrors.sinks import Mirror, MirrorStatus, SinkContext, open_sinks
+from banditsweep.workers.execution.trial_setup import configure_threads, trial_device
+
+
+def _describe_error() -> tuple[str, str]:
+    error = sys.exc_info()[1]
+    return f"{type(error).__name__}: {error}", traceback.format_exc()
+
+
+@ray.remote
+class TrialActor:
+    """One per GPU (or per ``cpus_per_trial`` CPUs). Runs a batch of compatible trials at a time.
+    ``data_dir``: where the trials' dataset files are (None: where this worker's environment says)."""
+
+    def __init__(self, mirror, threads: int, data_dir: str | None = None):
+        self.mirror = mirror
+        self.threads = max(1, threads)
+        if data_dir:
+            # The environments a trial builds read their dataset files from the data directory of the
+            # process they run in (core.datasets); this process is this actor's alone. Imported here:
+            # core.datasets loads pyarrow, which actors of trials without datasets never need.
+            from banditsweep.core.datasets import DATA_ENV_VAR
+
+            os.environ[DATA_ENV_VAR] = data_dir
+        self.node = ray.util.get_node_ip_address()
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.device, self.device_label, self.warning = trial_device(ray.get_gpu_ids(), self.node)
+
+    def ready(self) -> str | None:
+        """Answers once the actor is placed and built; a warning about its device, if any."""
+        return self.warning
+
+    def run(self, batch: list[tuple[TrialSpec, TrialRecord]], checkpoints: CheckpointFiles | None = None
+            ) -> list[TrialOutcome]:
+        """Run the batch (resuming from its checkpoint, if it has one); a trial that raises is
+        recorded as failed (a batch that raised is run again one trial at a time, so that only the
+        trial at fault fails)."""
+        self.checkpoints = checkpoints
+        specs = [spec for spec, _ in batch]
+        now = time.time()
+        records = [record.started(record.attempts, self.node, self.node_id, self.device_label, now) for _, record in batch]
+        try:
+            # Inside the guard: an algorithm whose module cannot be imported fails its trials, not the sweep.
+            self._configure_threads(specs[0])
+            records = self._stamped(specs, records)
+            return self._run_together(specs, records)
+        except Exception:
+            if len(batch) == 1:
+                return [TrialOutcome.of(records[0].failed(*_describe_error(), at=time.time()))]
+        outcomes = []
+        for spec, record in zip(specs, records):
+            record = record.started(record.attempts, self.node, self.node_id, self.device_label, time.time())
+            try:
+                [record] = self._stamped([spec], [record])
+                outcomes.extend(self._run_together([spec], [record]))
+            except Exception:
+                outcomes.append(TrialOutcome.of(record.failed(*_describe_error(), at=time.time())))
+        return outcomes
+
+    def _configure_threads(self, spec: TrialSpec) -> None:
+        spec.policy_class   # imports the algorithm's module (and torch, where it uses it) first
+        configure_threads(self.threads)
+
+    def _stamped(self, specs: list[TrialSpec], records: list[TrialRecord]) -> list[TrialRecord]:
+        """The records stamped with the code this process runs them on and where it runs them."""
+        runtime = runtime_info(self.device_label, self.threads)
+        return [record.ran_on(code_of(spec), runtime) for spec, record in zip(specs, records)]
+
+    def _run_together(self, specs: list[TrialSpec], records: list[TrialRecord]) -> list[TrialOutcome]:
+        self.mirror.started.remote(records)
+
+        def stream(index: int, t: int, cumulative_regret: float) -> None:
+            self.mirror.progress.remote(records[index].trial_id, [(t, cumulative_regret)])
+
+        started = time.perf_counter()
+        results = run_trials(specs, self.device, on_progress=stream, progress_every=records[0].log_every,
+                             checkpoints=self.checkpoints)
+        elapsed = time.perf_counter() - started
+        now = time.time()
+        return [TrialOutcome.of(record.finished(result, now, batch_size=float(len(specs)),
+                                                batch_wall_seconds=elapsed), result)
+                for record, result in zip(records, results)]
+
+
+@ray.remote(num_cpus=0)
+class MirrorActor:
+    """The sinks of a run, fed by a :class:`~banditsweep.workers.mirrors.sinks.Mirror` (pinned by the
+    dispatcher to the driver's node: a SQLite MLflow store is a file there). The sinks are opened
+    (reconciled with the journal) when the actor is built, before any event reaches it, so the
+    driver need not wait for that."""
+
+    def __init__(self, names: list[str], context: SinkContext, pending: list[str]):
+        # A tracking server that is down must cost seconds per try, not MLflow's minutes of retries:
+        # the mirror retries on its own, with back-off.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+        sinks, self.counts, errors = open_sinks(names, context, context.store.journal(), pending)
+        self.mirror = Mirror(sinks)
+        self.mirror.status.errors += errors
+        # The trials running now, for the driver's running.json (kept here: progress comes only here).
+        self.running_trials = RunningTrials()
+
+    def reconciled(self) -> dict[str, int]:
+        return self.counts
+
+    def problems(self) -> list[str]:
+        """What went wrong with the sinks so far (each outage said once)."""
+        return list(self.mirror.status.errors)
+
+    def running(self) -> list[dict]:
+        """The trials started and not ended, each with its latest round (workers.results.live_run)."""
+        return self.running_trials.snapshot()
+
+    def started(self, records):
+        self.running_trials.started(records)
+        self.mirror.started(records)
+
+    def progress(self, trial_id, points):
+        self.running_trials.progress(trial_id, points)
+        self.mirror.progress(trial_id, points)
+
+    def ended(self, ended):
+        self.running_trials.ended([record for record, _ in ended])
+        self.mirror.ended(ended)
+
+    def close(self, status: str, summary: dict[str, float], timeout: float) -> MirrorStatus:
+        return self.mirror.close(status, summary, timeout)
+
+    def begin_close(self, status: str, summary: dict[str, float]) -> None:
+        self.mirror.begin_close(status, summary)
+
+    def wait_closed(self, seconds: float) -> bool:
+        return self.mirror.wait_closed(seconds)
+
+    def owed(self) -> int:
+        return self.mirror.owed()
+
+    def abort(self, reason: str) -> MirrorStatus:
+        return self.mirror.abort(reason)
+
+    def status(self) -> MirrorStatus:
+        return self.mirror.status
+
+
+# Seconds without one ended trial written before a run stops waiting for its sinks (a sink that is
+# down or cannot keep up): the run then says what they lack.
+MIRROR_STALL_SECONDS = 120.0
+# Seconds between two lines about the sinks catching up.
+MIRROR_SAY_EVERY = 5.0
+
+
+def drain_mirror(mirror, status: str, summary: dict[str, float], say, stall: float = MIRROR_STALL_SECONDS
+                 ) -> MirrorStatus:
+    """End a run's mirror: wait while its sinks write what they still owe, saying how much is left
+    and for about how long; a Ctrl-C, or ``stall`` seconds without progress, stops the wait and the
+    mirror's status then says exactly what the sinks lack (and how to catch up)."""
+    ray.get(mirror.begin_close.remote(status, summary))
+    started = last_change = last_said = time.monotonic()
+    first = last = ray.get(mirror.owed.remote())
+    try:
+        while not ray.get(mirror.wait_closed.remote(1.0)):
+            owed, now = ray.get(mirror.owed.remote()), time.monotonic()
+            if owed != last:
+                last, last_change = owed, now
+            if now - last_change > stall:
+                return ray.get(mirror.abort.remote(f"the sinks wrote nothing for {stall:.0f} s"))
+            if owed and now - last_said >= MIRROR_SAY_EVERY:
+                rate = (first - owed) / (now - started)
+                eta = f", ~{_duration(owed / rate)}" if rate > 0 else ""
+                say(f"MLflow: {owed:,} runs to write{eta} (Ctrl-C stops waiting; `sync-mlflow` catches up later)")
+                last_said = now
+    except KeyboardInterrupt:
+        return ray.get(mirror.abort.remote("stopped waiting for the sinks (Ctrl-C)"))
+    return ray.get(mirror.status.remote())
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"

@@ -1,0 +1,134 @@
+"""Sharded trials on Ray: one actor per shard of X, placed by a placement group spread over the
+nodes, and the attempts of a trial whose shards die (core.kernel_shards, core.sharded_trial; SPEC 4).
+
+The coordinator runs in the driver: per round it exchanges a few small messages with the shards
+(core.kernel_shards lists them). It is played out by core's one checkpoint driver
+(core.round_loop.play_out) over the files of ``workers.results.checkpoint_files``: every ``checkpoint_every``
+rounds each shard writes its part of the state from its own process
+(``<results>/<sweep>/.checkpoints/<trial key>/shard-<start>.r<round>.state``), then the coordinator
+its own (``<trial key>.state``), which names the round; a round's checkpoint counts once that file
+is there. A shard actor that dies (its node left, out of memory) ends the attempt: the shards are
+placed again and the trial goes on from the last checkpoint, not from round 1, with the same final
+result. On several nodes the checkpoint folder must be on a filesystem they share.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from banditsweep.core.kernel_shards import KernelShard, domain_shape
+from banditsweep.core.sharded_trial import run_sharded
+from banditsweep.core.sharding import shard_ranges
+from banditsweep.core.trial import TrialSpec
+from banditsweep.workers.provenance.code_identity import code_of
+from banditsweep.workers.provenance.runtime import runtime_info
+from banditsweep.workers.results.checkpoint_files import CheckpointFiles
+from banditsweep.workers.results.record import MAX_ATTEMPTS, TrialOutcome, TrialRecord
+
+# Seconds to wait for the shards' placement group before saying that no node can hold it.
+PLACEMENT_NOTICE = 30.0
+
+
+@ray.remote
+class ShardActor:
+    """One shard of one trial (core.kernel_shards.KernelShard) in its own worker process."""
+
+    def __init__(self, spec: TrialSpec, start: int, stop: int):
+        self.shard = KernelShard(spec, start, stop)
+
+    def where(self) -> tuple[str, str]:
+        return ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id()
+
+    def call(self, method: str, *args: Any) -> Any:
+        return getattr(self.shard, method)(*args)
+
+    def peak_memory_mb(self) -> float:
+        """The peak resident memory of this shard's process (Linux reports KiB)."""
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+class RayShards:
+    """The shards of one trial as Ray actors in a placement group (strategy SPREAD: across nodes
+    where there are several), one bundle of ``cpus`` CPUs (and ``gpus`` GPUs) per shard."""
+
+    def __init__(self, spec: TrialSpec, count: int, cpus: float, gpus: float,
+                 on_wait: Callable[[str], None] | None = None):
+        n, _ = domain_shape(spec)
+        self.ranges = shard_ranges(n, count)
+        bundle = {"CPU": float(cpus), **({"GPU": float(gpus)} if gpus else {})}
+        self.group = placement_group([dict(bundle) for _ in range(count)], strategy="SPREAD")
+        self.actors: list = []
+        waited = 0.0
+        while not ray.wait([self.group.ready()], timeout=5.0)[0]:
+            waited += 5.0
+            if on_wait is not None and waited % PLACEMENT_NOTICE == 0:
+                on_wait(f"waiting for {count} shard bundles of {bundle} (the nodes cannot place them yet)")
+        self.actors = [
+            ShardActor.options(num_cpus=cpus, num_gpus=gpus, scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=self.group, placement_group_bundle_index=i)).remote(spec, start, stop)
+            for i, (start, stop) in enumerate(self.ranges)]
+        self.nodes = ray.get([actor.where.remote() for actor in self.actors])
+
+    def map(self, method: str, *args: Any) -> list[Any]:
+        if any(hasattr(arg, "nbytes") and arg.nbytes > 1 << 16 for arg in args):
+            args = tuple(ray.put(arg) if hasattr(arg, "nbytes") and arg.nbytes > 1 << 16 else arg for arg in args)
+        return ray.get([actor.call.remote(method, *args) for actor in self.actors])
+
+    def call(self, shard: int, method: str, *args: Any) -> Any:
+        return ray.get(self.actors[shard].call.remote(method, *args))
+
+    def peak_memory_mb(self) -> list[float]:
+        return ray.get([actor.peak_memory_mb.remote() for actor in self.actors])
+
+    def close(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors = []
+        remove_placement_group(self.group)
+
+
+def run_sharded_trial(spec: TrialSpec, record: TrialRecord, shards: int, cpus: float, gpus: float,
+                      checkpoint_root: Path | None, checkpoint_every: int | None,
+                      on_progress: Callable[[int, float], None] | None = None,
+                      on_message: Callable[[str], None] | None = None) -> TrialOutcome:
+    """Run one sharded trial to its outcome; a shard that dies restarts the trial from its last
+    checkpoint (up to MAX_ATTEMPTS placements); any other error fails the trial."""
+    node = ray.util.get_node_ip_address()
+    node_id = ray.get_runtime_context().get_node_id()
+    checkpoints = CheckpointFiles(checkpoint_root, checkpoint_every) if checkpoint_every else None
+    last_error = ""
+    code, runtime = code_of(spec), runtime_info("cpu", max(1, int(cpus)))
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        started = record.started(record.attempts + attempt - 1, node, node_id, "cpu", time.time()).ran_on(code, runtime)
+        group = None
+        try:
+            group = RayShards(spec, shards, cpus, gpus, on_wait=on_message)
+            callback = None if on_progress is None else (lambda _i, t, value: on_progress(t, value))
+            result = run_sharded(spec, group, callback, record.log_every, checkpoints)
+            memory = group.peak_memory_mb()
+            nodes = {node_id for _, node_id in group.nodes}
+            extra = {"shard_nodes": float(len(nodes)), "shard_peak_rss_mb_max": max(memory),
+                     "shard_peak_rss_mb_mean": sum(memory) / len(memory),
+                     **{f"shard_{i}_peak_rss_mb": value for i, value in enumerate(memory)}}
+            return TrialOutcome.of(started.finished(result, time.time(), **extra), result)
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:
+            last_error = f"a shard actor died: {error}"
+            if on_message is not None:
+                on_message(f"{record.run_name}: {last_error.splitlines()[0]}; placing the shards again "
+                           f"(attempt {attempt + 1} of {MAX_ATTEMPTS})")
+            continue
+        except Exception as error:
+            return TrialOutcome.of(started.failed(f"{type(error).__name__}: {error}", traceback.format_exc(),
+                                                  at=time.time()))
+        finally:
+            if group is not None:
+                group.close()
+    return TrialOutcome.of(started.failed(f"shards died {MAX_ATTEMPTS} times: {last_error}", None, at=time.time()))

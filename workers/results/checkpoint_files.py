@@ -1,0 +1,107 @@
+"""In-trial checkpoints on disk, the store behind core's checkpoint driver (core.round_loop.play_out,
+``Checkpoints``): the state of an unfinished round loop, saved every ``checkpoint_every`` rounds under
+``<results root>/<sweep>/.checkpoints/<key>.state``. A sharded trial keeps its coordinator's state
+there and each shard's part under ``<key>/`` (``shard-<start>.r<round>.state``), written by the
+shard's own process.
+
+A trial actor that dies (a preempted node, out of memory) leaves its batch's last state there; the
+batch's next attempt resumes from it and ends bit-identical to a run never stopped. A finished
+batch's state is removed. Files appear by atomic rename, so a crash mid-save leaves the previous
+state. On a multi-node cluster the directory must be on a filesystem the nodes share for a retry on
+another node to find it; otherwise a retry on another node starts from round 1 (the results are
+the same either way).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+# Checkpoint files are written as every result file is; workers.execution.sharded_trials writes its shards' states with it.
+from banditsweep.workers.results.atomic import write_atomically
+from banditsweep.workers.results.untrusted_files import open_regular
+
+__all__ = ["QUARANTINE", "CheckpointFiles", "set_aside", "write_atomically"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CheckpointFiles:
+    directory: Path
+    every: int
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.state"
+
+    def load(self, key: str) -> bytes | None:
+        """The state saved under ``key``, or None. One that is not a regular file (a link, a FIFO
+        that would block the trial for ever, a device) raises ``NotARegularFile`` (an OSError: the
+        round loop sets it aside)."""
+        try:
+            with open_regular(self._path(key)) as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+
+    def save(self, key: str, state: bytes) -> bool:
+        """Save the state; False when the folder cannot take it (disk full, read-only, permissions):
+        a checkpoint only saves time, so the trial goes on (a retry would resume from the previous
+        one), and whether results can be written is the driver's to find and report."""
+        try:
+            write_atomically(self._path(key), state)
+            return True
+        except OSError as error:
+            log.warning("checkpoint %s not saved: %s", self._path(key), error)
+            return False
+
+    def discard(self, key: str) -> None:
+        """Remove the state under ``key`` and its parts."""
+        try:
+            self._path(key).unlink(missing_ok=True)
+            shutil.rmtree(self.directory / key, ignore_errors=True)
+        except OSError as error:   # the driver reports a folder it cannot write to
+            log.warning("checkpoint %s not removed: %s", self._path(key), error)
+
+    def reject(self, key: str, reason: str) -> None:
+        """A state that cannot be used is moved, with its parts, to ``<sweep>/quarantine/`` with a
+        note; never read again. Its loop starts from round 1 and records ``checkpoint_rejected``.
+
+        Every checkpoint is read as hostile data (core.state_codec, core.round_loop.RoundLoop.
+        saved_attributes). Refused: bytes that are not a state this project writes (garbage,
+        truncated, pickle or another format, compressed or oversized entries, array headers that
+        claim more than their entry holds, JSON nested deeper than ``state_codec.MAX_DEPTH``, any
+        error reading them raises); classes outside ``banditsweep.core`` and the registered plugins
+        (no other module is imported); states of other trials or another horizon; a next round
+        outside 2..horizon (``play_out`` saves only after a round was played and while one is
+        left: a "finished" state is never written); a recorder whose shape or dtypes are not the
+        trials', whose recorded rounds are not finite (or hold a negative arm or time), whose rounds
+        after the last played are not zero, or whose cumulative regret is not the running sum of
+        its per-round regrets (to a relative 1e-9). Not detected: a state forged to be internally
+        consistent (plausible rewards and regrets, a matching policy and environment state): it
+        cannot be told apart from one the project wrote, so a results folder from someone else can
+        still make its trials' recorded rounds say what its author chose. Only a folder one trusts
+        (or one whose ``.checkpoints/`` is removed before ``run``) gives results one can trust."""
+        set_aside(self._path(key), self.directory.parent / QUARANTINE, reason)
+        if (self.directory / key).is_dir():
+            set_aside(self.directory / key, self.directory.parent / QUARANTINE, reason)
+
+
+QUARANTINE = "quarantine"
+
+
+def set_aside(path: Path, quarantine: Path, reason: str) -> None:
+    """Move an unusable checkpoint file or folder into ``quarantine`` (a note beside it says why). If
+    the folder takes nothing, it stays where it is: it is refused again on the next attempt (never
+    read as a state), and the driver reports a folder that cannot be written."""
+    target = quarantine / f"checkpoint-{path.name}"
+    log.warning("checkpoint %s cannot be used (%s): moved to %s; its trials start from round 1", path, reason, target)
+    try:
+        quarantine.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+        (quarantine / f"{target.name}.reason.txt").write_text(f"{path}: {reason}\n")
+    except OSError as error:
+        log.warning("checkpoint %s not moved aside: %s", path, error)

@@ -1,0 +1,539 @@
+"""The Parquet results of a sweep, under ``<results root>/<sweep>/``: the record of truth.
+
+- ``.journal/``: the durable outcome of every trial (:class:`~banditsweep.workers.results.record.TrialRecord`
+  as JSON lines). Each write appends one new segment file holding the outcomes of a group of
+  trials; a later segment's record of a trial replaces an earlier one (a failed trial run again).
+  A trial is *done* once its segment exists.
+- ``curves/``: one row per trial per round (:data:`CURVE_SCHEMA`: the round's values and the
+  trial's algorithm, label, environment and seed, dictionary-encoded), written in the same groups,
+  one Parquet part per group, and compacted at the end of a run into one file per run (and into one
+  file when a sweep has gathered more than :data:`MAX_CURVE_FILES`), so ``pd.read_parquet(".../curves")``
+  or ``pyarrow.dataset.dataset(".../curves")`` reads them all: every file has the same schema.
+- ``trials/trials.parquet``: one row per finished or failed trial, a materialised view of the
+  journal rebuilt at a bounded rate while trials stream in and at the end of a run
+  (``pd.read_parquet(".../trials")``): every record field, every parameter, every environment
+  setting (``env_<name>``) and every diagnostic (``diag_<name>``) a typed column.
+- ``README.txt``: what the folder holds. It is not Parquet, so reading the sweep folder itself as
+  one dataset fails with its name instead of silently mixing the two tables.
+- ``.runs/``: one small JSON file per run with the ``--set`` overrides it was started with
+  (workers.results.run_notes); ``running.json``: what a run going on now is doing (workers.results.live_run). Neither
+  is part of the record of truth.
+
+:func:`load` reads both tables into pandas, also from stores written before curves carried their
+trial's names and before environment settings had columns of their own.
+
+Integrity: every Parquet page has a CRC (verified on read); every curves file and journal segment
+has the SHA-256 of its bytes in its name, and every journal line the SHA-256 of its record, which
+must also be a valid :class:`TrialRecord`. :meth:`SweepStore.verify` (``status``, ``run``,
+``report``) checks them all and moves what fails to ``quarantine/``; the trials of a curves file
+moved aside, and of a record moved aside, run again. Files and records written before checksums
+are read and checked for everything else, and compaction rewrites them with checksums.
+
+The formats of the three parts are their own modules (workers.results.journal, workers.results.curves,
+workers.results.trials_table; file names with checksums: workers.results.checksums); this module is the store
+itself: where each part lives, writing a group of outcomes, compaction, the check of every file,
+reading.
+
+Order of writes for a group: curves part, then journal segment. A crash between the two leaves
+curves of trials that are not done; they run again and :meth:`SweepStore.read_curves` keeps the
+rows of the journal's record only. Every file appears by atomic rename of a fully written, fsynced
+temporary file whose name starts with ``.`` (Parquet readers skip such names), so a reader never
+sees half a file, and nothing is ever appended to a closed file. Compaction first writes the merged
+file under a hidden name, then removes the parts it replaces, then makes it visible; a crash in
+between is finished by the next :meth:`SweepStore.recover`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from banditsweep.workers.results.atomic import write_atomically
+from banditsweep.workers.results.checksums import named_digest, visible, write_digested
+from banditsweep.workers.results.curves import (CURVE_SCHEMA, MAX_CURVE_FILES, curve_table, curves_damage, has_trial_columns,
+                                        only_of, write_parts_parquet,
+                                        latest_rows, read_parquet, with_trial_columns, write_order, write_parquet)
+from banditsweep.workers.errors import DamagedResultError, InputError, SweepBusyError, one_line
+from banditsweep.workers.results.journal import journal_text, read_records
+from banditsweep.workers.results.record import FAILED, FINISHED, TrialOutcome, TrialRecord
+from banditsweep.workers.results.untrusted_files import not_regular, open_regular, read_regular, refuse_linked_or_misplaced, shown
+from banditsweep.workers.results.trials_table import TRIALS_FORMAT, trials_table, upgrade_trials
+
+__all__ = ["CURVE_SCHEMA", "FAILED", "FINISHED", "MAX_CURVE_FILES", "StoreHealth", "SweepBusyError", "SweepStore",
+           "TrialsTable", "load", "named_digest"]
+
+
+LOCK_FILE = ".run.lock"
+# The store's format: a reader refuses a store of a later format (it would take the later records'
+# new fields for damage and set them aside). 1: records carry their code and runtime (code_identity).
+FORMAT_FILE = ".format.json"
+STORE_FORMAT = 1
+# The sweep folder's own entries: what check_layout() expects each to be.
+FOLDERS = (".journal", "curves", "trials", "quarantine", ".checkpoints", ".runs")
+FILES = ("README.txt", LOCK_FILE, FORMAT_FILE)   # running.json is checked by its reader (workers.results.live_run)
+
+
+def run_in_progress(root: Path) -> bool:
+    """Whether a `run` of the sweep folder ``root`` holds its lock (``SweepStore.exclusive``) now."""
+    try:
+        handle = open_regular(root / LOCK_FILE)   # a FIFO planted there would block an open for ever
+    except OSError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+@dataclass
+class SweepStore:
+    root: Path  # <results root>/<sweep>
+
+    @classmethod
+    def for_sweep(cls, results_root: str | Path, sweep: str) -> "SweepStore":
+        return cls(Path(results_root).resolve() / sweep)
+
+    @property
+    def journal_dir(self) -> Path:
+        return self.root / ".journal"
+
+    @property
+    def trials_dir(self) -> Path:
+        return self.root / "trials"
+
+    @property
+    def curves_dir(self) -> Path:
+        return self.root / "curves"
+
+    @property
+    def report_dir(self) -> Path:
+        return self.root / "report"
+
+    @contextmanager
+    def exclusive(self):
+        """Held by the driver of a ``run`` for its whole length: a second ``run`` of the same sweep on
+        the same results folder is refused (two writers would each rebuild the trials table from
+        their own records). The lock is the OS's (flock), so it ends with the process holding it."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.check_layout()
+        path = self.root / LOCK_FILE
+        with open_regular(path, write=True) as handle:   # never through a link: it is truncated below
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = one_line(handle.read(200).decode(errors="replace")) or "another process"
+                raise SweepBusyError(f"{self.root}: another `run` of this sweep is in progress ({holder}); "
+                                     f"wait for it to end, or use another --results folder") from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} on {socket.gethostname()}".encode())
+            self.mark_format()
+            self.describe()
+            handle.flush()
+            try:
+                yield
+            finally:
+                handle.seek(0)
+                handle.truncate()
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    # -- writing (only the driver of a run calls these) ------------------------------------------
+
+    def describe(self) -> None:
+        """Write ``README.txt``: what the folder holds and how to read it. Not being Parquet, it also
+        makes a read of the whole sweep folder as one dataset fail with its name instead of silently
+        reading the curves with the trials' columns (or the other way round)."""
+        text = README.format(sweep=self.root.name, root=self.root, results=self.root.parent)
+        path = self.root / "README.txt"
+        try:
+            current = read_regular(path, 64 << 10)
+        except OSError:   # missing, or not a regular file of a sane size: replaced
+            current = None
+        if current != text.encode():
+            write_atomically(path, text)
+
+    def check_layout(self) -> None:
+        """The sweep folder's own entries are what the project made them (no link, a folder where a
+        folder belongs), and its format one this reader knows: refused with :class:`InputError`
+        naming the entry otherwise, before anything is read or written through it."""
+        refuse_linked_or_misplaced(self.root, FOLDERS, FILES)
+        self.check_format()
+
+    def check_format(self) -> int:
+        """The store's format (0: written before stores said theirs); a later one than this reader's
+        :data:`STORE_FORMAT`, or a format file this project did not write, is refused."""
+        path = self.root / FORMAT_FILE
+        if not os.path.lexists(path):
+            return 0
+        try:
+            values = json.loads(read_regular(path, 4096))
+            found = values["store_format"]
+            if isinstance(found, bool) or not isinstance(found, int) or found < 0:
+                raise ValueError(found)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise InputError(f"{shown(path)}: not a store-format file banditsweep writes ({one_line(error)[:80]}); "
+                             f"it says which banditsweep can read the results folder: restore it, or remove it "
+                             f"if the folder was written by this version") from None
+        if found > STORE_FORMAT:
+            writer = values.get("written_by") if isinstance(values.get("written_by"), str) else "a later banditsweep"
+            raise InputError(f"{shown(self.root)}: the results were written in store format {found} ({shown(writer)}); "
+                             f"this banditsweep reads formats up to {STORE_FORMAT}: upgrade banditsweep to read or "
+                             f"extend them, or give another --results folder")
+        return found
+
+    def mark_format(self) -> None:
+        """Say the store's format (before a run writes anything), where it does not say it yet."""
+        if self.check_format() < STORE_FORMAT:
+            from banditsweep import __version__
+
+            write_atomically(self.root / FORMAT_FILE, json.dumps(
+                {"store_format": STORE_FORMAT, "written_by": f"banditsweep {__version__}"}) + "\n")
+
+    def write_outcomes(self, outcomes: list[TrialOutcome]) -> None:
+        """Make a group of trial outcomes durable: one curves part, then one journal segment."""
+        if not outcomes:
+            return
+        finished = [o for o in outcomes if o.arrays is not None]
+        if finished:
+            table = curve_table(finished)
+            write_digested(self.curves_dir, "part-", ".parquet", lambda tmp: write_parquet(table, tmp))
+        text = journal_text(o.record for o in outcomes)
+        write_digested(self.journal_dir, "s", ".jsonl", lambda tmp: Path(tmp).write_text(text))
+
+    def write_trials_table(self, records: list[TrialRecord]) -> None:
+        # A view of the journal under a fixed name (readers read trials/), so no digest in its name:
+        # its pages have CRCs and `status` compares its rows with the journal.
+        table = trials_table(records)
+        write_atomically(self.trials_dir / "trials.parquet", lambda tmp: write_parquet(table, tmp))
+
+    def compact(self) -> None:
+        """Merge the curve parts into one file and the journal segments into one segment. A curve
+        file joins the merge also when it shares a trial with another file (the trial ran again
+        after its journal record was lost), holds rows of trials the journal does not hold as
+        finished, lacks its trials' names (an earlier layout) or a checksum (written before files
+        had them): after a compaction every finished trial's rows are in the folder once, so a
+        plain ``pyarrow.dataset`` read of ``curves/`` gives one copy. A sweep with more than
+        MAX_CURVE_FILES curve files is merged whole. Damaged files are left where they are, and
+        what they would join is not merged: ``verify`` moves them aside first."""
+        self.recover()
+        segments = [*sorted(visible(self.journal_dir, "*.json")), *self._segments()]
+        read = [read_records(path) for path in segments]
+        if any(journal_file.damage for journal_file in read):
+            return   # its records are not all known: nothing may be dropped or merged for want of them
+        records = {record.trial_id: record for journal_file in read for record in journal_file.records}
+        self._compact_curves(records)
+        # Arrow's allocator keeps what a large merge freed; a driver that goes on running gives it back.
+        pa.default_memory_pool().release_unused()
+        if len(segments) > 1 or any(named_digest(path) is None for path in segments):
+            self._replace(segments, self.journal_dir, "s", ".jsonl",
+                          lambda tmp: Path(tmp).write_text(journal_text(records.values())))
+
+    def _compact_curves(self, records: dict[str, TrialRecord]) -> None:
+        files = sorted(visible(self.curves_dir, "*.parquet"), key=write_order)
+        if not files:
+            return
+        done = {tid for tid, r in records.items() if r.status == FINISHED}
+        ids: dict[Path, set[str]] = {}
+        for path in files:
+            try:
+                ids[path] = set(pc.unique(read_parquet(path, columns=["trial_id"])["trial_id"]).to_pylist())
+            except (pa.ArrowException, OSError):
+                return   # unreadable: verify() moves it aside before anything is merged
+        seen: dict[str, int] = {}
+        for trial_ids in ids.values():
+            for trial_id in trial_ids:
+                seen[trial_id] = seen.get(trial_id, 0) + 1
+        kept = [p for p in files if not p.name.startswith("part-")]
+        if len(kept) + 1 > MAX_CURVE_FILES:
+            merge = files
+        else:
+            merge = [p for p in files if p.name.startswith("part-") or named_digest(p) is None
+                     or not has_trial_columns(p) or ids[p] - done or any(seen[t] > 1 for t in ids[p])]
+        rewrite = [p for p in merge if named_digest(p) is None or not has_trial_columns(p) or ids[p] - done
+                   or any(seen[t] > 1 for t in ids[p])]
+        if len(merge) < 2 and not rewrite:
+            return
+        if any(curves_damage(p) for p in merge):
+            return   # a damaged file merged would come out with a valid checksum: verify() first
+        if any(seen[t] > 1 for p in merge for t in ids[p]):   # a trial's rows twice: the last write wins
+            table = latest_rows(pa.concat_tables([read_parquet(p, schema=CURVE_SCHEMA) for p in merge]), records)
+            table = with_trial_columns(table, records)
+            self._replace(merge, self.curves_dir, "c-", ".parquet",
+                          lambda tmp: write_parquet(table, tmp, row_group_size=1 << 20))
+            return
+        # Else file by file, never all of them in memory (a sweep of 10^5 trials has millions of rows).
+        parts = (with_trial_columns(self._finished_rows(p, ids[p], done), records) for p in merge)
+        self._replace(merge, self.curves_dir, "c-", ".parquet", lambda tmp: write_parts_parquet(parts, tmp, CURVE_SCHEMA))
+
+    @staticmethod
+    def _finished_rows(path: Path, trial_ids: set[str], done: set[str]) -> pa.Table:
+        """The rows of the curves file ``path`` (of ``trial_ids``) whose trials are ``done``."""
+        table = read_parquet(path, schema=CURVE_SCHEMA)
+        if trial_ids <= done:
+            return table
+        return only_of(table, pa.array(sorted(trial_ids & done), pa.string()))
+
+    def _replace(self, parts: list[Path], directory: Path, prefix: str, suffix: str,
+                 write: Callable[[str], None]) -> None:
+        """Write the merged file hidden, note which parts it replaces, remove them, then show it."""
+        target = write_digested(directory, prefix, suffix, write, hidden=True)
+        manifest = target.with_name("." + target.name + ".replaces")
+        write_atomically(manifest, "\n".join(p.name for p in parts))
+        self._finish_replace(manifest)
+
+    def _finish_replace(self, manifest: Path, found: bool = False) -> str:
+        """Remove the parts ``manifest`` names and show the merged file it goes with; "" when done,
+        else (the manifest not one this project wrote) the line saying where it was moved aside.
+        A part is only ever a result file of the manifest's own folder, named as the project names
+        them: a name with a separator, a hidden or unknown one, or one that is not a regular file
+        makes the whole manifest suspect, and nothing it names is touched. A manifest ``found`` on
+        disk (not the one just written) also has its merged file checked to hold every trial of its
+        parts."""
+        hidden = manifest.with_name(manifest.name[: -len(".replaces")])
+        suffixes = (".parquet",) if manifest.parent.name == "curves" else (".jsonl", ".json")
+        try:
+            names = read_regular(manifest, 1 << 20).decode().split("\n")
+            problem = not_regular(hidden) and f"its merged file {shown(hidden.name)} is {not_regular(hidden)}"
+            for name in names:
+                if problem:
+                    break
+                if (not name or name.startswith(".") or os.sep in name or (os.altsep and os.altsep in name)
+                        or not name.endswith(suffixes) or not name.isprintable()):
+                    problem = f"it names {shown(name)!r}, not a result file of {manifest.parent.name}/"
+                elif not_regular(manifest.parent / name) not in ("", "missing"):
+                    problem = f"it names {shown(name)}, which is {not_regular(manifest.parent / name)}"
+            if found and not problem:
+                problem = self._merge_problem(hidden, [manifest.parent / name for name in names])
+        except (OSError, UnicodeDecodeError, pa.ArrowException) as error:
+            problem = f"not readable: {one_line(error)}"
+        if problem:
+            return self._quarantine(manifest, f"a compaction's list of files to remove that cannot be trusted: "
+                                              f"{problem}; nothing it names was removed")
+        for name in names:
+            (manifest.parent / name).unlink(missing_ok=True)
+        os.replace(hidden, manifest.parent / hidden.name[1:])
+        manifest.unlink()
+        return ""
+
+    def _merge_problem(self, merged: Path, parts: list[Path]) -> str:
+        """"" when ``merged`` is whole and holds every trial of the ``parts`` still there (as the
+        merge a compaction wrote does: every record of a journal's parts; the rows of each trial the
+        journal holds as finished of a curves file's parts); else what is wrong. A planted list
+        naming the real journal beside an empty file would otherwise have the record of truth removed."""
+        if merged.suffix == ".parquet":
+            damage = curves_damage(merged)
+            done = {trial_id for trial_id, record in self.journal().items() if record.status == FINISHED}
+            ids = lambda path: done & set(pq.read_table(path, columns=["trial_id"])["trial_id"].to_pylist())  # noqa: E731
+        else:
+            read = read_records(merged)
+            damage = read.damage
+            ids = lambda path: {record.trial_id for record in read_records(path).records}  # noqa: E731
+        if damage:
+            return f"its merged file {shown(merged.name)} is damaged ({damage})"
+        held = ids(merged)
+        for part in parts:
+            if part.exists() and not ids(part) <= held:
+                return f"its merged file {shown(merged.name)} lacks trials of {shown(part.name)}"
+        return ""
+
+    def recover(self) -> list[str]:
+        """Finish compactions a crash interrupted (their merged file is complete: only the removal
+        of the parts and the final rename may be missing); the lines of manifests moved aside."""
+        moved = []
+        for directory in (self.curves_dir, self.journal_dir):
+            if directory.is_dir():
+                for manifest in directory.glob(".*.replaces"):
+                    moved.append(self._finish_replace(manifest, found=True))
+        return [line for line in moved if line]
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _segments(self) -> list[Path]:
+        return sorted(visible(self.journal_dir, "s*.jsonl"))
+
+    def journal(self) -> dict[str, TrialRecord]:
+        """Every trial's latest valid record: per-trial files of earlier versions first, then the
+        segments in write order. Records that are not valid are left out (``verify`` names them)."""
+        records: dict[str, TrialRecord] = {}
+        for path in [*sorted(visible(self.journal_dir, "*.json")), *self._segments()]:
+            for record in read_records(path).records:
+                records[record.trial_id] = record
+        return records
+
+    def verify(self, planned: Iterable[str] = ()) -> "StoreHealth":
+        """Check every result file: each journal record is a valid TrialRecord with its checksum,
+        each segment's bytes match the checksum in its name, and a record of a ``planned`` trial id
+        describes that trial (its id is its content's); each curves file's bytes match the checksum
+        in its name and every page its CRC; every trial the journal holds as finished has all its
+        rounds in the curves. A file that fails is moved to ``quarantine/`` (named in the answer,
+        never deleted); the good records of a damaged journal file are kept in a new segment.
+        Trials left without their results are named, so that ``run`` runs them again."""
+        self.check_layout()
+        health = StoreHealth()
+        if not run_in_progress(self.root):   # a run's own compaction may be between its steps
+            health.quarantined += self.recover()
+        planned = set(planned)
+        for path in [*visible(self.journal_dir, "*.json"), *self._segments()]:
+            read = read_records(path, planned)
+            if read.damage:
+                if read.records:
+                    text = journal_text(read.records)
+                    write_digested(self.journal_dir, "s", ".jsonl", lambda tmp: Path(tmp).write_text(text))
+                health.quarantined.append(self._quarantine(path, read.damage))
+        rows: dict[str, int] = {}
+        for path in visible(self.curves_dir, "*.parquet"):
+            damage = curves_damage(path, rows)
+            if damage:
+                health.quarantined.append(self._quarantine(path, damage))
+        for trial_id, record in self.journal().items():
+            if record.status == FINISHED and rows.get(trial_id, 0) < record.horizon:
+                health.missing_results.add(trial_id)
+        return health
+
+    def _quarantine(self, path: Path, why: str) -> str:
+        """Move ``path`` to ``quarantine/`` (never over a file moved there before); the line saying so."""
+        folder = self.root / "quarantine"
+        folder.mkdir(parents=True, exist_ok=True)
+        stem = f"{path.parent.name.lstrip('.')}-{path.name}"
+        target, copy = folder / stem, 1
+        while os.path.lexists(target):
+            target, copy = folder / f"{stem}.{copy}", copy + 1
+        os.replace(path, target)
+        return f"{shown(path)} ({why}) moved to {shown(target)}"
+
+    def read_trials(self) -> pd.DataFrame:
+        """The trials table (one row per finished or failed trial), in the current layout also when
+        it was written by an earlier version; rebuilt from the journal when it is not written yet
+        or cannot be read (a page that fails its CRC: ``status`` names it, ``run`` rewrites it)."""
+        path = self.trials_dir / "trials.parquet"
+        try:
+            table = read_parquet(path)
+        except (pa.ArrowException, OSError):
+            return trials_table(list(self.journal().values())).to_pandas()
+        frame = table.to_pandas()
+        if (table.schema.metadata or {}).get(b"banditsweep.trials") != TRIALS_FORMAT[b"banditsweep.trials"]:
+            frame = upgrade_trials(frame)
+        return frame
+
+    def read_curves(self, trial_ids: list[str] | None = None) -> pd.DataFrame:
+        """Curve rows (of ``trial_ids``, else of every trial), one copy per trial and round, with
+        their trial's names (taken from the journal for files of an earlier layout). A page that
+        fails its CRC raises :class:`DamagedResultError` naming the file."""
+        files = sorted(visible(self.curves_dir, "*.parquet"), key=write_order)
+        if not files:
+            return CURVE_SCHEMA.empty_table().to_pandas()
+        dataset = ds.dataset(files, schema=CURVE_SCHEMA, format=ds.ParquetFileFormat(
+            default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)))
+        wanted = None if trial_ids is None else ds.field("trial_id").isin(list(trial_ids))
+        try:
+            table = dataset.to_table(filter=wanted)
+        except (pa.ArrowException, OSError) as error:
+            damaged = next((p for p in files if curves_damage(p)), None)
+            raise DamagedResultError(
+                f"{damaged or self.curves_dir}: damaged curves ({type(error).__name__}: {one_line(error)}); "
+                "`banditsweep status` moves it aside and `banditsweep run` runs its trials again") from None
+        return with_trial_columns(latest_rows(table, None), self.journal).to_pandas()
+
+
+README = """\
+Results of the sweep {sweep}, written by banditsweep: two Parquet tables with different columns.
+
+  trials/   one row per finished or failed trial: status, final_regret, seconds_per_round, times,
+            every parameter, every environment setting (env_*) and diagnostic (diag_*) as a column
+  curves/   one row per trial per round: t, arm, reward, regret (per round), cum_regret, seconds,
+            and the trial's trial_id, algorithm, label, environment and seed
+
+Read each folder on its own (this file is not Parquet, so a read of this whole folder fails):
+
+  import banditsweep
+  trials, curves = banditsweep.load("{results}", "{sweep}")
+
+  import pyarrow.dataset as ds
+  ds.dataset("{root}/curves").to_table(filter=ds.field("t") == 100).to_pandas()
+
+.journal/ is the record of truth that `banditsweep run` resumes from; report/ holds the files of
+`banditsweep report`; quarantine/ the damaged files a check moved aside, if any; .runs/ notes each
+run's --set overrides; running.json what a run going on now is doing (`banditsweep status` shows it). The name of each
+file in curves/ and .journal/ ends with the SHA-256 of its bytes (`sha256sum` shows it); every
+Parquet page has a CRC (pyarrow checks them with page_checksum_verification=True); `banditsweep
+status` checks both.
+"""
+
+
+def load(results_root: str | os.PathLike, sweep: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The results of a sweep as pandas DataFrames ``(trials, curves)``.
+
+    ``trials``: one row per finished or failed trial (``status``), with ``final_regret``,
+    ``seconds_per_round``, ``started_at`` / ``finished_at`` (UTC timestamps), every parameter as a
+    column, every environment setting as ``env_<name>`` and every diagnostic as ``diag_<name>``.
+    ``curves``: one row per finished trial per round, with its trial's ``algorithm``, ``label``,
+    ``environment`` (categoricals) and ``seed``. ``results_root`` is the folder that holds the sweep
+    folders (``~`` is expanded); without ``sweep`` it is the sweep folder itself."""
+    root = Path(results_root).expanduser()
+    folder = root / sweep if sweep is not None else root
+    store = SweepStore(folder.resolve())
+    store.check_format()
+    if not any(path.is_dir() for path in (store.trials_dir, store.curves_dir, store.journal_dir)):
+        here = sorted(p.name for p in root.iterdir() if (p / "trials").is_dir()) if root.is_dir() else []
+        raise FileNotFoundError(f"{folder}: no sweep results here" + (
+            f" ({root} holds the sweeps {', '.join(here)})" if sweep is not None and here else ""))
+    trials = store.read_trials()
+    finished = trials.loc[trials["status"] == FINISHED, "trial_id"].tolist() if len(trials) else []
+    curves = store.read_curves(finished)
+    return trials.reset_index(drop=True), curves.reset_index(drop=True)
+
+
+@dataclass
+class StoreHealth:
+    quarantined: list[str] = field(default_factory=list)   # one line per damaged file moved aside
+    missing_results: set[str] = field(default_factory=set)  # finished trials whose curves are gone
+
+    @property
+    def ok(self) -> bool:
+        return not self.quarantined and not self.missing_results
+
+
+class TrialsTable:
+    """``trials.parquet`` rebuilt from the journal at a bounded rate: at most every ``min_interval``
+    seconds and never more than ``max_share`` of the time (a rebuild costs more as the sweep grows),
+    and always on :meth:`flush`. It holds no record: each rebuild reads the journal again (as a resume
+    does), so a driver's memory does not grow with the trials it has made durable."""
+
+    def __init__(self, store: SweepStore, min_interval: float = 2.0, max_share: float = 0.05):
+        self.store = store
+        self.min_interval, self.max_share = min_interval, max_share
+        self.dirty = False
+        self.written_at = 0.0
+        self.cost = 0.0
+
+    def added(self) -> None:
+        """Records were added to the journal: rebuild if it is time."""
+        self.dirty = True
+        if time.monotonic() - self.written_at >= max(self.min_interval, self.cost / self.max_share):
+            self.flush()
+
+    def flush(self) -> None:
+        started = time.monotonic()
+        records = self.store.journal()
+        if records:
+            self.store.write_trials_table(list(records.values()))
+        self.dirty = False
+        self.written_at = time.monotonic()
+        self.cost = self.written_at - started
