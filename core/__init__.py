@@ -1,4 +1,5 @@
 """The science: environments, policies, kernels, networks and the trial loop.
 
-Pure numpy/scipy/torch; no Ray, no MLflow, no result files (dataset files are read here).
+numpy, scipy and torch for the math (pyarrow only to read dataset files, in ``core.datasets``); no Ray,
+no MLflow, no result files.
 """

@@ -13,12 +13,9 @@ to get the gradient of the log-likelihood, so no autograd graph is built per ste
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch.nn import functional
 
-LikelihoodName = Literal["gaussian", "bernoulli", "mixture"]
 
 
 def value(name: str, reward: torch.Tensor, f: torch.Tensor) -> torch.Tensor:

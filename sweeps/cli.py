@@ -1,4 +1,5 @@
-"""The ``banditsweep`` command: ``run``, ``status`` and ``report`` of a sweep spec.
+"""The ``banditsweep`` command: ``run``, ``plan``, ``status``, ``verify``, ``report``, ``sync-mlflow`` and
+``ui`` of a sweep spec, and ``list`` of the registered algorithms and environments.
 
 Exit codes: 0 success; 1 some trials failed (their errors are in the trials table); 2 bad input
 (spec, overrides, arguments, dataset) — reported in one line before anything is started or written;

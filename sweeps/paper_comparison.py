@@ -24,7 +24,6 @@ from banditsweep.sweeps.tables import MISSING, markdown_table, slug
 
 PAPERS_DIR = Path(__file__).resolve().parent / "papers"
 CLAIM_STATISTICS = ("mean", "std", "seconds_per_round")
-STATISTIC_NAMES = {"mean": "mean final regret", "std": "std of the final regret", "seconds_per_round": "s/round"}
 
 
 class PaperDataError(ValueError):

@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from banditsweep.workers import one_line as _one_line
+
 MAX_MESSAGE = 500            # characters of one error message, at most
 MAX_DEPTH = 32               # nesting of mappings and lists
 
@@ -48,9 +50,9 @@ def big_int(value: int) -> str:
 
 
 def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
-    """``text`` on one line of at most ``limit`` characters."""
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """``text`` on one line of at most ``limit`` characters (workers.errors.one_line, at a spec
+    message's length)."""
+    return _one_line(text, limit)
 
 
 class SpecError(ValueError):

@@ -32,6 +32,5 @@ class SweepBusyError(RuntimeError):
 def one_line(error: BaseException | str, limit: int = 200) -> str:
     """An error's text on one line of printable characters, at most ``limit`` long (Parquet's
     messages may span lines and quote the damaged bytes)."""
-    text = " ".join("".join(c if c.isprintable() else " " for c in line).strip()
-                    for line in str(error).splitlines()).strip()
+    text = " ".join("".join(c if c.isprintable() else " " for c in str(error)).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
