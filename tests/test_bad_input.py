@@ -291,6 +291,34 @@ def _reached_the_sweep(*args, **kwargs):
     pytest.fail("bad input reached the sweep")
 
 
+def refused_writing_nothing(case, tmp_path, monkeypatch, capsys, setup=None) -> None:
+    """``case`` exits 2 with one line naming it, never reaches Ray, and leaves the folder as it was
+    after ``setup`` (the case's own, or one given)."""
+    import banditsweep.workers.execution.ray_connection as ray_connection
+
+    before = None
+
+    def snapshot(tmp_path, monkeypatch):
+        nonlocal before
+        if setup is not None:
+            setup(tmp_path, monkeypatch)
+        before = _tree(tmp_path)
+
+    def no_ray(self):
+        raise AssertionError("bad input reached Ray")
+
+    monkeypatch.setattr(ray_connection.RayConnection, "__enter__", no_ray)   # also when a Ray is up already
+    code = run_case(Case(**{**case.__dict__, "setup": snapshot}), tmp_path, monkeypatch)
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and "Traceback" not in err, err[:2000]
+    assert lines[0].startswith("error: ") and case.fragment in lines[0], lines[0]
+    assert len(lines[0]) <= MAX_LINE
+    # Nothing written: no sweep folder, .run.lock, README.txt or MLflow store; the results root untouched.
+    assert _tree(tmp_path) == before
+
+
 def run_case(case: Case, tmp_path: Path, monkeypatch, sweep: Callable = _reached_the_sweep) -> int:
     """Run one case through the CLI (``sweep`` stands in for running the trials); its exit code."""
     spec = tmp_path / "bad.yaml"

@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 import banditsweep.workers.execution.pool as pool
-import banditsweep.workers.execution.ray_connection as ray_connection
 from banditsweep.sweeps.spec import load_sweep
 
-from test_bad_input import KERNEL, MAX_LINE, RUN, Case, _tree, add, edit, run_case
+from test_bad_input import KERNEL, RUN, Case, add, edit, refused_writing_nothing, run_case
 
 REPO = Path(__file__).resolve().parents[1]
 NODE = {"CPU": 2.0, "GPU": 0.0, "memory": 8.0 * 2**30}
@@ -214,27 +213,7 @@ def fixed_node(monkeypatch):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_exits_2_naming_the_value_and_writes_nothing(case, tmp_path, monkeypatch, capsys, fixed_node):
-    before = None
-
-    def snapshot(tmp_path, monkeypatch):
-        nonlocal before
-        if case.setup:
-            case.setup(tmp_path, monkeypatch)
-        before = _tree(tmp_path)
-
-    def no_ray(self):
-        raise AssertionError("bad input reached Ray")
-
-    monkeypatch.setattr(ray_connection.RayConnection, "__enter__", no_ray)   # also when a Ray is up already
-    code = run_case(Case(**{**case.__dict__, "setup": snapshot}), tmp_path, monkeypatch)
-    out, err = capsys.readouterr()
-    lines = err.splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and "Traceback" not in err, err[:2000]
-    assert lines[0].startswith("error: ") and case.fragment in lines[0], lines[0]
-    assert len(lines[0]) <= MAX_LINE
-    # Nothing written: no sweep folder, .run.lock, README.txt or MLflow store; the results root untouched.
-    assert _tree(tmp_path) == before
+    refused_writing_nothing(case, tmp_path, monkeypatch, capsys, case.setup)
     assert not (tmp_path / "results").exists() or case.setup is _sweep_folder
 
 

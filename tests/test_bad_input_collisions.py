@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import banditsweep.workers.execution.ray_connection as ray_connection
 from banditsweep.sweeps.spec import load_sweep
 
-from test_bad_input import GOOD, KERNEL, MAX_LINE, RUN, Case, _tree, add, edit, run_case
+from test_bad_input import GOOD, KERNEL, MAX_LINE, RUN, Case, _tree, add, edit, refused_writing_nothing, run_case
 
 REPO = Path(__file__).resolve().parents[1]
 BANDITSWEEP = Path(sys.executable).with_name("banditsweep")
@@ -155,24 +154,8 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_exits_2_naming_the_key_and_writes_nothing(case, tmp_path, monkeypatch, capsys):
-    before = None
-
-    def snapshot(tmp_path, monkeypatch):
-        nonlocal before
-        before = _tree(tmp_path)
-
-    def no_ray(self):
-        raise AssertionError("bad input reached Ray")
-
-    monkeypatch.setattr(ray_connection.RayConnection, "__enter__", no_ray)
-    code = run_case(Case(**{**case.__dict__, "setup": snapshot}), tmp_path, monkeypatch)
-    out, err = capsys.readouterr()
-    lines = err.splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and "Traceback" not in err, err[:2000]
-    assert lines[0].startswith("error: ") and case.fragment in lines[0], lines[0]
-    assert len(lines[0]) <= MAX_LINE
-    assert _tree(tmp_path) == before and not (tmp_path / "results").exists()
+    refused_writing_nothing(case, tmp_path, monkeypatch, capsys)
+    assert not (tmp_path / "results").exists()
 
 
 GOOD_SPECS = {

@@ -14,7 +14,6 @@ PACKAGE_DIRS = ("core", "workers", "sweeps")
 LONG_MODULES = {
     "core/training.py": "the batched optimiser of every neural method, forward and backward written out once",
     "workers/execution/dispatcher.py": "the sweep loop's named phases, one class, read top to bottom",
-    "workers/results/store.py": "the results folder: writing, compaction with its manifest checks, verification",
     "workers/mirrors/mlflow/sink.py": "the MLflow sink: both write paths (bulk SQL and the client) of one protocol",
 }
 MAX_LINES = 450

@@ -59,10 +59,18 @@ class NeuralRBMLEGA(NeuralPolicy):
         return f[:, arms, 0, arms] if self.disjoint else f[:, 0, arms, arms]
 
     def choose_arms(self, t: int, contexts: np.ndarray):
+        """Alg. 1, one round for G lockstep trials of K arms.
+
+        Shapes: ``contexts`` (G, K, d); the history view ``X`` (G, B, n, d') with B blocks (K when the
+        arms' features are disjoint, else 1) of n rows, ``reward`` and ``mask`` (G, B, n); the index
+        (G, K). Returns the chosen arms (G,) and the index."""
         x = self.active(contexts)
+        # Arm a's current context x_{t,a} joins the history as its reserved row (the bias term's input).
         self.history.set_current(rows_of_contexts(x, self.disjoint))
         X, reward, mask = self.history.view()
-        alpha = self.alpha(t)
+        alpha = self.alpha(t)                                    # alpha(t) = nu t^n, (G,)
+        # Alg. 1 lines 4-7: for every arm a, J ascent steps on l_lambda(F_t; theta) + alpha(t) f(x_{t,a}; theta)
+        # (eq. 12), warm-started: the K problems as K parameter sets of one batched network.
         if self.should_train(t):
             # d/df of alpha(t) f(x_{t,a}; theta_a): alpha(t) on arm a's row, for parameter set a only.
             bias = torch.zeros(*X.shape[:3], self.num_arms, device=self.torch_device, dtype=self.dtype)
@@ -73,12 +81,14 @@ class NeuralRBMLEGA(NeuralPolicy):
             else:
                 bias[:, 0, arms, arms] = alpha_t
             self.train(self.params.likelihood, bias=bias)
+        # Alg. 1 line 8 (eq. 13): I_{t,a} = l_lambda(F_t; theta~_{t,a}) + alpha(t) zeta f(x_{t,a}; theta~_{t,a}).
         likelihood, f = log_likelihood(self.network, self.initial, X, reward, mask, self.params.likelihood,
-                                       self.width * self.per_trial("lam"))
+                                       self.width * self.per_trial("lam"))          # (G, K), (G, B, n, K)
         index = likelihood + torch.as_tensor(alpha * self.per_trial("zeta"), device=self.torch_device,
                                              dtype=self.dtype).view(-1, 1) * self._current(f)
         self.last_index = index
         return index.argmax(dim=1).cpu().numpy(), index
 
     def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
+        # Alg. 1 line 9: (x_{t,a_t}, r_t) joins F_{t+1}; the next round's ascent starts from theta~_{t,a}.
         self.record(t, self.active(contexts), arms, rewards)

@@ -43,20 +43,23 @@ class NeuralRBMLEPC(GradientExplorationPolicy):
     structural = SHARED_STRUCTURE + ("z", "z_inverse")
 
     def choose_arms(self, t: int, contexts: np.ndarray):
+        """Alg. 2 lines 5-8 for G lockstep trials of K arms: ``contexts`` (G, K, d); ``g`` the gradient
+        of f(x_{t,a}; .) at theta_hat_t for each arm (core.networks.ArmParameters: every layer's
+        tensor with a leading (G, K)); the index (G, K)."""
         x = self.active(contexts)
-        theta_hat = self.network.arm_parameters(self.block_of_arm)
-        _, g = theta_hat.forward(x, with_gradient=True)
+        theta_hat = self.network.arm_parameters(self.block_of_arm)   # theta_hat_t, trained after the last reward
+        _, g = theta_hat.forward(x, with_gradient=True)              # g(x_{t,a}; theta_hat_t)
         correction = torch.as_tensor(self.alpha(t) / self.width, device=self.torch_device, dtype=self.dtype)
         theta_bar = theta_hat.plus(self.z.solve(g, self.block_of_arm), correction.view(-1, 1))  # eq. (15)
-        index, _ = theta_bar.forward(x)
+        index, _ = theta_bar.forward(x)                              # Alg. 2 line 8: f(x_{t,a}; theta_bar_{t,a})
         self.last_index = index
         return index.argmax(dim=1).cpu().numpy(), index
 
     def update_batch(self, t: int, contexts: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
         x = self.active(contexts)
         self.record(t, x, arms, rewards)
-        if self.should_train(t):
+        if self.should_train(t):            # Alg. 2 line 9: J ascent steps on l_lambda (eq. 14), warm-started
             self.train("gaussian")
         _, g = self.gradients(x)  # g(x_{t,a}; theta_hat_t) at the retrained estimator
         g_chosen, blocks = self.chosen(g, arms)
-        self.z.add(g_chosen, blocks)
+        self.z.add(g_chosen, blocks)        # Alg. 2 line 10: Z_t = Z_{t-1} + g g^T / m

@@ -20,7 +20,7 @@ from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
 from banditsweep.workers import one_line
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
 from banditsweep.sweeps.commands.progress import ProgressDisplay
-from banditsweep.sweeps.commands.shared import jobs_of, print_results, say_health, store_of
+from banditsweep.sweeps.commands.shared import jobs_of, print_results, say_code_findings, say_health, store_of
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError
@@ -156,19 +156,12 @@ def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options:
 
 def say_code(code: CodeComparison, rerun: bool, rerun_unknown: bool = False) -> None:
     """What `run` found of the finished trials' code, and what it does about it."""
-    line = code.other_code_line()
-    if line:
-        action = ("running them again on today's code (--keep-changed keeps them; if the change moves no number, "
-                  "`banditsweep verify SPEC --accept` first)") if rerun else \
-            "kept (--keep-changed): `report` marks their cells as computed by other code"
-        print(f"note: {line}; {action}")
-    if code.unknown and rerun_unknown:
-        print(f"note: {len(code.unknown)} finished trial(s) were recorded before trials carried their code (code "
-              "unknown): running them again on today's code (--rerun-changed)")
-    elif code.unknown:
-        print(f"note: {code.unknown_line()}; `run --rerun-changed` runs them again")
-    for line in code.undigestable_lines():
-        print(f"warning: {line}", file=sys.stderr)
+    other = ("running them again on today's code (--keep-changed keeps them; if the change moves no number, "
+             "`banditsweep verify SPEC --accept` first)") if rerun else \
+        "kept (--keep-changed): `report` marks their cells as computed by other code"
+    unknown = "running them again on today's code (--rerun-changed)" if rerun_unknown else \
+        "`run --rerun-changed` runs them again"
+    say_code_findings(code, other, unknown)
 
 
 # Cells a run probes for its first-line estimate (each for at most RUN_PROBE_SECONDS); a sweep of more

@@ -81,6 +81,17 @@ def other_code_of(store: SweepStore, sweep: Sweep) -> dict[str, list[str]]:
     return compare_code(((t.spec, f"{t.label} | {t.environment}") for t in sweep.trials), journal).other
 
 
+def say_code_findings(code, other: str, unknown: str) -> None:
+    """The finished trials computed by other code (and ``other``: what is done about them), those of
+    code unknown (and ``unknown``), and the code that cannot be digested."""
+    if code.other:
+        print(f"note: {code.other_code_line()}; {other}")
+    if code.unknown:
+        print(f"note: {code.unknown_line()}; {unknown}")
+    for line in code.undigestable_lines():
+        print(f"warning: {line}", file=sys.stderr)
+
+
 def say_code_notes(summary) -> None:
     """The legend of the cells marked for their code, and which modules they concern."""
     for mark in sorted({c for value in summary.marks.values() for c in value}):

@@ -13,7 +13,7 @@ from dataclasses import asdict
 import pandas as pd
 
 from banditsweep.sweeps.commands import EXIT_INCONSISTENT
-from banditsweep.sweeps.commands.shared import jobs_of, say_health, say_selection, selected_sweep, store_of
+from banditsweep.sweeps.commands.shared import jobs_of, say_code_findings, say_health, say_selection, selected_sweep, store_of
 from banditsweep.sweeps.report import markdown_table
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.workers import STALE_SECONDS, LiveTrial
@@ -57,15 +57,9 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
 
 def say_code_state(code) -> None:
     """Which modules changed since the finished trials ran, and the trials recorded without code."""
-    if code is None:
-        return
-    if code.other:
-        print(f"other code: {code.other_code_line()}; `run` runs them again (--keep-changed keeps them), "
-              "`verify --accept` stamps them as today's where a sample reproduces")
-    if code.unknown:
-        print(f"note: {code.unknown_line()}")
-    for line in code.undigestable_lines():
-        print(f"warning: {line}", file=sys.stderr)
+    if code is not None:
+        say_code_findings(code, "`run` runs them again (--keep-changed keeps them), `verify --accept` stamps "
+                                "them as today's where a sample reproduces", "`run --rerun-changed` runs them again")
 
 
 def say_live(summary: StatusSummary) -> None:

@@ -55,8 +55,8 @@ class CodeComparison:
         if not self.unknown:
             return ""
         return (f"{len(self.unknown)} finished trial(s) were recorded before trials carried their code (code "
-                f"unknown): kept; `banditsweep verify SPEC --accept` re-runs a sample and, where it reproduces, "
-                f"stamps them as computed by today's code")
+                f"unknown): `banditsweep verify SPEC --accept` re-runs a sample and, where it reproduces, stamps "
+                f"them as computed by today's code")
 
     def undigestable_lines(self) -> list[str]:
         return [f"the code of {algorithm} cannot be fully digested ({', '.join(parts)}): a change there is "

@@ -31,8 +31,8 @@ are read and checked for everything else, and compaction rewrites them with chec
 
 The formats of the three parts are their own modules (workers.results.journal, workers.results.curves,
 workers.results.trials_table; file names with checksums: workers.results.checksums); this module is the store
-itself: where each part lives, writing a group of outcomes, compaction, the check of every file,
-reading.
+itself: where each part lives, writing a group of outcomes, the check of every file, reading
+(compaction is workers.results.compaction).
 
 Order of writes for a group: curves part, then journal segment. A crash between the two leaves
 curves of trials that are not done; they run again and :meth:`SweepStore.read_curves` keeps the
@@ -50,27 +50,26 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
+from banditsweep.workers.errors import DamagedResultError, InputError, SweepBusyError, one_line
 from banditsweep.workers.results.atomic import write_atomically
 from banditsweep.workers.results.checksums import named_digest, visible, write_digested
-from banditsweep.workers.results.curves import (CURVE_SCHEMA, MAX_CURVE_FILES, curve_table, curves_damage, has_trial_columns,
-                                        only_of, write_parts_parquet,
-                                        latest_rows, read_parquet, with_trial_columns, write_order, write_parquet)
-from banditsweep.workers.errors import DamagedResultError, InputError, SweepBusyError, one_line
+from banditsweep.workers.results.compaction import compact, recover
+from banditsweep.workers.results.curves import (CURVE_SCHEMA, MAX_CURVE_FILES, curve_table, curves_damage,
+                                                latest_rows, read_parquet, with_trial_columns, write_order,
+                                                write_parquet)
 from banditsweep.workers.results.journal import journal_text, read_records
 from banditsweep.workers.results.record import FAILED, FINISHED, TrialOutcome, TrialRecord
-from banditsweep.workers.results.untrusted_files import not_regular, open_regular, read_regular, refuse_linked_or_misplaced, shown
 from banditsweep.workers.results.trials_table import TRIALS_FORMAT, trials_table, upgrade_trials
+from banditsweep.workers.results.untrusted_files import open_regular, read_regular, refuse_linked_or_misplaced, shown
 
 __all__ = ["CURVE_SCHEMA", "FAILED", "FINISHED", "MAX_CURVE_FILES", "StoreHealth", "SweepBusyError", "SweepStore",
            "TrialsTable", "load", "named_digest"]
@@ -224,155 +223,22 @@ class SweepStore:
         write_atomically(self.trials_dir / "trials.parquet", lambda tmp: write_parquet(table, tmp))
 
     def compact(self) -> None:
-        """Merge the curve parts into one file and the journal segments into one segment. A curve
-        file joins the merge also when it shares a trial with another file (the trial ran again
-        after its journal record was lost), holds rows of trials the journal does not hold as
-        finished, lacks its trials' names (an earlier layout) or a checksum (written before files
-        had them): after a compaction every finished trial's rows are in the folder once, so a
-        plain ``pyarrow.dataset`` read of ``curves/`` gives one copy. A sweep with more than
-        MAX_CURVE_FILES curve files is merged whole. Damaged files are left where they are, and
-        what they would join is not merged: ``verify`` moves them aside first."""
-        self.recover()
-        segments = [*sorted(visible(self.journal_dir, "*.json")), *self._segments()]
-        read = [read_records(path) for path in segments]
-        if any(journal_file.damage for journal_file in read):
-            return   # its records are not all known: nothing may be dropped or merged for want of them
-        records = {record.trial_id: record for journal_file in read for record in journal_file.records}
-        self._compact_curves(records)
-        # Arrow's allocator keeps what a large merge freed; a driver that goes on running gives it back.
-        pa.default_memory_pool().release_unused()
-        if len(segments) > 1 or any(named_digest(path) is None for path in segments):
-            self._replace(segments, self.journal_dir, "s", ".jsonl",
-                          lambda tmp: Path(tmp).write_text(journal_text(records.values())))
-
-    def _compact_curves(self, records: dict[str, TrialRecord]) -> None:
-        files = sorted(visible(self.curves_dir, "*.parquet"), key=write_order)
-        if not files:
-            return
-        done = {tid for tid, r in records.items() if r.status == FINISHED}
-        ids: dict[Path, set[str]] = {}
-        for path in files:
-            try:
-                ids[path] = set(pc.unique(read_parquet(path, columns=["trial_id"])["trial_id"]).to_pylist())
-            except (pa.ArrowException, OSError):
-                return   # unreadable: verify() moves it aside before anything is merged
-        seen: dict[str, int] = {}
-        for trial_ids in ids.values():
-            for trial_id in trial_ids:
-                seen[trial_id] = seen.get(trial_id, 0) + 1
-        kept = [p for p in files if not p.name.startswith("part-")]
-        if len(kept) + 1 > MAX_CURVE_FILES:
-            merge = files
-        else:
-            merge = [p for p in files if p.name.startswith("part-") or named_digest(p) is None
-                     or not has_trial_columns(p) or ids[p] - done or any(seen[t] > 1 for t in ids[p])]
-        rewrite = [p for p in merge if named_digest(p) is None or not has_trial_columns(p) or ids[p] - done
-                   or any(seen[t] > 1 for t in ids[p])]
-        if len(merge) < 2 and not rewrite:
-            return
-        if any(curves_damage(p) for p in merge):
-            return   # a damaged file merged would come out with a valid checksum: verify() first
-        if any(seen[t] > 1 for p in merge for t in ids[p]):   # a trial's rows twice: the last write wins
-            table = latest_rows(pa.concat_tables([read_parquet(p, schema=CURVE_SCHEMA) for p in merge]), records)
-            table = with_trial_columns(table, records)
-            self._replace(merge, self.curves_dir, "c-", ".parquet",
-                          lambda tmp: write_parquet(table, tmp, row_group_size=1 << 20))
-            return
-        # Else file by file, never all of them in memory (a sweep of 10^5 trials has millions of rows).
-        parts = (with_trial_columns(self._finished_rows(p, ids[p], done), records) for p in merge)
-        self._replace(merge, self.curves_dir, "c-", ".parquet", lambda tmp: write_parts_parquet(parts, tmp, CURVE_SCHEMA))
-
-    @staticmethod
-    def _finished_rows(path: Path, trial_ids: set[str], done: set[str]) -> pa.Table:
-        """The rows of the curves file ``path`` (of ``trial_ids``) whose trials are ``done``."""
-        table = read_parquet(path, schema=CURVE_SCHEMA)
-        if trial_ids <= done:
-            return table
-        return only_of(table, pa.array(sorted(trial_ids & done), pa.string()))
-
-    def _replace(self, parts: list[Path], directory: Path, prefix: str, suffix: str,
-                 write: Callable[[str], None]) -> None:
-        """Write the merged file hidden, note which parts it replaces, remove them, then show it."""
-        target = write_digested(directory, prefix, suffix, write, hidden=True)
-        manifest = target.with_name("." + target.name + ".replaces")
-        write_atomically(manifest, "\n".join(p.name for p in parts))
-        self._finish_replace(manifest)
-
-    def _finish_replace(self, manifest: Path, found: bool = False) -> str:
-        """Remove the parts ``manifest`` names and show the merged file it goes with; "" when done,
-        else (the manifest not one this project wrote) the line saying where it was moved aside.
-        A part is only ever a result file of the manifest's own folder, named as the project names
-        them: a name with a separator, a hidden or unknown one, or one that is not a regular file
-        makes the whole manifest suspect, and nothing it names is touched. A manifest ``found`` on
-        disk (not the one just written) also has its merged file checked to hold every trial of its
-        parts."""
-        hidden = manifest.with_name(manifest.name[: -len(".replaces")])
-        suffixes = (".parquet",) if manifest.parent.name == "curves" else (".jsonl", ".json")
-        try:
-            names = read_regular(manifest, 1 << 20).decode().split("\n")
-            problem = not_regular(hidden) and f"its merged file {shown(hidden.name)} is {not_regular(hidden)}"
-            for name in names:
-                if problem:
-                    break
-                if (not name or name.startswith(".") or os.sep in name or (os.altsep and os.altsep in name)
-                        or not name.endswith(suffixes) or not name.isprintable()):
-                    problem = f"it names {shown(name)!r}, not a result file of {manifest.parent.name}/"
-                elif not_regular(manifest.parent / name) not in ("", "missing"):
-                    problem = f"it names {shown(name)}, which is {not_regular(manifest.parent / name)}"
-            if found and not problem:
-                problem = self._merge_problem(hidden, [manifest.parent / name for name in names])
-        except (OSError, UnicodeDecodeError, pa.ArrowException) as error:
-            problem = f"not readable: {one_line(error)}"
-        if problem:
-            return self._quarantine(manifest, f"a compaction's list of files to remove that cannot be trusted: "
-                                              f"{problem}; nothing it names was removed")
-        for name in names:
-            (manifest.parent / name).unlink(missing_ok=True)
-        os.replace(hidden, manifest.parent / hidden.name[1:])
-        manifest.unlink()
-        return ""
-
-    def _merge_problem(self, merged: Path, parts: list[Path]) -> str:
-        """"" when ``merged`` is whole and holds every trial of the ``parts`` still there (as the
-        merge a compaction wrote does: every record of a journal's parts; the rows of each trial the
-        journal holds as finished of a curves file's parts); else what is wrong. A planted list
-        naming the real journal beside an empty file would otherwise have the record of truth removed."""
-        if merged.suffix == ".parquet":
-            damage = curves_damage(merged)
-            done = {trial_id for trial_id, record in self.journal().items() if record.status == FINISHED}
-            ids = lambda path: done & set(pq.read_table(path, columns=["trial_id"])["trial_id"].to_pylist())  # noqa: E731
-        else:
-            read = read_records(merged)
-            damage = read.damage
-            ids = lambda path: {record.trial_id for record in read_records(path).records}  # noqa: E731
-        if damage:
-            return f"its merged file {shown(merged.name)} is damaged ({damage})"
-        held = ids(merged)
-        for part in parts:
-            if part.exists() and not ids(part) <= held:
-                return f"its merged file {shown(merged.name)} lacks trials of {shown(part.name)}"
-        return ""
+        """Merge the curve parts into one file and the journal segments into one segment
+        (workers.results.compaction, which says how a crash in between is finished)."""
+        compact(self)
 
     def recover(self) -> list[str]:
-        """Finish compactions a crash interrupted (their merged file is complete: only the removal
-        of the parts and the final rename may be missing); the lines of manifests moved aside."""
-        moved = []
-        for directory in (self.curves_dir, self.journal_dir):
-            if directory.is_dir():
-                for manifest in directory.glob(".*.replaces"):
-                    moved.append(self._finish_replace(manifest, found=True))
-        return [line for line in moved if line]
+        """Finish compactions a crash interrupted; the lines of untrusted manifests moved aside."""
+        return recover(self)
 
-    # -- reading -------------------------------------------------------------------------------
-
-    def _segments(self) -> list[Path]:
+    def segments(self) -> list[Path]:
         return sorted(visible(self.journal_dir, "s*.jsonl"))
 
     def journal(self) -> dict[str, TrialRecord]:
         """Every trial's latest valid record: per-trial files of earlier versions first, then the
         segments in write order. Records that are not valid are left out (``verify`` names them)."""
         records: dict[str, TrialRecord] = {}
-        for path in [*sorted(visible(self.journal_dir, "*.json")), *self._segments()]:
+        for path in [*sorted(visible(self.journal_dir, "*.json")), *self.segments()]:
             for record in read_records(path).records:
                 records[record.trial_id] = record
         return records
@@ -390,24 +256,24 @@ class SweepStore:
         if not run_in_progress(self.root):   # a run's own compaction may be between its steps
             health.quarantined += self.recover()
         planned = set(planned)
-        for path in [*visible(self.journal_dir, "*.json"), *self._segments()]:
+        for path in [*visible(self.journal_dir, "*.json"), *self.segments()]:
             read = read_records(path, planned)
             if read.damage:
                 if read.records:
                     text = journal_text(read.records)
                     write_digested(self.journal_dir, "s", ".jsonl", lambda tmp: Path(tmp).write_text(text))
-                health.quarantined.append(self._quarantine(path, read.damage))
+                health.quarantined.append(self.quarantine(path, read.damage))
         rows: dict[str, int] = {}
         for path in visible(self.curves_dir, "*.parquet"):
             damage = curves_damage(path, rows)
             if damage:
-                health.quarantined.append(self._quarantine(path, damage))
+                health.quarantined.append(self.quarantine(path, damage))
         for trial_id, record in self.journal().items():
             if record.status == FINISHED and rows.get(trial_id, 0) < record.horizon:
                 health.missing_results.add(trial_id)
         return health
 
-    def _quarantine(self, path: Path, why: str) -> str:
+    def quarantine(self, path: Path, why: str) -> str:
         """Move ``path`` to ``quarantine/`` (never over a file moved there before); the line saying so."""
         folder = self.root / "quarantine"
         folder.mkdir(parents=True, exist_ok=True)
