@@ -28,6 +28,7 @@ from banditsweep.core.trial import environment_label, environment_title
 from banditsweep.sweeps.display import DISPLAY_NAMES, display_name, grid_point_latex  # noqa: F401 (DISPLAY_NAMES: API)
 from banditsweep.sweeps.figures import plot_curves
 from banditsweep.sweeps.paper_comparison import compare_with_papers, write_paper_comparisons
+from banditsweep.sweeps.statistics import adjusted, compare, mean_interval
 from banditsweep.sweeps.tables import (MISSING, label_slug, latex_table, latex_text_table, markdown_table,
                                        separated_best, separation_rule)
 from banditsweep.workers import InputError
@@ -139,12 +140,63 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
                           "seconds_per_round": row["seconds_per_round"], **timing})
     titles = environment_titles(trials, envs)
     titles |= {short[env]: titles[env] for env in short}
+    intervals = [mean_interval(_final_by_seed(trials, row["trial_ids"]).values) for _, row in best.iterrows()]
+    best["ci_low"] = [interval.low for interval in intervals]
+    best["ci_high"] = [interval.high for interval in intervals]
+    best["ci_method"] = [interval.method for interval in intervals]
     marks, code_notes = code_marks(trials, best, other_code or {})
     best["code"] = [marks.get((row["environment"], row["label"]), "") for _, row in best.iterrows()]
     return Summary(best, layout("mean"), layout("std"), layout("seconds_per_round"), pd.DataFrame(diag_rows),
                    setting_table(trials, best, labels, envs), layout("seconds_std"), titles,
                    {env: short.get(env, env) for env in envs}, notes,
                    {(short.get(env, env), label): mark for (env, label), mark in marks.items()}, code_notes)
+
+
+def _final_by_seed(trials: pd.DataFrame, trial_ids: list[str]) -> pd.Series:
+    """The final regret of each seed of one cell (its chosen grid point's trials)."""
+    chosen = trials[trials["trial_id"].isin(trial_ids)].drop_duplicates("trial_id", keep="last")
+    return chosen.set_index("seed")["final_regret"].astype(float).sort_index()
+
+
+def pair_table(trials: pd.DataFrame, summary: "Summary") -> pd.DataFrame:
+    """Per environment, every pair of algorithms at their chosen grid points compared on final
+    regret, paired by seed where their seeds match (Welch where not), with the difference's
+    interval, the test, its p-value Holm-adjusted over the environment's pairs, the seeds a paired
+    t-test would need, and the verdict (sweeps.statistics)."""
+    rows = []
+    for environment in dict.fromkeys(summary.best["environment"]):
+        cells = summary.best[summary.best["environment"] == environment]
+        finals = {row["label"]: _final_by_seed(trials, row["trial_ids"]) for _, row in cells.iterrows()}
+        labels = list(finals)
+        pairs = [compare(a, finals[a].to_dict(), b, finals[b].to_dict())
+                 for i, a in enumerate(labels) for b in labels[i + 1:]]
+        for comparison in adjusted(pairs):
+            rows.append({"environment": summary.columns.get(environment, environment), "a": comparison.a,
+                         "b": comparison.b, "n": comparison.n, "difference": comparison.difference,
+                         "ci_low": comparison.interval.low, "ci_high": comparison.interval.high,
+                         "test": comparison.test, "p": comparison.p, "p_holm": comparison.p_adjusted,
+                         "seeds_needed": comparison.seeds, "verdict": _pair_verdict(comparison)})
+    return pd.DataFrame(rows)
+
+
+def _pair_verdict(comparison) -> str:
+    """Which of the two has the lower regret, where the interval says so at the adjusted level."""
+    text = comparison.verdict("a < b")
+    significant = np.isfinite(comparison.p_adjusted) and comparison.p_adjusted < 0.05
+    if text == "holds":
+        return f"{comparison.a} lower" if significant else f"{comparison.a} lower (not after Holm)"
+    if text == "does not hold":
+        return f"{comparison.b} lower" if significant else f"{comparison.b} lower (not after Holm)"
+    return text
+
+
+PAIRS_CAPTION = ("final regret of each pair of algorithms, a - b at their chosen grid points, mean difference "
+                 "with its 95% interval; paired by seed (the trials of one seed share the environment's random "
+                 "stream): paired t-test below 10 pairs (it assumes roughly normal differences), Wilcoxon's "
+                 "signed-rank test from 10, Welch's test where the seeds do not match; p Holm-adjusted over the "
+                 "pairs of each environment; seeds_needed: the seeds a paired t-test needs for 80% power at 5% "
+                 "against the observed difference and spread. The grid points were chosen on the same seeds they "
+                 "are judged on, which flatters the chosen points")
 
 
 def code_marks(trials: pd.DataFrame, best: pd.DataFrame, other_code: dict[str, list[str]]
@@ -323,6 +375,42 @@ def write_report(store: SweepStore, summary: Summary, sweep: str, echo=print) ->
     return sorted(final.iterdir())
 
 
+def _write_intervals(directory: Path, summary: Summary, sweep: str, names: dict[str, str]) -> None:
+    """``final_regret_ci.md`` / ``.csv`` / ``.tex``: each cell's mean final regret with its 95% interval
+    and n (the CSV one row per cell: mean, std, n, ci_low, ci_high, ci_method)."""
+    best = summary.best
+    methods = sorted(set(best["ci_method"]))
+    caption = (f"{sweep}: mean final cumulative regret [95% confidence interval of the mean] over n seeds "
+               f"(best grid point per cell; interval: {', '.join(methods)}; a t-interval below 30 seeds, where a "
+               f"bootstrap is too narrow)")
+    cells = {(row["label"], summary.columns.get(row["environment"], row["environment"])):
+             f"{row['mean']:.1f} [{row['ci_low']:.1f}, {row['ci_high']:.1f}] (n = {int(row['seeds'])})"
+             if np.isfinite(row["ci_low"]) else f"{row['mean']:.1f} (n = {int(row['seeds'])})"
+             for _, row in best.iterrows()}
+    columns = list(summary.mean.columns)
+    table = pd.DataFrame([[cells.get((label, column), MISSING) for column in columns] for label in summary.mean.index],
+                         index=pd.Index(list(summary.mean.index), name="algorithm"), columns=columns)
+    (directory / "final_regret_ci.md").write_text(f"{caption}\n\n{markdown_table(table, marks=summary.marks)}\n")
+    long = best[["label", "environment", "mean", "std", "seeds", "ci_low", "ci_high", "ci_method"]]
+    long.rename(columns={"label": "algorithm", "seeds": "n"}).to_csv(directory / "final_regret_ci.csv", index=False)
+    (directory / "final_regret_ci.tex").write_text(latex_text_table(
+        table.rename(index=names, columns=summary.titles), caption, f"tab:{label_slug(sweep)}:final-regret-ci"))
+
+
+def _write_pairs(directory: Path, pairs: pd.DataFrame, sweep: str, names: dict[str, str]) -> None:
+    """``pairs.md`` / ``.csv`` / ``.tex``: the pairwise comparisons of each environment."""
+    shown = pairs.assign(**{column: [MISSING if value is None or (isinstance(value, float) and not np.isfinite(value))
+                                     else f"{value:.3g}" for value in pairs[column]]
+                            for column in ("difference", "ci_low", "ci_high", "p", "p_holm")},
+                         seeds_needed=[MISSING if pd.isna(v) else f"{int(v)}" for v in pairs["seeds_needed"]])
+    caption = f"{sweep}: {PAIRS_CAPTION}"
+    (directory / "pairs.md").write_text(f"{caption}\n\n{markdown_table(shown, index=False)}\n")
+    pairs.to_csv(directory / "pairs.csv", index=False)
+    named = shown.assign(a=[names.get(a, a) for a in shown["a"]], b=[names.get(b, b) for b in shown["b"]])
+    (directory / "pairs.tex").write_text(latex_text_table(named.set_index(["environment", "a", "b"]), caption,
+                                                          f"tab:{label_slug(sweep)}:pairs"))
+
+
 def _remove(path: Path) -> None:
     """A leftover of an interrupted report (a folder, or anything planted under its name) is gone."""
     if path.is_symlink() or (path.exists() and not path.is_dir()):
@@ -385,6 +473,11 @@ def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sw
         f"{sweep}: final regret (mean ± std over {seeds}) and seconds per round, per environment setting",
         f"tab:{label_slug(sweep)}:by-setting"))
     _write_grid_points(directory, summary, sweep, names)
+    _write_intervals(directory, summary, sweep, names)
+    trials = recorded_trials(store)
+    pairs = pair_table(trials, summary)
+    if not pairs.empty:
+        _write_pairs(directory, pairs, sweep, names)
     best = summary.best.drop(columns=["trial_ids", "display", "grid_values"]).drop(columns=["algorithm"], errors="ignore")
     best = best.rename(columns={"label": "algorithm"})
     best.to_csv(directory / "best_params.csv", index=False)
@@ -398,7 +491,6 @@ def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sw
                                              f"{markdown_table(summary.diagnostics, 4, index=False)}\n")
         summary.diagnostics.to_csv(directory / "timing.csv", index=False)
     plot_curves(store, summary, directory, sweep)
-    trials = recorded_trials(store)
     return write_paper_comparisons(directory, compare_with_papers(summary.best, trials), sweep,
                                    summary.code_notes)
 
