@@ -42,7 +42,7 @@ else:
 
 def load(results_root, sweep=None):
     """The results of a sweep as pandas DataFrames ``(trials, curves)``; see
-    :func:`banditsweep.workers.results.store.load`."""
+    :func:`banditsweep.workers.storage.store.load`."""
     from banditsweep.workers import load as load_results
 
     return load_results(results_root, sweep)

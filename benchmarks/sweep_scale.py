@@ -136,7 +136,7 @@ def run(folder: Path, spec: Path, sink: str, address: str | None = None) -> dict
 
 def mirror_only(count: int) -> None:
     from banditsweep.workers.mirrors.mlflow.sink import MLflowSink
-    from banditsweep.workers.results.record import FINISHED, TrialRecord
+    from banditsweep.workers.storage.record import FINISHED, TrialRecord
     from banditsweep.workers.mirrors.sinks import SinkContext
 
     for mode, n in (("bulk", count), ("client", max(1, count // 10))):

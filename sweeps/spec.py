@@ -12,7 +12,7 @@ expand the document beyond ``MAX_VALUES`` values (an "alias bomb"), nesting deep
 ``MAX_DEPTH``; numbers that are not finite (``.inf``, ``.nan``); booleans where a number is
 expected (``horizon: true`` is not T = 1), and floats where an integer is (``horizon: 10.0``); integers
 beyond what the results store holds (int64) (all read by :mod:`banditsweep.sweeps.spec_yaml`); a
-sweep name that is a results root's own file (:mod:`banditsweep.workers.results.root_entries`); sweeps of more
+sweep name that is a results root's own file (:mod:`banditsweep.workers.storage.root_entries`); sweeps of more
 than :data:`MAX_TRIALS` trials, counted before a single trial is built.
 
 This module holds the schema (pydantic models) and the expansion of a spec into its trials; the

@@ -1,7 +1,7 @@
 """Which of a spec's selections a sweep's store holds: a sweep run with ``--set horizon=100`` holds
 trials the spec alone does not plan, and ``status`` / ``report`` without that ``--set`` would find
 none of them. :func:`select_sweep` keeps the spec as given when the store holds any of its trials;
-else it takes the selection of the latest run (workers.results.run_notes) whose overrides plan trials the store
+else it takes the selection of the latest run (workers.storage.run_notes) whose overrides plan trials the store
 has finished, and says which overrides those are. A store written before runs were noted is matched
 by the horizon and seeds of its trial records.
 """

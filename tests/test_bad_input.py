@@ -106,7 +106,7 @@ def _sweep_folder_is_a_file(tmp_path, monkeypatch):
 
 def _busy(tmp_path, monkeypatch):
     """Another `run` of the sweep holds its folder (the lock is held for the length of the test)."""
-    from banditsweep.workers.results.store import SweepStore
+    from banditsweep.workers.storage.store import SweepStore
 
     lock = SweepStore.for_sweep(tmp_path / "results", "unit").exclusive()
     lock.__enter__()

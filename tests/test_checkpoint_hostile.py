@@ -19,7 +19,7 @@ import yaml
 from banditsweep.core.state_codec import MAX_DEPTH, StateFormatError, decode_state
 from banditsweep.core.trial import TrialRun, TrialSpec, checkpoint_key, run_trial
 from banditsweep.sweeps.cli import main
-from banditsweep.workers.results.store import SweepStore
+from banditsweep.workers.storage.store import SweepStore
 
 HORIZON = 20
 ENVIRONMENT = {"kind": "synthetic", "function": "h1", "dim": 4}

@@ -21,7 +21,7 @@ from cases import DATA, specs  # noqa: E402
 from banditsweep.core.state_codec import StateFormatError, decode_state, encode_state  # noqa: E402
 from banditsweep.core.trial import TrialRun, TrialSpec, checkpoint_key, run_trial  # noqa: E402
 from banditsweep.sweeps.cli import main  # noqa: E402
-from banditsweep.workers.results.store import SweepStore  # noqa: E402
+from banditsweep.workers.storage.store import SweepStore  # noqa: E402
 
 
 @pytest.mark.parametrize("case", ["linucb_h1", "lints_h3", "ga_shuttle", "pc_shuttle", "ucb_mushroom",

@@ -9,7 +9,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from banditsweep.sweeps.cli import main
-from banditsweep.workers.results.store import SweepStore
+from banditsweep.workers.storage.store import SweepStore
 from banditsweep.workers.mirrors.mlflow.sink import regret_metric
 
 HORIZON = 60

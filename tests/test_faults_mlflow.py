@@ -201,7 +201,7 @@ def test_a_delivery_cut_off_part_way_is_handed_again_without_duplicate_runs_or_l
 
     from banditsweep.workers.mirrors import sinks
     from banditsweep.workers.mirrors.mlflow.sink import MLflowSink
-    from banditsweep.workers.results.record import FINISHED, TrialRecord
+    from banditsweep.workers.storage.record import FINISHED, TrialRecord
     from banditsweep.workers.mirrors.sinks import Mirror, SinkContext
 
     monkeypatch.setattr(sinks, "MAX_RETRY_DELAY", 0.05)

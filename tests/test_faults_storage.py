@@ -88,7 +88,7 @@ def check_stopped_cleanly(root: Path, process: subprocess.Popen, reason: str) ->
     assert lines[-1].startswith(f"error: cannot write results to {root}/") and reason in lines[-1], err
     assert sum(line.startswith("error:") for line in lines) == 1 and "Traceback" not in err, err
     assert "failed" not in out.split("\n", 1)[1] or "0 failed" in out, out
-    from banditsweep.workers.results.store import SweepStore
+    from banditsweep.workers.storage.store import SweepStore
 
     records = SweepStore(root).journal()
     assert records and all(r.status == "finished" for r in records.values())
@@ -157,7 +157,7 @@ def test_permissions_taken_away_mid_sweep_stop_it_with_exit_3_and_a_rerun_comple
 
 
 def SweepStore_records(root: Path) -> int:
-    from banditsweep.workers.results.store import SweepStore
+    from banditsweep.workers.storage.store import SweepStore
 
     return len(SweepStore(root).journal())
 
@@ -196,7 +196,7 @@ def test_a_checkpoint_that_cannot_be_saved_does_not_fail_its_trial(tmp_path, mon
     import numpy as np
 
     from banditsweep.core.trial import TrialSpec, run_trial, run_trials
-    from banditsweep.workers.results import atomic, checkpoint_files as checkpoints
+    from banditsweep.workers.storage import atomic, checkpoint_files as checkpoints
 
     def disk_full(*arguments, **keywords):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "ck"))
@@ -220,7 +220,7 @@ def test_a_trials_table_that_cannot_be_rebuilt_is_exit_3_with_the_journal_kept(t
     from mlflow.tracking import MlflowClient
 
     from banditsweep.workers.mirrors.mlflow.sink import search_all
-    from banditsweep.workers.results.store import SweepStore
+    from banditsweep.workers.storage.store import SweepStore
 
     monkeypatch.chdir(tmp_path)
     spec = {"sweep": "table", "horizon": 50, "seeds": 4,

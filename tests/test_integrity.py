@@ -18,7 +18,7 @@ import yaml
 import banditsweep
 from banditsweep.sweeps.cli import main
 from banditsweep.workers.errors import DamagedResultError
-from banditsweep.workers.results.store import SweepStore, named_digest
+from banditsweep.workers.storage.store import SweepStore, named_digest
 
 HORIZON, SEEDS = 50, 2
 SPEC = {"sweep": "flip", "horizon": HORIZON, "seeds": SEEDS,

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from banditsweep.sweeps.cli import main
 from banditsweep.workers.mirrors.mlflow.sink import MLflowSink, regret_metric, search_all
-from banditsweep.workers.results.record import FINISHED, TrialRecord
+from banditsweep.workers.storage.record import FINISHED, TrialRecord
 from banditsweep.workers.mirrors.sinks import SinkContext
 
 from conftest import PLUGINS
@@ -149,8 +149,8 @@ def test_cell_runs_hold_their_seeds_mean_and_band(tmp_path):
     import numpy as np
 
     from banditsweep.workers.mirrors.sinks import run_mode
-    from banditsweep.workers.results.record import TrialOutcome
-    from banditsweep.workers.results.store import SweepStore
+    from banditsweep.workers.storage.record import TrialOutcome
+    from banditsweep.workers.storage.store import SweepStore
 
     assert run_mode("auto", 2000) == "trials" and run_mode("auto", 2001) == "cells"
     store = SweepStore.for_sweep(tmp_path / "results", "cells")

@@ -201,7 +201,7 @@ SWEEP = {
 def test_report_prints_and_writes_ours_beside_the_paper(tmp_path, monkeypatch, capsys, shared_ray):
     """A tiny sweep of the paper's algorithms on two datasets (the 1000-row copies, T = 20): the
     report's vs-paper numbers, recomputed here from the trials table and the shipped file."""
-    from banditsweep.workers.results.store import SweepStore
+    from banditsweep.workers.storage.store import SweepStore
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("BANDITSWEEP_DATA", raising=False)   # `run --data-dir` sets it; restored afterwards

@@ -72,7 +72,7 @@ def test_quickstart_as_a_ray_job_writes_to_the_heads_results_root(head, tmp_path
     copies = list((head.temp_dir / "session_latest" / "runtime_resources").glob("working_dir_files/*"))
     shipped = {"docs/results"}   # the repository's stored results travel with the submitted tree
     assert copies and not [p for copy in copies if copy.is_dir() for p in copy.rglob("*")
-                           if p.name in ("results", "mlflow.db")
+                           if p.name in ("mlflow.db")
                            and str(p.relative_to(copy)) not in shipped]
 
 
@@ -108,7 +108,7 @@ def test_the_submitted_tree_runs_not_the_installed_package(head, tmp_path):
     """A checkout whose Random differs from the installed one (a parameter of its own, checked by the
     driver's spec validation; always arm 0 on the workers) is what the job runs."""
     checkout = tmp_path / "checkout"
-    shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(".venv", ".git", "results", "*.egg-info",
+    shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(".venv", ".git", "*.egg-info",
                                                                    "__pycache__", ".pytest_cache"))
     policy = checkout / "core" / "algorithms" / "random_policy.py"
     packages_file = tmp_path / "packages.txt"

@@ -12,7 +12,7 @@ import yaml
 
 from banditsweep.core.trial import NonFiniteError, TrialSpec, run_trial
 from banditsweep.sweeps.cli import main
-from banditsweep.workers.results.record import TrialRecord
+from banditsweep.workers.storage.record import TrialRecord
 
 KERNEL = {"kind": "adversarial_kernel", "domain": {"grid": [4, 4]}, "candidates": 10, "centers": 3}
 
@@ -145,7 +145,7 @@ def test_a_trial_whose_worker_dies_resumes_from_its_checkpoint_bit_identical(tmp
     import numpy as np
     import ray
 
-    from banditsweep.workers.results.store import SweepStore
+    from banditsweep.workers.storage.store import SweepStore
 
     monkeypatch.chdir(tmp_path)
     markers = tmp_path / "markers"
@@ -200,7 +200,7 @@ def test_requests_no_node_can_ever_meet_and_unreachable_heads_are_exit_2_in_seco
 def test_a_full_disk_stops_the_run_with_exit_3_and_marks_no_trial_failed(tmp_path, monkeypatch, shared_ray, capsys):
     import errno
 
-    from banditsweep.workers.results.store import SweepStore
+    from banditsweep.workers.storage.store import SweepStore
 
     monkeypatch.chdir(tmp_path)
     spec = {"sweep": "full", "horizon": 300, "seeds": 6,

@@ -194,8 +194,8 @@ def _report_store(tmp_path):
     NeuralRBMLE-GA and random, two seeds each, on one environment; final regrets known."""
     import numpy as np
 
-    from banditsweep.workers.results.record import FINISHED, TrialOutcome, TrialRecord
-    from banditsweep.workers.results.store import SweepStore, TrialsTable
+    from banditsweep.workers.storage.record import FINISHED, TrialOutcome, TrialRecord
+    from banditsweep.workers.storage.store import SweepStore, TrialsTable
 
     store = SweepStore.for_sweep(tmp_path / "results", "paper_sweep")
     outcomes = []

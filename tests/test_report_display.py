@@ -109,8 +109,8 @@ FINALS = {("linucb", "h1", 0.001): [1, 2, 3], ("linucb", "h1", 0.1): [4, 5, 6], 
 def _write_finished(tmp_path, spec: dict, failing: frozenset = frozenset()) -> None:
     """The spec's trials as finished, with the final regrets of FINALS and straight-line curves;
     those of ``failing`` (FINALS key + seed) as failed."""
-    from banditsweep.workers.results.record import FAILED, FINISHED, TrialOutcome
-    from banditsweep.workers.results.store import SweepStore, TrialsTable
+    from banditsweep.workers.storage.record import FAILED, FINISHED, TrialOutcome
+    from banditsweep.workers.storage.store import SweepStore, TrialsTable
 
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     sweep = load_sweep(tmp_path / "spec.yaml")

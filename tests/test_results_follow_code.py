@@ -39,7 +39,7 @@ def _tree(tmp_path: Path) -> Path:
     """A copy of the package as an edited checkout would hold it, importable as ``banditsweep``."""
     tree = tmp_path / "tree"
     shutil.copytree(REPO, tree / "banditsweep", ignore=shutil.ignore_patterns(
-        ".venv", ".git", "tests", "docs", "benchmarks", "__pycache__", "*.egg-info", "results", "test-artifacts"))
+        ".venv", ".git", "tests", "docs", "benchmarks", "__pycache__", "*.egg-info", "test-artifacts"))
     return tree
 
 

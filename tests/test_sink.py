@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from banditsweep.workers.results import store as store_module
+from banditsweep.workers.storage import store as store_module
 from banditsweep.workers.mirrors.mlflow.sink import MLflowSink, child_runs_by_trial, regret_metric
-from banditsweep.workers.results.record import FAILED, FINISHED, TrialOutcome, TrialRecord
+from banditsweep.workers.storage.record import FAILED, FINISHED, TrialOutcome, TrialRecord
 from banditsweep.workers.mirrors.sinks import Mirror, SinkContext
-from banditsweep.workers.results.store import CURVE_SCHEMA, SweepStore, TrialsTable
+from banditsweep.workers.storage.store import CURVE_SCHEMA, SweepStore, TrialsTable
 
 
 def _record(trial_id, algorithm="linucb", params=None, seed=0, status=FINISHED, final=3.0):
@@ -329,7 +329,7 @@ def test_a_diagnostic_the_journal_cannot_hold_is_left_out_not_the_trial(tmp_path
 def test_a_failed_trial_with_a_huge_error_keeps_a_readable_record(tmp_path):
     """An exception's message may quote a whole array: the record keeps the start of the message and
     the end of the traceback, within a journal line's bound, and is read back."""
-    from banditsweep.workers.results.record import MAX_ERROR, MAX_TRACEBACK
+    from banditsweep.workers.storage.record import MAX_ERROR, MAX_TRACEBACK
 
     store = SweepStore.for_sweep(tmp_path, "s")
     failed = _record("e" * 20).failed("ValueError: " + "9" * (4 << 20), "Traceback\n" + "x\n" * (2 << 20), at=1.7e9)

@@ -167,7 +167,7 @@ def test_label_templates_split_rows_by_a_parameter():
 
 
 def test_a_second_concurrent_run_of_a_sweep_is_refused(tmp_path, monkeypatch, capsys):
-    from banditsweep.workers.results.store import SweepStore
+    from banditsweep.workers.storage.store import SweepStore
 
     monkeypatch.chdir(tmp_path)
     Path("s.yaml").write_text(yaml.safe_dump(GOOD))

@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 import test_status_verify
 from banditsweep.sweeps.cli import main
-from banditsweep.workers.results.checksums import file_digest
-from banditsweep.workers.results.consistency import check
-from banditsweep.workers.results.curves import CURVE_SCHEMA
+from banditsweep.workers.storage.checksums import file_digest
+from banditsweep.workers.storage.consistency import check
+from banditsweep.workers.storage.curves import CURVE_SCHEMA
 from test_integrity import edit_journal
 from test_status_verify import status
 

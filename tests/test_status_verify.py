@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from banditsweep.sweeps.cli import main
-from banditsweep.workers.results.consistency import check
-from banditsweep.workers.results.store import CURVE_SCHEMA, SweepStore
+from banditsweep.workers.storage.consistency import check
+from banditsweep.workers.storage.store import CURVE_SCHEMA, SweepStore
 
 SPEC = {"sweep": "counts", "horizon": 10, "seeds": 4,
         "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}], "algorithms": [{"name": "random"}]}

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import banditsweep
-from banditsweep.workers.results.record import FAILED, FINISHED, TrialOutcome, TrialRecord
-from banditsweep.workers.results.store import CURVE_SCHEMA, MAX_CURVE_FILES, SweepStore, TrialsTable
+from banditsweep.workers.storage.record import FAILED, FINISHED, TrialOutcome, TrialRecord
+from banditsweep.workers.storage.store import CURVE_SCHEMA, MAX_CURVE_FILES, SweepStore, TrialsTable
 
 H1 = {"kind": "synthetic", "function": "h1", "arms": 4, "dim": 5, "noise": 0.1}
 GRID = {"kind": "adversarial_kernel", "domain": {"grid": [5, 5]}, "kernel": "se", "candidates": 20}

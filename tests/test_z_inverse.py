@@ -34,8 +34,8 @@ def test_a_journal_record_of_a_trial_with_a_later_parameter_at_its_default_is_va
     parameter added later, at its default) is not part of the id, so the record is the trial's,
     not a damaged one (it was read as damaged, and the whole segment quarantined)."""
     from banditsweep.core.trial import TrialSpec
-    from banditsweep.workers.results.journal import journal_text, read_records
-    from banditsweep.workers.results.record import FINISHED, TrialRecord
+    from banditsweep.workers.storage.journal import journal_text, read_records
+    from banditsweep.workers.storage.record import FINISHED, TrialRecord
 
     spec = TrialSpec.create("neural_rbmle_pc", {"width": 10, "z": "full", "z_inverse": "update"},
                             {"kind": "synthetic", "function": "h1", "dim": 3}, 0, 10)

@@ -5,7 +5,7 @@ Rooms (each a sub-package with its own docstring):
 
 - ``execution`` — Ray: the sweep loop, the trial actors, sharded trials' shard actors (the only
   importer of ``ray``);
-- ``results`` — the results folder: the store, its journal, curves and trials table, the typed trial
+- ``storage`` — the results folder: the store, its journal, curves and trials table, the typed trial
   record, checkpoints, ``running.json``, run notes (the only code that spells a result path; its
   ``untrusted_files`` the one place that opens files this process did not write);
 - ``provenance`` — the code a trial runs on, finished trials against today's code, ``verify``;
@@ -44,16 +44,16 @@ _EXPORTS = {
     **dict.fromkeys(("source_commit", "runtime_info"), "provenance.runtime"),
     **dict.fromkeys(("accepted_records", "code_groups", "compare_trial", "draw_sample"), "provenance.verification"),
     # results
-    "write_atomically": "results.atomic",
-    **dict.fromkeys(("STALE_SECONDS", "LiveTrial"), "results.live_run"),
-    **dict.fromkeys(("FAILED", "FINISHED", "PENDING", "TrialOutcome", "TrialRecord"), "results.record"),
-    **dict.fromkeys(("KEEP", "RERUN", "RERUN_ALL", "catch_up", "failed_records", "plan_resume"), "results.resume"),
-    **dict.fromkeys(("RESULTS_ROOT_ENTRIES", "taken_by_the_results_root"), "results.root_entries"),
-    **dict.fromkeys(("record_run", "recorded_runs"), "results.run_notes"),
-    **dict.fromkeys(("StatusSummary", "status_summary"), "results.status_counts"),
-    **dict.fromkeys(("StoreHealth", "SweepStore", "load"), "results.store"),
-    "trials_table": "results.trials_table",
-    "check_directory": "results.writable_folders",
+    "write_atomically": "storage.atomic",
+    **dict.fromkeys(("STALE_SECONDS", "LiveTrial"), "storage.live_run"),
+    **dict.fromkeys(("FAILED", "FINISHED", "PENDING", "TrialOutcome", "TrialRecord"), "storage.record"),
+    **dict.fromkeys(("KEEP", "RERUN", "RERUN_ALL", "catch_up", "failed_records", "plan_resume"), "storage.resume"),
+    **dict.fromkeys(("RESULTS_ROOT_ENTRIES", "taken_by_the_results_root"), "storage.root_entries"),
+    **dict.fromkeys(("record_run", "recorded_runs"), "storage.run_notes"),
+    **dict.fromkeys(("StatusSummary", "status_summary"), "storage.status_counts"),
+    **dict.fromkeys(("StoreHealth", "SweepStore", "load"), "storage.store"),
+    "trials_table": "storage.trials_table",
+    "check_directory": "storage.writable_folders",
 }
 
 _MODULES = {"signals"}

@@ -2,7 +2,7 @@
 
 The datasets the trials read are made sure of, the sinks chosen and every trial checked to fit its
 node before the sweep's folder is locked; then the store says where the sweep stands
-(workers.results.resume), and either the dispatcher runs what is left (workers.execution.dispatcher) or, with nothing
+(workers.storage.resume), and either the dispatcher runs what is left (workers.execution.dispatcher) or, with nothing
 left, the store and the sinks are brought up to date.
 """
 

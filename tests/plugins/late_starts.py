@@ -9,7 +9,7 @@ import dataclasses
 import threading
 
 from banditsweep.workers.mirrors import sinks
-from banditsweep.workers.results.record import PENDING
+from banditsweep.workers.storage.record import PENDING
 
 DELAY = 1.0   # seconds: twice the mirror's interval, so the start lands in a later delivery
 

@@ -16,11 +16,11 @@ import traceback
 import ray
 
 from banditsweep.core.trial import TrialSpec, run_trials
-from banditsweep.workers.results.checkpoint_files import CheckpointFiles
+from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
 from banditsweep.workers.provenance.code_identity import code_of
 from banditsweep.workers.provenance.runtime import runtime_info
-from banditsweep.workers.results.live_run import RunningTrials
-from banditsweep.workers.results.record import TrialOutcome, TrialRecord
+from banditsweep.workers.storage.live_run import RunningTrials
+from banditsweep.workers.storage.record import TrialOutcome, TrialRecord
 from banditsweep.workers.mirrors.sinks import Mirror, MirrorStatus, SinkContext, open_sinks
 from banditsweep.workers.execution.trial_setup import configure_threads, trial_device
 
@@ -131,7 +131,7 @@ class MirrorActor:
         return list(self.mirror.status.errors)
 
     def running(self) -> list[dict]:
-        """The trials started and not ended, each with its latest round (workers.results.live_run)."""
+        """The trials started and not ended, each with its latest round (workers.storage.live_run)."""
         return self.running_trials.snapshot()
 
     def started(self, records):

@@ -6,7 +6,7 @@ Ray Core does the scheduling (actors placed by their resource requests); this mo
 and a pool (workers.execution.pool). One trial actor per GPU when the cluster has GPUs, else one per
 ``cpus_per_trial`` CPUs, capped by ``max_workers``. Each actor holds up to two batches (the one it
 runs and the next), so it never waits for the driver; the driver writes the outcomes that arrive
-together as one group (workers.results.store) and only then counts them done.
+together as one group (workers.storage.store) and only then counts them done.
 
 :class:`SweepLoop` steps through named phases until the queue and the actors are empty, as Ray
 Tune's controller steps through its own:
@@ -14,7 +14,7 @@ Tune's controller steps through its own:
 - **grow** the pool towards the batches left (what the nodes that are up can place);
 - **hand out** batches to actors with room in their queue;
 - **watch the sinks**: ask the mirror, without waiting, what went wrong with them, and which trials
-  run and how far they are (for ``running.json``, workers.results.live_run);
+  run and how far they are (for ``running.json``, workers.storage.live_run);
 - **collect** what arrived: outcomes, actors that became ready, actors that died;
 - **requeue the dead**: the batches of an actor that died go back to the queue (the one place a
   trial's attempts are counted), or fail after ``MAX_ATTEMPTS``;
@@ -38,16 +38,16 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from banditsweep.core.trial import TrialSpec, batch_key
 from banditsweep.workers.execution.actors import MirrorActor, drain_mirror
-from banditsweep.workers.results.checkpoint_files import CheckpointFiles
+from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
 from banditsweep.workers.errors import ResourceRequestError, StoreWriteError
-from banditsweep.workers.results.live_run import WRITE_EVERY, Heartbeat, RunningTrials
+from banditsweep.workers.storage.live_run import WRITE_EVERY, Heartbeat, RunningTrials
 from banditsweep.workers.execution.run_values import Job, Progress, RunOptions, SweepOutcome
 from banditsweep.workers.execution.pool import Slot, TrialPool, actor_resources, check_shards_fit, placeable
 from banditsweep.workers.execution.ray_connection import RayConnection
-from banditsweep.workers.results.record import FINISHED, MAX_ATTEMPTS, TrialOutcome, thinned_curve
+from banditsweep.workers.storage.record import FINISHED, MAX_ATTEMPTS, TrialOutcome, thinned_curve
 from banditsweep.workers.mirrors.prepare import finish_preparing, start_preparing
 from banditsweep.workers.mirrors.sinks import MirrorStatus, SinkContext
-from banditsweep.workers.results.store import SweepStore, TrialsTable
+from banditsweep.workers.storage.store import SweepStore, TrialsTable
 
 __all__ = ["Job", "Progress", "RunOptions", "SweepOutcome", "make_batches", "run_sweep"]
 

@@ -3,7 +3,7 @@ nodes, and the attempts of a trial whose shards die (core.kernel_shards, core.sh
 
 The coordinator runs in the driver: per round it exchanges a few small messages with the shards
 (core.kernel_shards lists them). It is played out by core's one checkpoint driver
-(core.round_loop.play_out) over the files of ``workers.results.checkpoint_files``: every ``checkpoint_every``
+(core.round_loop.play_out) over the files of ``workers.storage.checkpoint_files``: every ``checkpoint_every``
 rounds each shard writes its part of the state from its own process
 (``<results>/<sweep>/.checkpoints/<trial key>/shard-<start>.r<round>.state``), then the coordinator
 its own (``<trial key>.state``), which names the round; a round's checkpoint counts once that file
@@ -30,8 +30,8 @@ from banditsweep.core.sharding import shard_ranges
 from banditsweep.core.trial import TrialSpec
 from banditsweep.workers.provenance.code_identity import code_of
 from banditsweep.workers.provenance.runtime import runtime_info
-from banditsweep.workers.results.checkpoint_files import CheckpointFiles
-from banditsweep.workers.results.record import MAX_ATTEMPTS, TrialOutcome, TrialRecord
+from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
+from banditsweep.workers.storage.record import MAX_ATTEMPTS, TrialOutcome, TrialRecord
 
 # Seconds to wait for the shards' placement group before saying that no node can hold it.
 PLACEMENT_NOTICE = 30.0

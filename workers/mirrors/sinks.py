@@ -1,6 +1,6 @@
 """Result sinks: mirrors of a sweep's Parquet record of truth (MLflow, or a plugin's).
 
-The Parquet store (workers.results.store) is written by the driver and decides what is done. Every other
+The Parquet store (workers.storage.store) is written by the driver and decides what is done. Every other
 destination is a :class:`Sink`, a class registered by name (``registry.register_sink``) and chosen
 with ``--sink NAME`` or a spec's ``sinks:`` list. Sinks are fed by a :class:`Mirror`: trial actors
 and the driver hand it events without waiting, and a background thread delivers them in batches,
@@ -28,7 +28,7 @@ from typing import Protocol, runtime_checkable
 
 from banditsweep.core import registry
 from banditsweep.workers.errors import InputError
-from banditsweep.workers.results.record import TrialRecord
+from banditsweep.workers.storage.record import TrialRecord
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class SinkContext:
     @property
     def store(self):
         """The sweep's Parquet store (imported here: trial actors load this module and need no pyarrow)."""
-        from banditsweep.workers.results.store import SweepStore
+        from banditsweep.workers.storage.store import SweepStore
 
         return SweepStore.for_sweep(self.results_root, self.sweep)
 

@@ -17,7 +17,7 @@ from typing import Iterable
 
 from banditsweep.core.trial import TrialSpec
 from banditsweep.workers.provenance.code_identity import CodeIdentity, changed_parts, code_of
-from banditsweep.workers.results.record import FINISHED, TrialRecord
+from banditsweep.workers.storage.record import FINISHED, TrialRecord
 
 CURRENT, OTHER_CODE, CODE_UNKNOWN = "current", "other code", "code unknown"
 

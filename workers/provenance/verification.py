@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from banditsweep.workers.provenance.code_identity import CodeIdentity, changed_parts
-from banditsweep.workers.results.record import FINISHED, TrialRecord
+from banditsweep.workers.storage.record import FINISHED, TrialRecord
 
 RTOL = 1e-9
 EXACT_COLUMNS = ("arm", "adversary_choice")

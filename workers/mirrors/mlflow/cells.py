@@ -12,7 +12,7 @@ from mlflow.entities import Metric
 
 from banditsweep.workers.mirrors.mlflow.bulk import RunWrite, write_runs
 from banditsweep.workers.mirrors.mlflow.sink import _chunks, _param_value, regret_metric, search_all, trial_params
-from banditsweep.workers.results.record import FINISHED, TrialRecord, thinned_curve
+from banditsweep.workers.storage.record import FINISHED, TrialRecord, thinned_curve
 
 
 def cell_summaries(records, curves) -> list[dict]:

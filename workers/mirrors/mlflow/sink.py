@@ -40,7 +40,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from banditsweep.workers.mirrors.mlflow.bulk import RUNS_PER_TRANSACTION, SERVER_CONCURRENCY, RunWrite, sql_store, write_runs
-from banditsweep.workers.results.record import FINISHED, TrialRecord, thinned_curve
+from banditsweep.workers.storage.record import FINISHED, TrialRecord, thinned_curve
 from banditsweep.workers.mirrors.sinks import RUN_MODES, Points, SinkContext, store_id
 from banditsweep.workers.mirrors.mlflow.tracking_store import local_artifact_root, sqlite_path, store_setup_lock
 

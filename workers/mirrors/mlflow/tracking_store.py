@@ -20,8 +20,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from banditsweep.workers.errors import InputError
-from banditsweep.workers.results.writable_folders import first_existing, why_not_writable
-from banditsweep.workers.results.root_entries import MLFLOW_ARTIFACTS, MLFLOW_DB
+from banditsweep.workers.storage.writable_folders import first_existing, why_not_writable
+from banditsweep.workers.storage.root_entries import MLFLOW_ARTIFACTS, MLFLOW_DB
 
 # Tracking URI schemes MLflow knows (plugins add their own through the `mlflow.tracking_store`
 # entry points); a bare path is a local file store.

@@ -1,6 +1,6 @@
 """The Parquet results of a sweep, under ``<results root>/<sweep>/``: the record of truth.
 
-- ``.journal/``: the durable outcome of every trial (:class:`~banditsweep.workers.results.record.TrialRecord`
+- ``.journal/``: the durable outcome of every trial (:class:`~banditsweep.workers.storage.record.TrialRecord`
   as JSON lines). Each write appends one new segment file holding the outcomes of a group of
   trials; a later segment's record of a trial replaces an earlier one (a failed trial run again).
   A trial is *done* once its segment exists.
@@ -16,7 +16,7 @@
 - ``README.txt``: what the folder holds. It is not Parquet, so reading the sweep folder itself as
   one dataset fails with its name instead of silently mixing the two tables.
 - ``.runs/``: one small JSON file per run with the ``--set`` overrides it was started with
-  (workers.results.run_notes); ``running.json``: what a run going on now is doing (workers.results.live_run). Neither
+  (workers.storage.run_notes); ``running.json``: what a run going on now is doing (workers.storage.live_run). Neither
   is part of the record of truth.
 
 :func:`load` reads both tables into pandas, also from stores written before curves carried their
@@ -29,10 +29,10 @@ must also be a valid :class:`TrialRecord`. :meth:`SweepStore.verify` (``status``
 moved aside, and of a record moved aside, run again. Files and records written before checksums
 are read and checked for everything else, and compaction rewrites them with checksums.
 
-The formats of the three parts are their own modules (workers.results.journal, workers.results.curves,
-workers.results.trials_table; file names with checksums: workers.results.checksums); this module is the store
+The formats of the three parts are their own modules (workers.storage.journal, workers.storage.curves,
+workers.storage.trials_table; file names with checksums: workers.storage.checksums); this module is the store
 itself: where each part lives, writing a group of outcomes, the check of every file, reading
-(compaction is workers.results.compaction).
+(compaction is workers.storage.compaction).
 
 Order of writes for a group: curves part, then journal segment. A crash between the two leaves
 curves of trials that are not done; they run again and :meth:`SweepStore.read_curves` keeps the
@@ -60,16 +60,16 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from banditsweep.workers.errors import DamagedResultError, InputError, SweepBusyError, one_line
-from banditsweep.workers.results.atomic import write_atomically
-from banditsweep.workers.results.checksums import named_digest, visible, write_digested
-from banditsweep.workers.results.compaction import compact, recover
-from banditsweep.workers.results.curves import (CURVE_SCHEMA, MAX_CURVE_FILES, curve_table, curves_damage,
+from banditsweep.workers.storage.atomic import write_atomically
+from banditsweep.workers.storage.checksums import named_digest, visible, write_digested
+from banditsweep.workers.storage.compaction import compact, recover
+from banditsweep.workers.storage.curves import (CURVE_SCHEMA, MAX_CURVE_FILES, curve_table, curves_damage,
                                                 latest_rows, read_parquet, with_trial_columns, write_order,
                                                 write_parquet)
-from banditsweep.workers.results.journal import journal_text, read_records
-from banditsweep.workers.results.record import FAILED, FINISHED, TrialOutcome, TrialRecord
-from banditsweep.workers.results.trials_table import TRIALS_FORMAT, trials_table, upgrade_trials
-from banditsweep.workers.results.untrusted_files import open_regular, read_regular, refuse_linked_or_misplaced, shown
+from banditsweep.workers.storage.journal import journal_text, read_records
+from banditsweep.workers.storage.record import FAILED, FINISHED, TrialOutcome, TrialRecord
+from banditsweep.workers.storage.trials_table import TRIALS_FORMAT, trials_table, upgrade_trials
+from banditsweep.workers.storage.untrusted_files import open_regular, read_regular, refuse_linked_or_misplaced, shown
 
 __all__ = ["CURVE_SCHEMA", "FAILED", "FINISHED", "MAX_CURVE_FILES", "StoreHealth", "SweepBusyError", "SweepStore",
            "TrialsTable", "load", "named_digest"]
@@ -82,7 +82,7 @@ FORMAT_FILE = ".format.json"
 STORE_FORMAT = 1
 # The sweep folder's own entries: what check_layout() expects each to be.
 FOLDERS = (".journal", "curves", "trials", "quarantine", ".checkpoints", ".runs")
-FILES = ("README.txt", LOCK_FILE, FORMAT_FILE)   # running.json is checked by its reader (workers.results.live_run)
+FILES = ("README.txt", LOCK_FILE, FORMAT_FILE)   # running.json is checked by its reader (workers.storage.live_run)
 
 
 def run_in_progress(root: Path) -> bool:
@@ -224,7 +224,7 @@ class SweepStore:
 
     def compact(self) -> None:
         """Merge the curve parts into one file and the journal segments into one segment
-        (workers.results.compaction, which says how a crash in between is finished)."""
+        (workers.storage.compaction, which says how a crash in between is finished)."""
         compact(self)
 
     def recover(self) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from banditsweep.workers.results.record import TrialRecord
+from banditsweep.workers.storage.record import TrialRecord
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 # The trials table: one column per TrialRecord field (dicts also as JSON text), then one column per

@@ -1,19 +1,19 @@
 """What ``banditsweep status`` reports of a sweep's store: per algorithm and environment how many
 trials are done, failed, running (a run in progress says so in its ``running.json``,
-workers.results.live_run) and pending, what the run in progress is doing, and (when the store exists)
-whether its files are whole and agree with each other (workers.results.store's check, then
-workers.results.consistency's counts)."""
+workers.storage.live_run) and pending, what the run in progress is doing, and (when the store exists)
+whether its files are whole and agree with each other (workers.storage.store's check, then
+workers.storage.consistency's counts)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from banditsweep.workers.provenance.code_check import CodeComparison, compare_code
-from banditsweep.workers.results.consistency import Consistency, check
-from banditsweep.workers.results.live_run import LiveRun, read_heartbeat
+from banditsweep.workers.storage.consistency import Consistency, check
+from banditsweep.workers.storage.live_run import LiveRun, read_heartbeat
 from banditsweep.workers.execution.run_values import Job
-from banditsweep.workers.results.record import FAILED, FINISHED
-from banditsweep.workers.results.store import StoreHealth, SweepStore
+from banditsweep.workers.storage.record import FAILED, FINISHED
+from banditsweep.workers.storage.store import StoreHealth, SweepStore
 
 
 @dataclass

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Checkpoint files are written as every result file is; workers.execution.sharded_trials writes its shards' states with it.
-from banditsweep.workers.results.atomic import write_atomically
-from banditsweep.workers.results.untrusted_files import open_regular
+from banditsweep.workers.storage.atomic import write_atomically
+from banditsweep.workers.storage.untrusted_files import open_regular
 
 __all__ = ["QUARANTINE", "CheckpointFiles", "set_aside", "write_atomically"]
 

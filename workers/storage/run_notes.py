@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from banditsweep.workers.results.atomic import write_atomically
+from banditsweep.workers.storage.atomic import write_atomically
 from banditsweep.workers.errors import one_line
-from banditsweep.workers.results.untrusted_files import read_regular, shown
+from banditsweep.workers.storage.untrusted_files import read_regular, shown
 
 RUNS_DIR = ".runs"
 # Run files read at most (the newest): a sweep run many times still reads quickly.

@@ -22,17 +22,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from banditsweep.workers.errors import one_line
-from banditsweep.workers.results.atomic import write_atomically
-from banditsweep.workers.results.checksums import named_digest, visible, write_digested
-from banditsweep.workers.results.curves import (CURVE_SCHEMA, MAX_CURVE_FILES, curves_damage, has_trial_columns,
+from banditsweep.workers.storage.atomic import write_atomically
+from banditsweep.workers.storage.checksums import named_digest, visible, write_digested
+from banditsweep.workers.storage.curves import (CURVE_SCHEMA, MAX_CURVE_FILES, curves_damage, has_trial_columns,
                                                 latest_rows, only_of, read_parquet, with_trial_columns, write_order,
                                                 write_parquet, write_parts_parquet)
-from banditsweep.workers.results.journal import journal_text, read_records
-from banditsweep.workers.results.record import FINISHED, TrialRecord
-from banditsweep.workers.results.untrusted_files import not_regular, read_regular, shown
+from banditsweep.workers.storage.journal import journal_text, read_records
+from banditsweep.workers.storage.record import FINISHED, TrialRecord
+from banditsweep.workers.storage.untrusted_files import not_regular, read_regular, shown
 
 if TYPE_CHECKING:
-    from banditsweep.workers.results.store import SweepStore
+    from banditsweep.workers.storage.store import SweepStore
 
 
 def compact(store: "SweepStore") -> None:

@@ -1,5 +1,5 @@
 """Result files named by the SHA-256 of their bytes (curves files and journal segments): written
-atomically (workers.results.atomic) under a name that sorts in write order and ends with the checksum, so
+atomically (workers.storage.atomic) under a name that sorts in write order and ends with the checksum, so
 that a damaged file is told from a whole one by its name alone; files still hidden (temporary, or
 not yet complete) are left out of every listing.
 """
@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from banditsweep.workers.results.atomic import move_into_place, written_temporary
-from banditsweep.workers.results.untrusted_files import open_regular
+from banditsweep.workers.storage.atomic import move_into_place, written_temporary
+from banditsweep.workers.storage.untrusted_files import open_regular
 
 _DIGEST = re.compile(r"-([0-9a-f]{64})$")
 
@@ -34,7 +34,7 @@ def file_digest(path: Path | str) -> str:
 
 def write_digested(directory: Path, prefix: str, suffix: str, write: Callable[[str], None],
                     hidden: bool = False) -> Path:
-    """Atomically (workers.results.atomic), into a new file named by its write time and the SHA-256 of its
+    """Atomically (workers.storage.atomic), into a new file named by its write time and the SHA-256 of its
     bytes; returns its (visible) path."""
     tmp = written_temporary(directory, f".tmp.{prefix}", write)
     name = f"{unique_name(prefix, '')}-{file_digest(tmp)}{suffix}"

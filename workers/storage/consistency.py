@@ -22,11 +22,11 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from banditsweep.workers.results.curves import CURVE_EXTRA_COLUMNS, CURVE_REQUIRED_COLUMNS, CURVE_SCHEMA
+from banditsweep.workers.storage.curves import CURVE_EXTRA_COLUMNS, CURVE_REQUIRED_COLUMNS, CURVE_SCHEMA
 from banditsweep.workers.errors import one_line
-from banditsweep.workers.results.record import FINISHED, TrialRecord
-from banditsweep.workers.results.store import run_in_progress
-from banditsweep.workers.results.trials_table import TRIAL_COLUMNS, trials_table
+from banditsweep.workers.storage.record import FINISHED, TrialRecord
+from banditsweep.workers.storage.store import run_in_progress
+from banditsweep.workers.storage.trials_table import TRIAL_COLUMNS, trials_table
 
 # Trial ids named in one line at most (a count says how many more).
 SHOWN = 3

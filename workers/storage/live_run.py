@@ -1,7 +1,7 @@
 """What a sweep that runs right now is doing, for ``banditsweep status`` in another process (or on
 another machine that sees the results folder): ``<sweep>/running.json``.
 
-The driver of a ``run`` rewrites the file (atomically, workers.results.atomic) every
+The driver of a ``run`` rewrites the file (atomically, workers.storage.atomic) every
 :data:`WRITE_EVERY` seconds from a thread of its own, also while it waits for a long sharded round
 or for its sinks: each trial running now with its round of T and when its last progress event came
 (the trial actors stream them to the mirror, :class:`RunningTrials` keeps the latest of each), and
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from banditsweep.workers.results.atomic import write_atomically
+from banditsweep.workers.storage.atomic import write_atomically
 from banditsweep.workers.errors import one_line
-from banditsweep.workers.results.record import TrialRecord
+from banditsweep.workers.storage.record import TrialRecord
 
 HEARTBEAT_FILE = "running.json"
 FORMAT = 1

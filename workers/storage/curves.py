@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from banditsweep.workers.results.checksums import file_digest, named_digest
-from banditsweep.workers.results.untrusted_files import not_regular
+from banditsweep.workers.storage.checksums import file_digest, named_digest
+from banditsweep.workers.storage.untrusted_files import not_regular
 from banditsweep.workers.errors import one_line
-from banditsweep.workers.results.record import FINISHED, TrialOutcome, TrialRecord
+from banditsweep.workers.storage.record import FINISHED, TrialOutcome, TrialRecord
 
 # Per-round values every environment of the project may report (``Environment.round_extras``) get
 # a column of their own (NaN where a trial has none); any other reported value goes into
@@ -98,7 +98,7 @@ def write_parquet(table: pa.Table, path: str, **options) -> None:
     pq.write_table(table, path, **WRITE_OPTIONS, **options)
 
 
-# Rows per row group of a merged curves file written part by part (workers.results.store's compaction):
+# Rows per row group of a merged curves file written part by part (workers.storage.store's compaction):
 # what a merge holds in memory at once, whatever the sweep's size.
 MERGE_ROW_GROUP = 1 << 18
 

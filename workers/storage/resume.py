@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 from banditsweep.workers.provenance.code_check import CodeComparison, compare_code
 from banditsweep.workers.execution.run_values import Job
-from banditsweep.workers.results.record import FAILED, FINISHED, TrialRecord
+from banditsweep.workers.storage.record import FAILED, FINISHED, TrialRecord
 from banditsweep.workers.mirrors.sinks import SinkContext, open_sinks
-from banditsweep.workers.results.store import StoreHealth, SweepStore
+from banditsweep.workers.storage.store import StoreHealth, SweepStore
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The journal of a sweep (``<sweep>/.journal/``): the record of truth, one JSON line per trial
-outcome (:class:`~banditsweep.workers.results.record.TrialRecord`) in segment files named by their
+outcome (:class:`~banditsweep.workers.storage.record.TrialRecord`) in segment files named by their
 checksum. Each line carries the SHA-256 of its record's canonical JSON, so that one damaged record
 is found (and named) while the others of its segment are kept.
 """
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from banditsweep.workers.results.checksums import named_digest
+from banditsweep.workers.storage.checksums import named_digest
 from banditsweep.workers.errors import one_line
-from banditsweep.workers.results.record import TrialRecord
-from banditsweep.workers.results.untrusted_files import MAX_LINE_BYTES, open_regular
+from banditsweep.workers.storage.record import TrialRecord
+from banditsweep.workers.storage.untrusted_files import MAX_LINE_BYTES, open_regular
 
 # Each journal line holds its record's fields and this key: the SHA-256 of the record's canonical
 # JSON, so one damaged record is found (and named) while the others of its segment are kept.
