@@ -3,13 +3,18 @@
 Three layers, imports one way: ``banditsweep.core`` (the science) <- ``banditsweep.workers``
 (Ray execution and result sinks) <- ``banditsweep.sweeps`` (specs, CLI, aggregation).
 
-``banditsweep.load(results_root, sweep)`` reads a sweep's Parquet results as ``(trials, curves)``.
+``banditsweep.run(spec, ...)``, ``plan`` and ``status`` are the commands from Python (sweeps.api), with
+typed results; ``register_algorithm(name, cls)`` / ``register_environment`` make a class defined in a
+notebook or script part of the specs run from it (it travels to every Ray worker).
+``banditsweep.load(results_root, sweep)`` reads a sweep's Parquet results as ``(trials, curves)``;
+``banditsweep.compare(results_root, sweep)`` gives the report's statistics of them (intervals, paired
+comparisons, the aggregates across environments).
 """
 
 import os as _os
 
 __version__ = "0.1.0"
-__all__ = ["load"]
+__all__ = ["compare", "load", "plan", "register_algorithm", "register_environment", "run", "status"]
 
 
 def _submitted_tree() -> str | None:
@@ -46,3 +51,48 @@ def load(results_root, sweep=None):
     from banditsweep.workers import load as load_results
 
     return load_results(results_root, sweep)
+
+
+def compare(results_root, sweep=None, choose_on_seeds=None):
+    """The report's statistics of a sweep's finished trials; see :func:`banditsweep.sweeps.analysis.compare`."""
+    from banditsweep.sweeps.analysis import compare as compare_results
+
+    return compare_results(results_root, sweep, choose_on_seeds)
+
+
+def run(spec, **options):
+    """Run every trial of ``spec`` (a path, YAML text or a dict) not yet finished, as ``banditsweep
+    run`` does; the options are the command line's. See :func:`banditsweep.sweeps.api.run`."""
+    from banditsweep.sweeps.api import run as run_sweep
+
+    return run_sweep(spec, **options)
+
+
+def plan(spec, **options):
+    """What running ``spec`` will cost, as ``banditsweep plan`` says; see :func:`banditsweep.sweeps.api.plan`."""
+    from banditsweep.sweeps.api import plan as plan_sweep
+
+    return plan_sweep(spec, **options)
+
+
+def status(spec, **options):
+    """Where ``spec``'s trials stand, as ``banditsweep status`` says; see :func:`banditsweep.sweeps.api.status`."""
+    from banditsweep.sweeps.api import status as sweep_status
+
+    return sweep_status(spec, **options)
+
+
+def register_algorithm(name, cls):
+    """Make ``cls`` (a policy class, e.g. defined in a notebook) the algorithm ``name`` of the specs
+    run from this process, on every Ray worker too; see :func:`banditsweep.sweeps.api.register_algorithm`."""
+    from banditsweep.sweeps.api import register_algorithm as register
+
+    register(name, cls)
+
+
+def register_environment(name, cls):
+    """Make ``cls`` (an environment class) the environment kind ``name``; see
+    :func:`banditsweep.sweeps.api.register_environment`."""
+    from banditsweep.sweeps.api import register_environment as register
+
+    register(name, cls)

@@ -30,6 +30,19 @@ passes for the per-arm gradients). "fraction_of_peak" = FLOPs / time / the fp32 
 the start of the run on all cores of the device (the physical limit).
 
 Runs with torch and numpy only: ``python benchmarks/neural_step.py [--quick] [--device cpu|cuda]``.
+
+Per-shape table (``--table``): one round (select + update) at a history of 500, 2000 and 8000 rows on
+the shapes of the six datasets of core.datasets' catalogue (d', K), for NeuralRBMLE-GA, -PC, NeuralUCB,
+NeuralTS, DeepFPL and BootstrappedNN at their default parameters (m = 100, J = 100), at ``--threads``
+(default 1) intra-op threads. A round whose J = 100 steps would take more than ``--full-seconds`` is
+measured with 2 and 6 steps and extrapolated to J (its cost is a fixed part plus J equal steps); the
+others are timed with all J steps (median of ``--repeats``). Each JSON line has "seconds_per_round"
+(wall) and "cpu_seconds_per_round" (the process's CPU time), "gflops" (useful FLOPs as above, per
+CPU second: a shared machine inflates the wall time, not the work) and "fraction_of_probe" = that
+rate / a 1-thread-per-thread fp32 matmul probe's rate (2048 x 2048 products, also per CPU second),
+measured at the same thread count before each dataset's cases; "load" is os.getloadavg()[0] when the
+case ended (and "probe_load" when the probe ran). DeepFPL counts as PC without the per-arm gradients;
+BootstrappedNN as q = 10 networks each passing over every history row (the masked rows are computed).
 """
 
 from __future__ import annotations
@@ -49,8 +62,12 @@ from banditsweep.core.training import intra_op_threads
 
 from neural_baseline import PlainBandit
 
-SHAPES = {"covertype": (7, 54), "mnist": (10, 784)}
-NAMES = {"ga": "neural_rbmle_ga", "pc": "neural_rbmle_pc", "ucb": "neural_ucb", "ts": "neural_ts"}
+from banditsweep.core.datasets import DATASETS
+
+#: (K, d') of every dataset of the catalogue (SPEC 1.2).
+SHAPES = {name: (info.classes, info.features) for name, info in DATASETS.items()}
+NAMES = {"ga": "neural_rbmle_ga", "pc": "neural_rbmle_pc", "ucb": "neural_ucb", "ts": "neural_ts",
+         "fpl": "deep_fpl", "boot": "bootstrapped_nn"}
 
 
 def synchronize(device: str) -> None:
@@ -74,11 +91,31 @@ def matmul_peak(device: str, seconds: float = 1.0, size: int = 2048) -> float:
     return best
 
 
-def round_flops(algorithm: str, K: int, d_block: int, rows: int, width: int, steps: int) -> float:
-    """Useful FLOPs of one round at ``rows`` history rows (SPEC 1.7)."""
+def matmul_probe(threads: int, seconds: float = 1.0, size: int = 2048) -> float:
+    """fp32 matmul FLOPs per second of the process's CPU time, at ``threads`` intra-op threads, divided by
+    ``threads``: what one thread does per CPU second (robust to other processes sharing the cores)."""
+    with Threads(threads):
+        a, b = torch.randn(size, size), torch.randn(size, size)
+        torch.matmul(a, b)
+        best = 0.0
+        for _ in range(3):
+            count, start, cpu = 0, time.perf_counter(), time.process_time()
+            while time.perf_counter() - start < seconds / 3:
+                torch.matmul(a, b)
+                count += 1
+            best = max(best, 2 * size ** 3 * count / max(time.process_time() - cpu, 1e-9))
+    return best
+
+
+def round_flops(algorithm: str, K: int, d_block: int, rows: int, width: int, steps: int, q: int = 10) -> float:
+    """Useful FLOPs of one round at ``rows`` history rows (SPEC 1.7; DeepFPL and BootstrappedNN: module docstring)."""
     per_row = d_block * width + width
     if algorithm == "ga":
         return 6 * steps * K * rows * per_row + 2 * K * (rows + 1) * per_row
+    if algorithm == "fpl":
+        return 6 * steps * (rows + 1) * per_row + 2 * K * per_row
+    if algorithm == "boot":
+        return 6 * steps * q * (rows + 1) * per_row + 2 * q * K * per_row
     return 6 * steps * (rows + 1) * per_row + 6 * 2 * K * per_row
 
 
@@ -179,6 +216,58 @@ def baseline_round(algorithm, K, d_block, history, steps, device, width=100) -> 
     return max(measured[2] - 2 * per_step, 0.0) + steps * per_step
 
 
+def with_steps(policy, steps: int) -> None:
+    """Set the gradient steps J of a policy's trials (the history and networks stay)."""
+    policy.params_list = [params.model_copy(update={"steps": steps}) for params in policy.params_list]
+    policy.params = policy.params_list[0]
+
+
+def timed_round(policy, draw, history, device) -> tuple[float, float]:
+    """(wall, CPU) seconds of one round at ``history`` rows (as :func:`ours_round`)."""
+    cpu = time.process_time()
+    wall = ours_round(policy, draw, history, device)
+    return wall, time.process_time() - cpu
+
+
+def table(args) -> None:
+    """The per-shape table (module docstring): one JSON line per (dataset, algorithm, history)."""
+    device, threads, width, steps = args.device, args.threads or 1, 100, 100
+    histories = [int(n) for n in args.histories.split(",")]
+    torch.set_num_threads(threads)
+    for dataset in args.datasets.split(","):
+        K, d_block = SHAPES[dataset]
+        probe = matmul_probe(threads)
+        probe_load = os.getloadavg()[0]
+        print(json.dumps({"case": "probe", "dataset": dataset, "threads": threads, "fp32_matmul_gflops_per_cpu_second":
+                          probe / 1e9, "load": probe_load}), flush=True)
+        for algorithm in args.algorithms.split(","):
+            for history in histories:
+                flops = round_flops(algorithm, K, d_block, history, width, steps)
+                policy, draw = ours_round_policy(algorithm, K, d_block, history, {"width": width, "steps": steps}, device)
+                estimate = flops / (args.assumed_gflops * 1e9)
+                if estimate > args.full_seconds:
+                    measured = {}
+                    for few in (2, 6):
+                        with_steps(policy, few)
+                        timed_round(policy, draw, history, device)  # warm: buffers, caches
+                        measured[few] = timed_round(policy, draw, history, device)
+                    per_step = [max(0.0, (measured[6][i] - measured[2][i]) / 4) for i in range(2)]
+                    wall, cpu = (max(measured[2][i] - 2 * per_step[i], 0.0) + steps * per_step[i] for i in range(2))
+                    method = "extrapolated from 2 and 6 steps"
+                else:
+                    timed_round(policy, draw, history, device)
+                    samples = [timed_round(policy, draw, history, device) for _ in range(args.repeats)]
+                    wall = statistics.median(sample[0] for sample in samples)
+                    cpu = statistics.median(sample[1] for sample in samples)
+                    method = f"median of {args.repeats} rounds"
+                rate = flops / max(cpu, 1e-12)
+                print(json.dumps({"case": "table", "algorithm": NAMES[algorithm], "dataset": dataset, "K": K,
+                                  "d_block": d_block, "history": history, "seconds_per_round": wall,
+                                  "cpu_seconds_per_round": cpu, "gflops": rate / 1e9,
+                                  "fraction_of_probe": rate / probe, "threads": threads, "load": os.getloadavg()[0],
+                                  "probe_load": probe_load, "method": method}), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algorithms", default="ga,pc,ucb,ts")
@@ -191,7 +280,20 @@ def main() -> None:
                         help="intra-op threads for banditsweep (0: core.training.intra_op_threads)")
     parser.add_argument("--baseline-threads", type=int, default=0,
                         help="threads tried for the baseline besides 1 (0: all cores)")
+    parser.add_argument("--table", action="store_true", help="the per-shape table instead of the cases above")
+    parser.add_argument("--histories", default="500,2000,8000", help="--table: history lengths")
+    parser.add_argument("--full-seconds", type=float, default=1.0,
+                        help="--table: rounds estimated to take longer are extrapolated from 2 and 6 steps")
+    parser.add_argument("--assumed-gflops", type=float, default=20.0,
+                        help="--table: the rate that estimate assumes")
     args = parser.parse_args()
+    if args.table:
+        if args.algorithms == parser.get_default("algorithms"):
+            args.algorithms = ",".join(NAMES)
+        if args.datasets == parser.get_default("datasets"):
+            args.datasets = ",".join(SHAPES)
+        table(args)
+        return
     device = args.device
     cores = len(os.sched_getaffinity(0))
     repeats = 1 if args.quick else args.repeats

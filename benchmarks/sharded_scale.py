@@ -1,4 +1,4 @@
-"""One large-|X| adversarial-kernel trial split over shards (core.kernel_shards): memory per shard,
+"""One large-|X| adversarial-kernel trial split over shards (core.sharded): memory per shard,
 time per round, and where one unsharded process stops fitting.
 
 Runs on ``core`` alone (numpy, scipy): each shard is a process of its own (``multiprocessing``,
@@ -38,11 +38,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from banditsweep.core.kernel_shards import KernelShard, domain_shape
-from banditsweep.core.sharded_trial import ShardedKernelTrial
-from banditsweep.core.sharding import shard_ranges
+from banditsweep.core.sharded.coordinator import ShardedKernelTrial
+from banditsweep.core.sharded.partition import shard_ranges
+from banditsweep.core.sharded.protocol import Request
+from banditsweep.core.sharded.shard import KernelShard, domain_shape
 from banditsweep.core.trial import TrialSpec
 
 
@@ -51,19 +52,22 @@ def _peak_mb() -> float:
 
 
 def _serve(connection, spec: TrialSpec | None, start: int, stop: int) -> None:
-    """A shard process: build the shard, then answer (method, args) until told to stop."""
+    """A shard process: build the shard, then answer requests until told to stop (None)."""
     shard = KernelShard(spec, start, stop) if spec is not None else None
     connection.send(("ready", _peak_mb()))
     while True:
-        method, args = connection.recv()
-        if method is None:
+        request = connection.recv()
+        if request is None:
             connection.send(_peak_mb())
             return
-        connection.send(getattr(shard, method)(*args))
+        connection.send(shard.handle(request))
+
+
+R = TypeVar("R")
 
 
 class ProcessShards:
-    """A ShardGroup (core.sharding) of shard processes on this machine."""
+    """A ShardGroup (core.sharded.protocol) of shard processes on this machine."""
 
     def __init__(self, spec: TrialSpec | None, count: int):
         n = domain_shape(spec)[0] if spec is not None else count
@@ -79,20 +83,20 @@ class ProcessShards:
             self.processes.append(process)
         self.built_mb = [connection.recv()[1] for connection in self.connections]
 
-    def map(self, method: str, *args: Any) -> list[Any]:
+    def map(self, request: Request[R]) -> list[R]:
         for connection in self.connections:
-            connection.send((method, args))
+            connection.send(request)
         return [connection.recv() for connection in self.connections]
 
-    def call(self, shard: int, method: str, *args: Any) -> Any:
-        self.connections[shard].send((method, args))
+    def ask(self, shard: int, request: Request[R]) -> R:
+        self.connections[shard].send(request)
         return self.connections[shard].recv()
 
     def close(self) -> list[float]:
         """Each shard's peak resident memory (MiB); the processes end."""
         peaks = []
         for connection in self.connections:
-            connection.send((None, ()))
+            connection.send(None)
             peaks.append(connection.recv())
         for process in self.processes:
             process.join(timeout=30)

@@ -128,7 +128,7 @@ def prepare_tree(tree: Tree, python: str, scratch: Path) -> None:
     if tree.path is not None:
         tree.code_dir = Path(tempfile.mkdtemp(prefix=f"code_{tree.label}_", dir=scratch))
         (tree.code_dir / "banditsweep").symlink_to(tree.path)
-    probe = ("import os, banditsweep, banditsweep.workers.execution.dispatcher, torch, mlflow; "
+    probe = ("import os, banditsweep, banditsweep.sweeps.cli, torch, mlflow; "
              "print(os.path.dirname(os.path.realpath(banditsweep.__file__)))")
     empty = Path(tempfile.mkdtemp(prefix="probe_", dir=scratch))
     out = subprocess.run([python, "-c", probe], cwd=empty, env=run_env(tree), capture_output=True, text=True)
@@ -504,7 +504,10 @@ def main(argv=None) -> int:
         if not sep or not label or not path:
             raise SystemExit(f"--code {item!r}: expected LABEL=PATH")
         path = Path(path).expanduser().resolve()
-        if not (path / "__init__.py").exists() or not (path / "workers" / "dispatcher.py").exists():
+        # Any release's checkout: the package's root module and its project file naming it (module
+        # paths inside the package move between releases).
+        project = path / "pyproject.toml"
+        if not (path / "__init__.py").exists() or not project.exists() or 'name = "banditsweep"' not in project.read_text():
             raise SystemExit(f"--code {item!r}: {path} is not a checkout of banditsweep")
         trees.append(Tree(label, path))
     if len({t.label for t in trees}) != len(trees):

@@ -121,7 +121,7 @@ def run(folder: Path, spec: Path, sink: str, address: str | None = None) -> dict
     if sink == "mlflow":
         from mlflow.tracking import MlflowClient
 
-        from banditsweep.workers.mirrors.mlflow.sink import search_all
+        from banditsweep.workers.mirrors.mlflow.queries import search_all
 
         client = MlflowClient(env["MLFLOW_TRACKING_URI"])
         experiment = client.get_experiment_by_name("scale").experiment_id
@@ -137,13 +137,15 @@ def run(folder: Path, spec: Path, sink: str, address: str | None = None) -> dict
 def mirror_only(count: int) -> None:
     from banditsweep.workers.mirrors.mlflow.sink import MLflowSink
     from banditsweep.workers.storage.record import FINISHED, TrialRecord
+    from banditsweep.workers.mirrors.mlflow.options import MLflowOptions
     from banditsweep.workers.mirrors.sinks import SinkContext
 
     for mode, n in (("bulk", count), ("client", max(1, count // 10))):
         with tempfile.TemporaryDirectory(prefix="banditsweep-mirror-") as work:
-            sink = MLflowSink(SinkContext("mirror", f"{work}/results", f"sqlite:///{work}/mlflow.db"))
+            options = MLflowOptions(f"sqlite:///{work}/mlflow.db").sink_options()
+            sink = MLflowSink(SinkContext("mirror", f"{work}/results", sink_options=options))
             if mode == "client":
-                sink.bulk_store = None
+                sink.use_client()
             records = [TrialRecord(trial_id=f"{i:020d}", sweep="mirror", algorithm="linucb", label="LinUCB",
                                    environment="synthetic:h1", seed=i, horizon=10, params={"nu": 0.1, "lam": 1.0},
                                    environment_config={"dim": 3}, log_every=5, status=FINISHED, attempts=1,

@@ -155,6 +155,8 @@ class Environment(ABC):
     their default.
     """
 
+    STATE = ("config", "horizon", "rng")
+
     Config: ClassVar[type[Config]]
     interaction: ClassVar[str] = CONTEXTUAL
     round_extras: ClassVar[dict[str, str]] = {}
@@ -223,6 +225,8 @@ class Policy(ABC):
     ``label`` (its display name) and ``score_name`` say what ``Decision.scores`` are in messages.
     """
 
+    STATE = ("params", "problem", "rng", "device")
+
     Params: ClassVar[type[Config]]
     supports: ClassVar[frozenset[str]] = frozenset({CONTEXTUAL})
     label: ClassVar[str | None] = None       # None: the class name
@@ -283,6 +287,8 @@ class Policy(ABC):
 
 class PolicyBatch(BatchedPolicy):
     """Plain policies as a batch: each trial's policy selects and updates on its own."""
+
+    STATE = ("policies",)
 
     def __init__(self, policies: list[Policy]):
         self.policies = policies

@@ -9,7 +9,8 @@ only in pi (MVR design, G-optimal design, uniform) and in the estimator u_t. :cl
 keeps the scores in log space (eta times the cumulative estimates), so that exp never overflows
 however large the importance-weighted estimates get; :class:`Exp3Policy` is the round skeleton.
 
-What the unsharded algorithms and the sharded trial (core.kernel_shards) share is here, once: the
+What the unsharded algorithms and the sharded trial (core.sharded) share is here, once: the draw
+of x_t ~ P_t by inversion (:func:`sample`, :func:`draw` and :func:`invert`), the
 step sizes (:class:`Exp3Schedule` of Kernelized and RLS-Kernelized Exp3, :class:`APGSchedule` of
 APG-Exp3) and the Fedorov-Wynn iteration of the G-optimal design (:func:`fedorov_wynn` over the
 :class:`DesignPoints` of one array or of the shards, each move a :class:`DesignStep`).
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -37,6 +39,8 @@ from banditsweep.core.kernels import growth_rate
 
 class ExponentialWeights:
     """Log-space exponential weights over n points, mixed with an exploration distribution."""
+
+    STATE = ("eta", "alpha", "exploration", "log_weights")
 
     def __init__(self, size: int, eta: float, alpha: float, exploration: np.ndarray):
         if exploration.shape != (size,) or not np.isclose(exploration.sum(), 1.0) or exploration.min() < 0:
@@ -65,9 +69,31 @@ class ExponentialWeights:
 
 def sample(probabilities: np.ndarray, rng: np.random.Generator) -> int:
     """One draw from P by inversion of the cumulative sum (one uniform number per round)."""
-    cumulative = np.cumsum(probabilities)
-    index = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
-    return min(index, len(probabilities) - 1)
+    return draw(probabilities, rng).index
+
+
+@dataclass(frozen=True)
+class Inversion:
+    """Where a target u C_n falls in the cumulative sums C_i = p_1 + ... + p_i: the first i with
+    C_i > target (the last where rounding leaves none), and ``rest`` = target - C_{i-1}, how far
+    into p_i's mass it falls."""
+
+    index: int
+    rest: float
+
+
+def draw(masses: np.ndarray, rng: np.random.Generator) -> Inversion:
+    """The inversion of u C_n, u one uniform number: a draw from the masses p (:func:`sample`). A
+    sharded trial draws with the masses of its slices, then inverts ``rest`` inside the slice drawn
+    (:func:`invert`): the point :func:`sample` finds on the whole P, up to the rounding of the masses."""
+    cumulative = np.cumsum(masses)
+    return invert(cumulative, rng.random() * cumulative[-1])
+
+
+def invert(cumulative: np.ndarray, target: float) -> Inversion:
+    """The :class:`Inversion` of ``target`` in the cumulative sums ``cumulative`` (increasing)."""
+    index = min(int(np.searchsorted(cumulative, target, side="right")), len(cumulative) - 1)
+    return Inversion(index, float(target - cumulative[index - 1]) if index else float(target))
 
 
 def empirical_distribution(sequence: np.ndarray, size: int) -> np.ndarray:
@@ -85,6 +111,8 @@ RLS_BETA_FACTOR = 1.0 + math.sqrt(2.0)
 class Exp3Schedule:
     """The derived constants shared by Kernelized Exp3 and RLS-Kernelized Exp3 (SPEC 3.1, 3.4), from
     their parameters ``c3``, ``c4``, ``lam``, ``beta`` (kernel_exp3.Exp3ScheduleParams)."""
+
+    STATE = ("gamma_T", "eta", "alpha_formula", "alpha", "mu", "beta_formula", "beta", "design_length")
 
     def __init__(self, params, problem, beta_factor: float = 1.0):
         horizon, dim = problem.horizon, problem.dim
@@ -169,7 +197,7 @@ class DesignStep:
 
 class DesignPoints(Protocol):
     """The points of a ridge-0 design and the design on them: one array of features
-    (:func:`g_optimal_design`) or the slices of a sharded trial (core.kernel_shards)."""
+    (:func:`g_optimal_design`) or the slices of a sharded trial (core.algorithms.apg_exp3.ShardedDesign)."""
 
     def start(self) -> np.ndarray:
         """Set the uniform design; its V(pi)^{-1}."""
@@ -337,6 +365,8 @@ class Exp3Policy(Policy):
     ``select`` exposes P_t in the Decision: the adaptive adversary of SPEC 2.3 reads it.
     """
 
+    STATE = ("weights", "probabilities", "_domain")
+
     supports = frozenset({ADVERSARIAL_DOMAIN})
     score_name = "sampling distribution P_t"
 
@@ -388,6 +418,8 @@ class Exp3Policy(Policy):
 
 class Exp3Batch(PolicyBatch):
     """Exp3 trials in lockstep: each selects alone; the estimates u_t of all are one batched call."""
+
+    STATE = ()
 
     policies: list[Exp3Policy]
 

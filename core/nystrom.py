@@ -170,9 +170,15 @@ def nystrom_embedding(columns: np.ndarray, landmark_block: np.ndarray, relative_
     The pseudo-inverse square root drops eigenvalues below ``relative_tolerance`` times the largest,
     so phi(x)^T phi(x') = K_xS K_SS^+ K_Sx' (the Nystrom approximation of k).
     """
+    return columns @ nystrom_projection(landmark_block, relative_tolerance)
+
+
+def nystrom_projection(landmark_block: np.ndarray, relative_tolerance: float = 1e-12) -> np.ndarray:
+    """[(K_SS)^{1/2}]^+ as an (s, r) matrix V Lambda^{-1/2} over the r eigenvalues of K_SS above
+    ``relative_tolerance`` times the largest (:func:`nystrom_embedding`: phi(x) = K_xS times it)."""
     eigenvalues, vectors = np.linalg.eigh(landmark_block)
     keep = eigenvalues > relative_tolerance * max(eigenvalues.max(), 0.0)
-    return columns @ (vectors[:, keep] / np.sqrt(eigenvalues[keep]))
+    return vectors[:, keep] / np.sqrt(eigenvalues[keep])
 
 
 # Musco & Musco (2017), Algorithm 2: the small-n rule m <= SMALL_N_FACTOR log(1/delta), the

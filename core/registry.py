@@ -31,11 +31,11 @@ _ALGORITHMS: dict[str, str] = {
     "deep_fpl": "banditsweep.core.algorithms.deep_fpl:DeepFPL",
     "bootstrapped_nn": "banditsweep.core.algorithms.bootstrapped_nn:BootstrappedNN",
     "neural_eps_greedy": "banditsweep.core.algorithms.neural_eps_greedy:NeuralEpsGreedy",
-    # Adversarial kernelized bandits (SPEC 3)
+    # Adversarial kernelized bandits (SPEC 3), in the order the kernel paper reports them (SPEC 3.7)
+    "apg_exp3": "banditsweep.core.algorithms.apg_exp3:APGExp3",
     "kernel_exp3": "banditsweep.core.algorithms.kernel_exp3:KernelExp3",
     "rls_kernel_exp3": "banditsweep.core.algorithms.rls_kernel_exp3:RLSKernelExp3",
     "rls_kernel_exp3_amvr": "banditsweep.core.algorithms.rls_kernel_exp3:RLSKernelExp3AMVR",
-    "apg_exp3": "banditsweep.core.algorithms.apg_exp3:APGExp3",
 }
 
 _ENVIRONMENTS: dict[str, str] = {
@@ -44,6 +44,9 @@ _ENVIRONMENTS: dict[str, str] = {
     "adversarial_kernel": "banditsweep.core.environments.adversarial_kernel:AdversarialKernelBandit",
     "kernel_lower_bound": "banditsweep.core.environments.kernel_lower_bound:KernelLowerBound",
 }
+
+# The names this package itself gives: a class registered later may not take them.
+_BUILTIN = {"algorithm": frozenset(_ALGORITHMS), "environment": frozenset(_ENVIRONMENTS)}
 
 # Mirrors of a sweep's Parquet record of truth: filled by the workers layer and by plugins.
 _SINKS: dict[str, str | type] = {}
@@ -58,6 +61,11 @@ def register_algorithm(name: str, target: str | type[Policy]) -> None:
 
 def register_environment(name: str, target: str | type[Environment]) -> None:
     _ENVIRONMENTS[name] = target  # type: ignore[assignment]
+
+
+def is_builtin(kind: str, name: str) -> bool:
+    """Whether ``name`` is one of this package's own algorithms (``kind`` "algorithm") or environment kinds."""
+    return name in _BUILTIN[kind]
 
 
 def register_sink(name: str, target: str | type) -> None:
@@ -141,6 +149,12 @@ def algorithm_names() -> list[str]:
     return sorted(_ALGORITHMS)
 
 
+def registered_algorithms() -> list[str]:
+    """The algorithms' names in the order they were registered: the table above, then the plugins'."""
+    _load_plugins()
+    return list(_ALGORITHMS)
+
+
 def environment_names() -> list[str]:
     _load_plugins()
     return sorted(_ENVIRONMENTS)
@@ -169,6 +183,37 @@ def trusted_module(module: str) -> bool:
         if (target.partition(":")[0] if isinstance(target, str) else target.__module__) == module:
             return True
     return False
+
+
+def registered_class(module: str, qualname: str) -> type | None:
+    """The class ``module``'s ``qualname`` as the registered algorithms and environments know it: one
+    of them (registered as a class, or already resolved), or a class their own code names (their
+    ``Params`` or ``Config`` model, a helper their methods use); the last registered where several
+    are. A class registered where it was defined and shipped to a worker by value (a notebook's
+    ``__main__``) is found here only: the worker's own ``__main__`` does not hold it."""
+    head, *rest = qualname.split(".")
+    found = None
+    for target in (*_ALGORITHMS.values(), *_ENVIRONMENTS.values()):
+        if not isinstance(target, type):
+            continue
+        for cls in target.__mro__:
+            if cls.__module__ != module:
+                continue
+            spaces = [{cls.__name__: cls},   # the class, and the classes it holds (its Params model)
+                      {value.__name__: value for value in vars(cls).values() if isinstance(value, type)}]
+            for value in vars(cls).values():   # the globals its functions see (cloudpickle keeps those they use)
+                names = getattr(getattr(value, "__func__", value), "__globals__", None)
+                if isinstance(names, dict):
+                    spaces.append(names)
+            for space in spaces:
+                candidate = space.get(head)
+                for part in rest:
+                    candidate = vars(candidate).get(part) if isinstance(candidate, type) else None
+                if (isinstance(candidate, type) and candidate.__module__ == module
+                        and candidate.__qualname__ == qualname):
+                    found = candidate
+                    break
+    return found
 
 
 def sink_class(name: str) -> type:

@@ -2,7 +2,7 @@
 checks, report progress, assemble the results and drive the checkpoints.
 
 Two kinds of trial implement :class:`RoundLoop`: ``core.trial.TrialRun``, a lockstep batch of trials
-held in this process, and ``core.sharded_trial.ShardedKernelTrial``, one trial whose domain is split
+held in this process, and ``core.sharded.coordinator.ShardedKernelTrial``, one trial whose domain is split
 over shards that hold their state in other processes. They differ only in
 
 - how a round is played (:meth:`RoundLoop.play`: the arms, each trial's :class:`Feedback`, and the
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from banditsweep.core.contracts import BatchDecision, Environment, Feedback, NonFiniteError, first_non_finite
-from banditsweep.core.state_codec import StateFormatError, decode_state
+from banditsweep.core.state_codec import StateFormatError, decode_state, declared_attributes
 
 if TYPE_CHECKING:
     from banditsweep.core.trial import TrialSpec
@@ -66,6 +66,8 @@ ProgressCallback = Callable[[int, int, float], None]
 
 class TrialRecorder:
     """The per-round arrays of ``count`` trials run side by side (one trial, or a lockstep batch)."""
+
+    STATE = ("count", "horizon", "arm", "reward", "regret", "cum_regret", "seconds", "extras")
 
     def __init__(self, count: int, horizon: int):
         self.count, self.horizon = count, horizon
@@ -163,6 +165,10 @@ class RoundLoop(ABC):
     resumed_from: int | None     # the round a restored loop went on from (recorded in the diagnostics)
     checkpoint_rejected: bool    # a saved state could not be used: the loop started anew
 
+    STATE = ("specs", "horizon", "recorder", "next_round", "checkpoint_rejected")
+    # Set by the restore itself (from_attributes), so a saved value would only be overwritten.
+    TRANSIENT = ("resumed_from",)
+
     def begin(self, specs: Sequence[TrialSpec]) -> None:
         self.specs = list(specs)
         self.horizon = self.specs[0].horizon
@@ -191,7 +197,7 @@ class RoundLoop(ABC):
         """Keep the state between two rounds under ``key`` (and its parts, ``key/...``)."""
 
     @classmethod
-    def saved_attributes(cls, state: bytes, specs: Sequence[TrialSpec] | None) -> dict:
+    def saved_attributes(cls, state: bytes, specs: Sequence[TrialSpec] | None, declared: bool = True) -> dict:
         """The attributes a saved loop's state holds (core.state_codec). With ``specs``, the state must
         be of exactly those trials (in order) and one :func:`play_out` saves: between two of their
         rounds, at least one played and one to play (next round 2..horizon), its recorder holding
@@ -202,6 +208,8 @@ class RoundLoop(ABC):
             raise StateFormatError(f"not the state of a {cls.__name__}")
         if not all(isinstance(name, str) for name in attributes):
             raise StateFormatError(f"not the state of a {cls.__name__}")
+        if declared:   # (a loop that saves a layout of its own checks its names itself: declared=False)
+            attributes = declared_attributes(cls, attributes)
         if specs is not None:
             stored = [str(getattr(spec, "trial_id", None)) for spec in attributes["specs"]]
             expected = [spec.trial_id for spec in specs]

@@ -9,8 +9,9 @@ project's own library classes (``banditsweep.core.*``) and its registered plugin
 looked up by name only among those (a module already imported is taken from ``sys.modules``; no
 other module is ever imported) and rebuilt with ``__new__`` plus its stored attributes
 (no ``__reduce__``, ``__setstate__`` or constructor runs), a NumPy bit generator only from NumPy's own
-list. Object identity is kept, as pickle keeps it: the policy and the round loop share their
-environments after a restore as before it.
+list. Of an object, the attributes its class declares are written, and read back against that
+declaration (core.state_declaration). Object identity is kept, as pickle keeps it: the policy and
+the round loop share their environments after a restore as before it.
 
 Stored bytes are hostile data (a results folder may come from anyone): any failure to read them
 (not a zip, a compressed or oversized entry, an array header that claims more than its entry holds,
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from banditsweep.core import registry
+from banditsweep.core.state_declaration import StateDeclarationError, attributes_to_save, declaration
 
 FORMAT = "banditsweep-state/1"
 _STATE_ENTRY = "state_json"
@@ -41,6 +43,10 @@ _BIT_GENERATORS = {"PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937"}
 # refused before it is parsed, so that neither json.loads nor the decoder can run out of stack.
 MAX_DEPTH = 200
 _JSON_TOKEN = re.compile(rb'[\[\]{}"\\]')
+# Where a class stored under an earlier name lives now: a checkpoint names each object's class by the
+# module it was defined in, so moving or renaming a class would otherwise orphan every checkpoint that
+# holds one. Keys and values are (module, qualname); an entry is added with each move and never removed.
+MOVED_CLASSES: dict[tuple[str, str], tuple[str, str]] = {}
 
 
 class StateFormatError(ValueError):
@@ -116,12 +122,7 @@ class _Encoder:
             fields = {name: getattr(value, name) for name in cls.model_fields}
             return {"t": "model", "cls": path, "fields": self.encode(fields),
                     "set": sorted(value.model_fields_set)}
-        attributes = dict(getattr(value, "__dict__", {}))
-        for klass in cls.__mro__:
-            for slot in getattr(klass, "__slots__", ()):
-                if slot not in ("__dict__", "__weakref__") and hasattr(value, slot):
-                    attributes[slot] = getattr(value, slot)
-        return {"t": "object", "cls": path, "attrs": self.encode(attributes)}
+        return {"t": "object", "cls": path, "attrs": self.encode(attributes_to_save(value))}
 
     def _encode_torch(self, torch, value: Any) -> dict:
         if isinstance(value, torch.device):
@@ -157,6 +158,26 @@ def encode_state(value: Any) -> bytes:
     return buffer.getvalue()
 
 
+def declared_attributes(cls: type, attributes: dict[str, Any]) -> dict[str, Any]:
+    """The ``attributes`` stored for an object of ``cls`` that it takes back, checked against its
+    declaration (core.state_declaration): every declared saved one present, the transient ones left
+    out (a checkpoint written before the declarations holds them), no other. A class saved whole
+    takes them all."""
+    try:
+        found = declaration(cls)
+    except StateDeclarationError as error:
+        raise StateFormatError(str(error)) from None
+    if found is None:
+        return attributes
+    missing, undeclared = found.missing(attributes), found.undeclared(attributes)
+    if missing:
+        raise StateFormatError(f"the stored {cls.__qualname__} lacks {', '.join(missing)}, which it declares saved")
+    if undeclared:
+        raise StateFormatError(f"the stored {cls.__qualname__} holds {', '.join(undeclared)}, "
+                               "which it does not declare")
+    return {name: value for name, value in attributes.items() if name not in found.transient}
+
+
 def _project_class(path: Any) -> type:
     if not (isinstance(path, list) and len(path) == 2 and all(isinstance(p, str) for p in path)):
         raise StateFormatError(f"a class is named by [module, name], not {str(path)[:80]!r}")
@@ -164,8 +185,12 @@ def _project_class(path: Any) -> type:
     if not (all(part.isidentifier() for part in module_name.split("."))
             and all(part.isidentifier() for part in qualname.split("."))):
         raise StateFormatError(f"not a class name: {module_name[:80]!r}, {qualname[:80]!r}")
+    module_name, qualname = MOVED_CLASSES.get((module_name, qualname), (module_name, qualname))
     if not registry.trusted_module(module_name):
         raise StateFormatError(f"class {module_name}.{qualname} is not one of banditsweep's or its plugins'")
+    registered = registry.registered_class(module_name, qualname)
+    if registered is not None:   # also a class shipped by value, which its module here does not hold
+        return registered
     target: Any = sys.modules.get(module_name)
     if target is None:   # only a trusted module is ever imported
         try:
@@ -270,6 +295,7 @@ class _Decoder:
         attributes = self.decode(node["attrs"])
         if not isinstance(attributes, dict) or not all(isinstance(k, str) for k in attributes):
             raise StateFormatError(f"the stored attributes of {cls.__qualname__} are not a name table")
+        attributes = declared_attributes(cls, attributes)
         has_dict = hasattr(value, "__dict__")
         for name, attribute in attributes.items():
             if has_dict and not any(name in getattr(k, "__slots__", ()) for k in cls.__mro__):

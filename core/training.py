@@ -64,6 +64,7 @@ with the layer-by-layer path and dense autograd):
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 import torch
@@ -80,6 +81,9 @@ class History:
     1 for an observation, 0 for padding and reserved rows, and BootstrappedNN's per-network
     resampling weights when S_mask > 1. Rows are zero-padded to the longest block of the batch.
     """
+
+    STATE = ("groups", "blocks", "block_dim", "reserved", "mask_sets", "device", "dtype", "counts", "rows",
+             "positions", "X", "reward", "mask")
 
     def __init__(self, groups: int, blocks: int, block_dim: int, reserved: int, mask_sets: int,
                  device, dtype, capacity: int = 64):
@@ -282,43 +286,35 @@ def ascend_one_hidden_layer(network: StackedNetwork, initial: StackedNetwork, X:
         c2_b = per_group(ridge, X, 2)
     parts = [_Bucket(network, initial, X, reward, mask, bias, blocks, height, c1, c2, keep, gaussian)
              for blocks, height in buckets]
+    # One step as a fixed list of argument-free calls on the buffers above (_Bucket.step_tape): the
+    # step's tensor operations in their order, with no attribute, view or branch looked up per step.
+    tape = []
+    for index, part in enumerate(parts):
+        tape += part.step_tape(index == 0, v_rows, grad_v, likelihood,
+                               (b1, b2, grad_b1, grad_b2) if with_biases else None)
+    tape += [partial(v.lerp_, v0, c2), partial(v.add_, grad_v, alpha=scale * scale)]
+    if with_biases:  # b <- b - c2 (b - b_0) + grad, as every other parameter
+        tape += [partial(b1.lerp_, b1_0, c2_b), partial(b1.add_, grad_b1),
+                 partial(b2.lerp_, b2_0, c2_b), partial(b2.add_, grad_b2)]
     for _ in range(steps):
-        for index, part in enumerate(parts):
-            part.activations(b1 if with_biases else None)
-            torch.sum(torch.mul(part.act_sets, v_rows, out=part.product), dim=-1, out=part.f)
-            if with_biases:
-                part.f.add_(b2.unsqueeze(1))
-            if gaussian:  # c1 ((r - f) mask + bias) = offset - f * weight
-                torch.addcmul(part.offset, part.f_rows, part.weight, value=-1.0, out=part.coef)
-            else:
-                torch.mul(likelihoods.derivative(likelihood, part.reward, part.f_rows), part.weight, out=part.coef)
-                if part.bias_c1 is not None:
-                    part.coef.add_(part.bias_c1)
-            torch.mul(part.coef_rows.unsqueeze(-1), v_rows, out=part.back_sets)
-            torch.mul(part.act_sets, part.coef_rows.unsqueeze(-1), out=part.product)
-            if index == 0:
-                torch.sum(part.product, dim=1, out=grad_v)
-            else:
-                grad_v.add_(part.product.sum(dim=1))
-            torch.ops.aten.threshold_backward.grad_input(part.back, part.act, 0, grad_input=part.back)
-            if with_biases:  # sums over every row of every block of the gated signal and of coef
-                if index == 0:
-                    torch.sum(part.back_rows, dim=1, out=grad_b1)
-                    torch.sum(part.coef_rows, dim=1, out=grad_b2)
-                else:
-                    grad_b1.add_(part.back_rows.sum(dim=1))
-                    grad_b2.add_(part.coef_rows.sum(dim=1))
-            part.step()
-        v.lerp_(v0, c2).add_(grad_v, alpha=scale * scale)
-        if with_biases:  # b <- b - c2 (b - b_0) + grad, as every other parameter
-            b1.lerp_(b1_0, c2_b).add_(grad_b1)
-            b2.lerp_(b2_0, c2_b).add_(grad_b2)
+        for call in tape:
+            call()
     for part in parts:
-        network.W1[:, part.blocks] = initial.W1[:, part.blocks] + part.delta(steps).view(G, len(part.blocks), d, S, m)
+        delta = part.delta(steps).view(G, len(part.blocks), d, S, m)
+        if part.all_blocks:   # every block in this bucket, in order: no gather and scatter of W1
+            network.W1.copy_(initial.W1 + delta)
+        else:
+            network.W1[:, part.blocks] = initial.W1[:, part.blocks] + delta
     torch.div(v, scale, out=network.w)
     if with_biases:
         network.biases[0].copy_(b1.view(G, S, m))
         network.biases[1].copy_(b2)
+
+
+#: threshold_backward's out= overload (the gate of the ReLU's backward pass), called without the
+#: Python wrapper of torch.ops where torch exposes the builtin.
+_THRESHOLD_BACKWARD = getattr(torch.ops.aten.threshold_backward.grad_input, "_op",
+                              torch.ops.aten.threshold_backward.grad_input)
 
 
 class _Bucket:
@@ -343,6 +339,7 @@ class _Bucket:
         self.blocks = torch.as_tensor(blocks, device=X.device)
         batch, rows = G * count, count * height
         whole = count == X.shape[1] and height == X.shape[2]
+        self.all_blocks = count == X.shape[1]  # blocks are sorted (bucket_blocks): 0, ..., B - 1
         pick = (lambda t: t) if whole else (lambda t: t[:, self.blocks, :height])
         self.X = pick(X).reshape(batch, height, d)
         self.Xt = self.X.transpose(1, 2)
@@ -369,37 +366,75 @@ class _Bucket:
         self.reward = pick(reward).unsqueeze(-1)
         self.weight = pick(mask) * c1  # (G, count, height, S_mask)
         part_bias = None if bias is None else pick(bias)
-        self.bias_c1 = None
+        self.bias_c1, self.offset = None, None
         if gaussian:
             offset = (self.reward * self.weight).expand(G, count, height, S)
             self.offset = offset + part_bias * c1 if part_bias is not None else offset.contiguous()
         elif part_bias is not None:
             self.bias_c1 = part_bias * c1
 
-    def activations(self, b1: torch.Tensor | None = None) -> None:
-        """act = relu(X W1_0 + X Delta (+ b1, (G, S m), shared by the blocks))."""
-        if self.gram:
-            torch.add(self.fixed, self.E, out=self.act)
-        else:
-            torch.baddbmm(self.fixed, self.X, self.weights, out=self.act)
-        if b1 is not None:
-            G = b1.shape[0]
-            self.act.view(G, -1, self.act.shape[-1]).add_(b1.unsqueeze(1))
-        self.act.relu_()
+    def step_tape(self, first: bool, v_rows: torch.Tensor, grad_v: torch.Tensor, likelihood: str,
+                  biases: tuple | None) -> list:
+        """This bucket's part of one step of :func:`ascend_one_hidden_layer` as argument-free calls, in
+        order, each writing into this bucket's buffers:
 
-    def step(self) -> None:
-        """Delta <- k Delta + X^T back, with ``back`` the gated back-propagated signal (c1 included)."""
+            act = relu(X W1_0 + X Delta (+ b1));  f = sum_j act v (+ b2);  coef = c1 (d/df l mask + bias)
+            back = 1[act > 0] coef v;  grad_v (+)= sum_rows act coef;  (grad_b1 (+)= sum back, grad_b2 (+)= sum coef)
+            Delta <- k Delta + X^T back
+
+        ``first``: the first bucket writes the step's output-layer (and bias) gradients, the others add
+        theirs. ``biases`` = (b1 (G, S m), b2 (G, S), grad_b1, grad_b2) with the reference recipe's biases.
+        """
+        tape = []
+        if self.gram:
+            tape.append(partial(torch.add, self.fixed, self.E, out=self.act))
+        else:
+            tape.append(partial(torch.baddbmm, self.fixed, self.X, self.weights, out=self.act))
+        if biases is not None:
+            b1, b2, grad_b1, grad_b2 = biases
+            tape.append(partial(self.act.view(b1.shape[0], -1, self.act.shape[-1]).add_, b1.unsqueeze(1)))
+        tape.append(self.act.relu_)
+        tape.append(partial(torch.mul, self.act_sets, v_rows, out=self.product))
+        tape.append(partial(torch.sum, self.product, dim=-1, out=self.f))
+        if biases is not None:
+            tape.append(partial(self.f.add_, b2.unsqueeze(1)))
+        if self.offset is not None:  # Gaussian: c1 ((r - f) mask + bias) = offset - f * weight
+            tape.append(partial(torch.addcmul, self.offset, self.f_rows, self.weight, value=-1.0, out=self.coef))
+        else:
+            reward, f_rows, weight, coef = self.reward, self.f_rows, self.weight, self.coef
+
+            def coefficient():
+                torch.mul(likelihoods.derivative(likelihood, reward, f_rows), weight, out=coef)
+            tape.append(coefficient)
+            if self.bias_c1 is not None:
+                tape.append(partial(self.coef.add_, self.bias_c1))
+        coef_cols = self.coef_rows.unsqueeze(-1)
+        tape.append(partial(torch.mul, coef_cols, v_rows, out=self.back_sets))
+        tape.append(partial(torch.mul, self.act_sets, coef_cols, out=self.product))
+
+        def summed(source, total, out):
+            """sum over the rows into ``total`` (first bucket) or into ``out`` and then added to ``total``."""
+            if first:
+                return [partial(torch.sum, source, dim=1, out=total)]
+            return [partial(torch.sum, source, dim=1, out=out), partial(total.add_, out)]
+        tape += summed(self.product, grad_v, torch.empty_like(grad_v))
+        tape.append(partial(_THRESHOLD_BACKWARD, self.back, self.act, 0, grad_input=self.back))
+        if biases is not None:  # sums over every row of every block of the gated signal and of coef
+            tape += summed(self.back_rows, grad_b1, torch.empty_like(grad_b1))
+            tape += summed(self.coef_rows, grad_b2, torch.empty_like(grad_b2))
+        # Delta <- k Delta + X^T back (weight form), or its Gram form on E and C
         if self.gram:
             if self.keep is not None:
-                self.E.baddbmm_(self.gram_matrix, self.back, beta=self.keep)
-                torch.add(self.back, self.C, alpha=self.keep, out=self.C)
+                tape += [partial(self.E.baddbmm_, self.gram_matrix, self.back, beta=self.keep),
+                         partial(torch.add, self.back, self.C, alpha=self.keep, out=self.C)]
             else:
-                self.E.mul_(self.keep_entries).baddbmm_(self.gram_matrix, self.back)
-                self.C.mul_(self.keep_entries).add_(self.back)
+                tape += [partial(self.E.mul_, self.keep_entries), partial(self.E.baddbmm_, self.gram_matrix, self.back),
+                         partial(self.C.mul_, self.keep_entries), partial(self.C.add_, self.back)]
         elif self.keep is not None:
-            self.weights.baddbmm_(self.Xt, self.back, beta=self.keep)
+            tape.append(partial(self.weights.baddbmm_, self.Xt, self.back, beta=self.keep))
         else:
-            self.weights.mul_(self.keep_entries).baddbmm_(self.Xt, self.back)
+            tape += [partial(self.weights.mul_, self.keep_entries), partial(self.weights.baddbmm_, self.Xt, self.back)]
+        return tape
 
     def delta(self, steps: int) -> torch.Tensor:
         """Delta after ``steps`` steps, (batch, d', S m)."""
@@ -430,17 +465,23 @@ def bucket_blocks(heights: np.ndarray, block_dim: int, columns: int, device_type
     tall = heights[order]
     overhead = BUCKET_OVERHEAD_FLOPS.get(device_type, BUCKET_OVERHEAD_FLOPS["cuda"])
     B = len(heights)
-    candidates = [()] + [(i,) for i in range(1, B)]
+    if B == 1:
+        return [(order, int(tall[0]))]
+    # Candidates in the order (), (i,) for 0 < i < B, then (i, j) for 0 < i < j < B; the first of least
+    # cost wins. A run of blocks a..b-1 padded to tall[a] does (b - a) tall[a] min(tall[a], d') work.
+    padded = tall * np.minimum(tall, block_dim)
+    cuts = np.arange(1, B)
+    works = [np.array([B * padded[0]]), cuts * padded[0] + (B - cuts) * padded[cuts]]
+    pairs = np.empty((0, 2), dtype=np.int64)
     if max_buckets >= 3:
-        candidates += [(i, j) for i in range(1, B) for j in range(i + 1, B)]
-
-    def cost(cuts):
-        bounds = [0, *cuts, B]
-        work = sum((b - a) * int(tall[a]) * min(int(tall[a]), block_dim) for a, b in zip(bounds[:-1], bounds[1:]))
-        return 4.0 * columns * work + overhead * len(cuts)
-
-    best = min(candidates, key=cost)
-    bounds = [0, *best, B]
+        pairs = np.array([(i, j) for i in range(1, B) for j in range(i + 1, B)], dtype=np.int64).reshape(-1, 2)
+        i, j = pairs[:, 0], pairs[:, 1]
+        works.append(i * padded[0] + (j - i) * padded[i] + (B - j) * padded[j])
+    counts = np.concatenate([np.zeros(1), np.ones(B - 1), np.full(len(pairs), 2.0)])
+    cost = 4.0 * columns * np.concatenate(works).astype(np.float64) + overhead * counts
+    best = int(np.argmin(cost))
+    chosen = () if best == 0 else (int(cuts[best - 1]),) if best < B else tuple(int(c) for c in pairs[best - B])
+    bounds = [0, *chosen, B]
     return [(np.sort(order[a:b]), int(tall[a])) for a, b in zip(bounds[:-1], bounds[1:])]
 
 

@@ -27,6 +27,7 @@ from banditsweep.core.contracts import BatchedPolicy, Config, Environment, NonFi
 from banditsweep.core.round_loop import (Checkpoints, Played, ProgressCallback, RoundLoop, TrialResult, at_round,
                                          check_decision, play_out)
 from banditsweep.core.state_codec import encode_state
+from banditsweep.core.state_declaration import attributes_to_save
 
 
 
@@ -111,10 +112,12 @@ class TrialSpec:
     environment: dict[str, Any]  # includes "kind"
     seed: int
     horizon: int
-    # Run with its domain split over shards (core.kernel_shards). Part of the content because the
+    # Run with its domain split over shards (core.sharded). Part of the content because the
     # sharded engine draws the Nystrom sampler's random numbers per point; the number of shards is
     # not: it does not change the results.
     sharded: bool = False
+
+    TRANSIENT = ("trial_id",)   # the cached id: computed again from the content when asked
 
     @classmethod
     def create(cls, algorithm: str, params: dict, environment: dict, seed: int, horizon: int,
@@ -186,6 +189,8 @@ class TrialRun(RoundLoop):
     ``seconds`` is the round's time divided by B, so summed over a batch it is the batch's wall time.
     """
 
+    STATE = ("environments", "policy")
+
     def __init__(self, specs: Sequence[TrialSpec], device: str = "cpu"):
         if not specs:
             raise ValueError("a trial run needs at least one trial")
@@ -236,9 +241,10 @@ class TrialRun(RoundLoop):
     # ---- capture and restore between rounds --------------------------------------------------------
 
     def snapshot(self) -> bytes:
-        """The whole state between two rounds (random streams included), as data (core.state_codec):
-        restoring it and playing on gives the same results as never stopping."""
-        return encode_state(self.__dict__)
+        """The state between two rounds (random streams included), as data (core.state_codec): the
+        attributes each class declares (core.state_declaration); restoring it and playing on gives
+        the same results as never stopping."""
+        return encode_state(attributes_to_save(self))
 
     def save(self, checkpoints: Checkpoints, key: str) -> None:
         checkpoints.save(key, self.snapshot())

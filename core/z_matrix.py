@@ -33,6 +33,11 @@ from banditsweep.core.networks import ArmParameters, StackedNetwork
 
 
 class ZMatrix:
+    STATE = ("invert", "mode", "scale", "blocks", "block_dim", "width", "num_hidden", "bias_sizes", "device",
+             "dtype", "seconds")
+    # The factors of one mode: U_* for "diag"; the inverse for "full", and Z itself when it is inverted anew.
+    OPTIONAL_STATE = ("U_W1", "U_hidden", "U_w", "U_biases", "inverse", "matrix")
+
     def __init__(self, network: StackedNetwork, lam: np.ndarray, scale: float, mode: str, inverse: str = "update"):
         if mode not in ("diag", "full"):
             raise ValueError(f"unknown z mode {mode!r}")

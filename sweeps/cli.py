@@ -26,6 +26,7 @@ from banditsweep.core.registry import PluginError
 from banditsweep.sweeps.commands import EXIT_BAD_INPUT, EXIT_INCONSISTENT, EXIT_INTERRUPTED, EXIT_STORE_UNWRITABLE
 from banditsweep.sweeps.commands.arguments import (DEFAULT_RESULTS_ROOT, RESULTS_ENV_VAR, check_arguments,
                                                    check_sweep_folder, results_root)
+from banditsweep.sweeps import slurm
 from banditsweep.sweeps.spec import Sweep, load_sweep
 from banditsweep.sweeps.spec_errors import SpecError, one_line, show
 from banditsweep.sweeps.selection import parse_selectors, select
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--gpus", type=_gpu_count, default=None,
                       help="GPUs of the cluster (for trials that ask for GPUs; 0: a cluster without GPUs)")
     plan.add_argument("--probe-seconds", type=_probe_seconds, default=3.0, help="at most this long timing each cell (default 3)")
+    slurm.add_arguments(plan, _worker_count)
     verify = commands.add_parser("verify", help="re-run a sample of the finished trials on today's code and "
                                                 "compare every stored value but timings")
     _common(verify)
@@ -123,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
     _common(status)
     report = commands.add_parser("report", help="tables and figures of a sweep's results")
     _common(report)
+    report.add_argument("--band", choices=["ci", "std"], default="ci",
+                        help="what the regret figures' bands show: the 95%% confidence interval of the mean (ci, the "
+                             "default) or ±1 standard deviation over the seeds (std)")
+    report.add_argument("--choose-on-seeds", type=_sample_size, default=None, metavar="N",
+                        help="choose each cell's grid point on the first N seeds and judge every number on the "
+                             "others (default: choose and judge on all seeds, which flatters the chosen points)")
     sync = commands.add_parser("sync-mlflow", help="bring MLflow up to date with the Parquet results "
                                                     "(after an outage, or a run with --sink none)")
     _common(sync)
@@ -190,12 +198,18 @@ def load(args: argparse.Namespace) -> Sweep:
     return sweep
 
 
+def prepare(args: argparse.Namespace) -> Sweep:
+    """The arguments checked and the spec read (what every command but ``list`` does first, the
+    command line's and ``banditsweep.run``'s alike)."""
+    check_arguments(args)
+    return load(args)
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     module, function = COMMANDS[args.command]
     if args.command == "list":
         return getattr(importlib.import_module(f"banditsweep.sweeps.commands.{module}"), function)(args)
-    check_arguments(args)
-    sweep = load(args)   # before the command's module: a bad spec is refused without waiting for Ray's import
+    sweep = prepare(args)   # before the command's module: a bad spec is refused without waiting for Ray's import
     return getattr(importlib.import_module(f"banditsweep.sweeps.commands.{module}"), function)(args, sweep)
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from banditsweep.sweeps.claims import RULES, UNJUDGED, judge_environment, verdict_text
+from banditsweep.sweeps.statistics import compare
 from banditsweep.sweeps.tables import MISSING, markdown_table, slug
 
 # ---- ours beside the paper's --------------------------------------------------------------------
@@ -218,6 +220,15 @@ def _compare(paper: PaperData, best: pd.DataFrame, by_id: pd.DataFrame, configs:
             return float("nan")
         return float(table.loc[name, key])
 
+    per_seed = {"seed", "final_regret"} <= set(by_id.columns)
+
+    def finals(env: str, name: str) -> dict[int, float] | None:
+        row = cells.get(env, {}).get(name)
+        if row is None or not per_seed:
+            return None
+        chosen = by_id.loc[[tid for tid in row["trial_ids"] if tid in by_id.index]]
+        return {int(seed): float(value) for seed, value in zip(chosen["seed"], chosen["final_regret"])}
+
     cell_rows, spearman_rows = [], []
     if "mean" in paper.tables:
         for env, row_of in cells.items():
@@ -225,6 +236,7 @@ def _compare(paper: PaperData, best: pd.DataFrame, by_id: pd.DataFrame, configs:
             # The best baseline among those run here, for ours and the paper's alike.
             baselines = [n for n in names if n in paper.baselines and np.isfinite(published(env, n, "mean"))]
             best_ours = min((ours(env, n, "mean") for n in baselines), default=float("nan"))
+            best_baseline = min(baselines, key=lambda n: ours(env, n, "mean"), default=None)
             best_paper = min((published(env, n, "mean") for n in baselines), default=float("nan"))
             ranked = [n for n in names if np.isfinite(published(env, n, "mean"))]
             rank_ours = pd.Series({n: ours(env, n, "mean") for n in ranked}).rank(method="average")
@@ -241,14 +253,28 @@ def _compare(paper: PaperData, best: pd.DataFrame, by_id: pd.DataFrame, configs:
                     "ours_over_paper": _ratio(mean, paper_mean),
                     "ours_over_best_baseline": _ratio(mean, best_ours),
                     "paper_over_best_baseline": _ratio(paper_mean, best_paper),
+                    "ours_vs_best_baseline": _against(name, best_baseline, finals(env, name),
+                                                      finals(env, best_baseline) if best_baseline else None),
                     "rank_ours": rank_ours.get(name, float("nan")), "rank_paper": rank_paper.get(name, float("nan")),
                     "code": row.get("code", "") or ""})
             rho, why = _spearman([ours(env, n, "mean") for n in ranked], [published(env, n, "mean") for n in ranked])
             spearman_rows.append({"environment": env, "paper_environment": matched_envs[env]["paper"],
                                   "algorithms": len(ranked), "spearman": rho, "note": why})
-    claim_rows = [_judge_claim(claim, paper, cells, matched_envs, ours, published) for claim in paper.claims]
+    claim_rows = [_judge_claim(claim, paper, cells, matched_envs, ours, published, finals) for claim in paper.claims]
     return PaperComparison(paper, pd.DataFrame(cell_rows), pd.DataFrame(spearman_rows), pd.DataFrame(claim_rows),
                            horizons, notes)
+
+
+def _against(name: str, baseline: str | None, ours: dict | None, theirs: dict | None) -> str:
+    """Our cell against the best baseline of its environment, paired by seed: ``lower``, ``higher`` or
+    ``cannot be told apart at n = 3 (about 14 seeds would)`` (sweeps.statistics.verdict)."""
+    if baseline is None or name == baseline:
+        return MISSING
+    if ours is None or theirs is None:
+        return UNJUDGED
+    comparison = compare(name, ours, baseline, theirs)
+    text = comparison.verdict("a < b")
+    return {"holds": "lower", "does not hold": "higher"}.get(text, text)
 
 
 def _spearman(ours: list[float], paper: list[float]) -> tuple[float, str]:
@@ -270,9 +296,11 @@ def _spearman(ours: list[float], paper: list[float]) -> tuple[float, str]:
     return float(spearmanr(ours, paper).statistic), note
 
 
-def _judge_claim(claim: dict, paper: PaperData, cells: dict, matched_envs: dict, ours, published) -> dict:
+def _judge_claim(claim: dict, paper: PaperData, cells: dict, matched_envs: dict, ours, published, finals) -> dict:
     """Whether a claim holds on our trials and on the paper's numbers, both over the environments
-    and algorithms run here (so that the two verdicts speak of the same comparison)."""
+    and algorithms run here (so that the two verdicts speak of the same comparison): by the rules of
+    sweeps.claims (``ours``, ``paper``), and as a plain comparison of the means (``ours_means``,
+    ``paper_means``)."""
     statistic, lower = claim["statistic"], claim["compare"] == "lower"
     tolerance = float(claim.get("tolerance", 0.0))
     name = claim["algorithm"]
@@ -282,8 +310,8 @@ def _judge_claim(claim: dict, paper: PaperData, cells: dict, matched_envs: dict,
     run_keys = {matched_envs[env]["key"] for env in envs}
     label = {a["name"]: a["label"] for a in paper.algorithms}
 
-    def judge(values) -> tuple[str, str]:
-        verdicts, details = [], []
+    def judge(values, whose: str) -> tuple[str, str, str]:
+        verdicts, parts, details = [], [], []
         for env in envs:
             present = cells[env]
             if name not in present:
@@ -293,7 +321,7 @@ def _judge_claim(claim: dict, paper: PaperData, cells: dict, matched_envs: dict,
             if not others:
                 details.append(f"{env}: none of {', '.join(label[n] for n in than)} run")
                 continue
-            if statistic == "std" and values is ours and min(int(present[n]["seeds"]) for n in [name, *others]) < 2:
+            if statistic == "std" and whose == "ours" and min(int(present[n]["seeds"]) for n in [name, *others]) < 2:
                 details.append(f"{env}: a standard deviation needs 2 seeds or more")
                 continue
             x = values(env, name, statistic)
@@ -307,22 +335,31 @@ def _judge_claim(claim: dict, paper: PaperData, cells: dict, matched_envs: dict,
             listed = ", ".join(f"{label[n]} {_number(v)}" for n, v in points.items())
             scaled = "" if not tolerance else f"{1 + tolerance:g} x " if lower else f"1/{1 + tolerance:g} x "
             sign = ("<=" if ok else ">") if lower else (">=" if ok else "<")
+            counts = (lambda n: int(present[n]["seeds"])) if whose == "ours" else (lambda n: int(paper.seeds or 0))
+            part, tested = judge_environment(
+                statistic, lower, tolerance, name, others, lambda n, stat: values(env, n, stat),
+                (lambda n: finals(env, n)) if whose == "ours" else (lambda n: None), counts, label)
+            if part is not None:
+                parts.append(part)
             details.append(f"{env}: {label[name]} {_number(x)} {sign} {_number(bound)} = "
-                           f"{scaled}{'min' if lower else 'max'}({listed}): {'yes' if ok else 'NO'}")
+                           f"{scaled}{'min' if lower else 'max'}({listed}): {'yes' if ok else 'NO'}"
+                           + (f" [{tested}]" if tested else ""))
         if not verdicts:
-            return "cannot be judged", "; ".join(details) or "none of the claim's environments in this sweep"
+            return UNJUDGED, UNJUDGED, "; ".join(details) or "none of the claim's environments in this sweep"
         failed = verdicts.count(False)
-        if failed:
-            return f"does not hold (fails on {failed} of {len(verdicts)})", "; ".join(details)
-        return f"holds (on {len(verdicts)} of {len(verdicts)})", "; ".join(details)
+        means = (f"does not hold (fails on {failed} of {len(verdicts)})" if failed
+                 else f"holds (on {len(verdicts)} of {len(verdicts)})")
+        return verdict_text(parts), means, "; ".join(details)
 
-    ours_verdict, ours_details = judge(ours)
+    ours_verdict, ours_means, ours_details = judge(ours, "ours")
     if statistic in paper.tables:
-        paper_verdict, paper_details = judge(published)
+        paper_verdict, paper_means, paper_details = judge(published, "paper")
     else:
-        paper_verdict, paper_details = "no published values", ""
+        paper_verdict = paper_means = "no published values"
+        paper_details = ""
     return {"claim": claim["id"], "text": claim["text"], "statistic": statistic,
             "environments": f"{len(run_keys)} of {len(scope)} run", "ours": ours_verdict, "paper": paper_verdict,
+            "ours_means": ours_means, "paper_means": paper_means, "rule": RULES[statistic],
             "ours_details": ours_details, "paper_details": paper_details}
 
 
@@ -341,6 +378,7 @@ def _format_cells(cells: pd.DataFrame) -> pd.DataFrame:
     for column in ("rank_ours", "rank_paper"):
         frame[column] = [MISSING if not np.isfinite(v) else f"{v:g}" for v in frame[column]]
     return frame.rename(columns={"ours_over_paper": "ours/paper", "ours_over_best_baseline": "ours/best baseline",
+                                 "ours_vs_best_baseline": "ours vs best baseline (paired)",
                                  "paper_over_best_baseline": "paper/best baseline"})
 
 
@@ -363,8 +401,13 @@ def paper_comparison_markdown(comparison: PaperComparison, sweep: str) -> str:
     if not comparison.claims.empty:
         claims = comparison.claims
         lines += ["", "### The paper's claims", "",
-                  "Each judged on our trials and on the paper's numbers, over the environments and algorithms run here.",
-                  "", markdown_table(claims[["claim", "text", "environments", "ours", "paper"]], index=False), ""]
+                  "Each judged on our trials and on the paper's numbers, over the environments and algorithms run "
+                  "here: `ours` and `paper` with statistics (the mean's difference with its 95% interval, paired by "
+                  "seed on our trials, Welch from the paper's means, stds and seeds; a standard deviation by the "
+                  "F-interval of the ratio; seconds as numbers; \"on every dataset\" holds where every dataset's "
+                  "verdict holds), `ours_means` and `paper_means` comparing the means alone, as the paper does.",
+                  "", markdown_table(claims[["claim", "text", "environments", "ours", "paper", "ours_means",
+                                             "paper_means"]], index=False), ""]
         for row in claims.itertuples(index=False):
             lines.append(f"- {row.claim}: ours: {row.ours_details}"
                          + (f". Paper: {row.paper_details}" if row.paper_details else ""))

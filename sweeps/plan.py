@@ -7,7 +7,13 @@ cluster at hand, or on ``--workers N`` / ``--gpus N``.
 
 Seconds per round come from, in order of trust:
 
-1. ``measured``: finished trials of the same cell in the sweep's store (their mean wall time);
+1. ``measured``: finished trials of the same cell in the sweep's store (their mean wall time), at
+   the rate of a quiet core (:func:`quiet_seconds`): a trial records the machine's mean load average
+   L while it ran and the machine's CPU count C (workers.provenance.load). Trials measured quietly
+   (L <= C: every runnable process had a CPU) are taken as they are, and when a cell has any, only
+   they count; otherwise each crowded trial's time is scaled by C / L (above C, a CPU-bound process
+   gets about C / L of a core), i.e. by min(1, C / max(L, 1)). A trial without a recorded load (an
+   older store) counts as quiet, as measured. The source column says how many trials were scaled;
 2. ``probe``: a short timed run of the cell's first trial on this machine, in this process, of at
    most :data:`PROBE_SECONDS` (at least :data:`PROBE_MIN_ROUNDS` rounds), extrapolated to the horizon
    by the algorithm's asymptotics: a round's cost is constant in t, or (``round_cost_grows``: the
@@ -32,6 +38,7 @@ import numpy as np
 from banditsweep.core.datasets import DATA_ENV_VAR
 from banditsweep.core.memory import gib, trial_footprint
 from banditsweep.core.trial import TrialRun
+from banditsweep.workers import quiet_factor
 
 PROBE_SECONDS = 3.0       # per cell, at most (a probe stops at the first round past it)
 PROBE_MIN_ROUNDS = 3
@@ -40,6 +47,11 @@ PROBE_MAX_ROUNDS = 200
 PROBE_MAX_BYTES = 2 * 1024 ** 3
 # A run whose estimate exceeds this says so before it starts.
 LONG_RUN_SECONDS = 3600.0
+
+
+#: The plan's last line where a cell's cost is measured (module docstring, item 1).
+MEASURED_RULE = ("measured: at a quiet core's rate; a trial run at load L on C CPUs counts as it is when "
+                 "L <= C (only such trials, where a cell has them), else scaled by min(1, C / max(L, 1))")
 
 
 @dataclass
@@ -111,6 +123,8 @@ class SweepPlan:
         rows.append(f"{self.trials:,} trials, {self.trial_rounds:,} trial-rounds; about {duration(self.serial_seconds)} "
                     f"of one core, {duration(self.wall_seconds)} on {self.workers} worker(s)"
                     + (f" ({self.unknown} cell(s) not estimated)" if self.unknown else ""))
+        if any(cell.source.startswith("measured") for cell in self.cells):
+            rows.append(MEASURED_RULE)
         return rows
 
 
@@ -174,10 +188,10 @@ def plan_sweep(sweep, workers: int, store_records=None, budget: float = PROBE_SE
     already finished (left out of the totals). A cell is not probed when its trial is sharded or
     too big to build here, or (``probe_plugins=False``) when its algorithm is a plugin's; a probe
     that raises leaves the cell's cost unknown: planning never fails a run."""
-    measured: dict[tuple, list[float]] = {}
+    measured: dict[tuple, list] = {}
     for record in (store_records or {}).values():
         if record.status == "finished" and record.wall_seconds:
-            measured.setdefault((record.label, record.environment, record.horizon), []).append(record.wall_seconds)
+            measured.setdefault((record.label, record.environment, record.horizon), []).append(record)
     cells: dict[tuple, list] = {}
     for trial in sweep.trials:
         if done and trial.spec.trial_id in done:
@@ -190,7 +204,7 @@ def plan_sweep(sweep, workers: int, store_records=None, budget: float = PROBE_SE
         times = measured.get((label, environment, horizon))
         memory = sum(trial_footprint(first.spec, first.shards).values())
         if times:
-            seconds, source = float(np.mean(times)), f"measured ({len(times)} trial{'s' if len(times) > 1 else ''})"
+            seconds, source = quiet_seconds(times)
         elif first.shards:
             seconds, source = math.nan, "not probed (sharded)"
         elif memory > PROBE_MAX_BYTES:
@@ -206,6 +220,22 @@ def plan_sweep(sweep, workers: int, store_records=None, budget: float = PROBE_SE
         gpus = resources.gpus_per_trial or 0.0
         plan.cells.append(CellCost(label, environment, horizon, len(trials), seconds, memory, gpus, source))
     return plan
+
+
+def quiet_seconds(records) -> tuple[float, str]:
+    """A cell's seconds per trial from its finished trials' records, at a quiet core's rate (module
+    docstring, item 1), and the plan's source text: ``measured (n trials)``, ``measured (n trials, k
+    quiet)`` when crowded ones were set aside, ``measured (n trials, k scaled for load)``."""
+    factors = [quiet_factor(record.load_average, (record.runtime or {}).get("machine_cpus")) for record in records]
+    quiet = [record.wall_seconds for record, factor in zip(records, factors) if factor == 1.0]
+    n = len(records)
+    counted = f"{n} trial{'s' if n > 1 else ''}"
+    if len(quiet) == n:
+        return float(np.mean(quiet)), f"measured ({counted})"
+    if quiet:
+        return float(np.mean(quiet)), f"measured ({counted}, {len(quiet)} quiet)"
+    scaled = [record.wall_seconds * factor for record, factor in zip(records, factors)]
+    return float(np.mean(scaled)), f"measured ({counted}, {n} scaled for load)"
 
 
 def default_workers(cpus: float, cpus_per_trial: float, gpus: float = 0.0, gpus_per_trial: float = 0.0) -> int:

@@ -6,10 +6,12 @@ lowest mean final regret over seeds; report that point's mean and standard devia
 The files for a paper name algorithms by display name (the spec's ``label``, else the algorithm's
 usual name: ``LinUCB``, ``NeuralRBMLE-GA``) and environments by title (``Mushroom``, ``kernel
 setting 1, Matérn-5/2``); figures (sweeps.figures) as PDF and PNG with the chosen grid point in the
-legend (``ν = 10⁻³``) and the band stated (mean ± 1 std over n seeds); LaTeX tables with booktabs
-rules and a ``\label``. A column's best value is bold only where the seeds' spread separates it
-from every other (tables.separated_best), as each caption states. Markdown and CSV tables keep the
-labels the Parquet results hold, so that they join with them.
+legend (``ν = 10⁻³``) and the band stated (the 95% interval of the mean over n seeds, or ±1 std);
+LaTeX tables with booktabs rules and a ``\label``. A column's best regret is bold only where it is
+lower than every other algorithm of the column by a paired test at 5% after Holm's adjustment
+(sweeps.comparisons.significant_best), as each caption states; each cell's interval, every pair's
+comparison and the aggregates across environments are files of their own (sweeps.report_comparisons).
+Markdown and CSV tables keep the labels the Parquet results hold, so that they join with them.
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from banditsweep.core.canonical import canonical_json
 from banditsweep.core.trial import environment_label, environment_title
+from banditsweep.sweeps.by_setting import setting_table  # noqa: F401 (API: tests and notebooks build it alone)
 from banditsweep.sweeps.display import DISPLAY_NAMES, display_name, grid_point_latex  # noqa: F401 (DISPLAY_NAMES: API)
 from banditsweep.sweeps.figures import plot_curves
 from banditsweep.sweeps.paper_comparison import compare_with_papers, write_paper_comparisons
-from banditsweep.sweeps.statistics import adjusted, compare, mean_interval
+from banditsweep.sweeps.comparisons import (SAME_SEEDS, AcrossEnvironments, across_environments, final_by_seed,
+                                            pair_table, significance_rule, significant_best)
+from banditsweep.sweeps.report_comparisons import write_across, write_intervals, write_pairs
+from banditsweep.sweeps.statistics import mean_interval
 from banditsweep.sweeps.tables import (MISSING, label_slug, latex_table, latex_text_table, markdown_table,
                                        separated_best, separation_rule)
 from banditsweep.workers import InputError
@@ -53,6 +58,12 @@ class Summary:
     # -> mark (CODE_MIXED, CODE_OTHER), and the notes that name the modules.
     marks: dict[tuple[str, str], str] = field(default_factory=dict)
     code_notes: list[str] = field(default_factory=list)
+    # Every pair of algorithms of each environment compared by seed (sweeps.comparisons.pair_table),
+    # the aggregates across environments (None: fewer than two with a reference), and on which seeds
+    # the grid points were chosen.
+    pairs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    across: AcrossEnvironments | None = None
+    chosen: str = SAME_SEEDS
 
 
 # Marks of cells in the tables (each explained in the caption and a note naming the modules).
@@ -140,63 +151,49 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
                           "seconds_per_round": row["seconds_per_round"], **timing})
     titles = environment_titles(trials, envs)
     titles |= {short[env]: titles[env] for env in short}
-    intervals = [mean_interval(_final_by_seed(trials, row["trial_ids"]).values) for _, row in best.iterrows()]
+    intervals = [mean_interval(final_by_seed(trials, row["trial_ids"]).values) for _, row in best.iterrows()]
     best["ci_low"] = [interval.low for interval in intervals]
     best["ci_high"] = [interval.high for interval in intervals]
     best["ci_method"] = [interval.method for interval in intervals]
     marks, code_notes = code_marks(trials, best, other_code or {})
     best["code"] = [marks.get((row["environment"], row["label"]), "") for _, row in best.iterrows()]
+    columns = {env: short.get(env, env) for env in envs}
     return Summary(best, layout("mean"), layout("std"), layout("seconds_per_round"), pd.DataFrame(diag_rows),
-                   setting_table(trials, best, labels, envs), layout("seconds_std"), titles,
-                   {env: short.get(env, env) for env in envs}, notes,
-                   {(short.get(env, env), label): mark for (env, label), mark in marks.items()}, code_notes)
+                   setting_table(trials, best, labels, envs), layout("seconds_std"), titles, columns, notes,
+                   {(short.get(env, env), label): mark for (env, label), mark in marks.items()}, code_notes,
+                   pair_table(trials, best, columns, labels), across_environments(trials, best, columns))
 
 
-def _final_by_seed(trials: pd.DataFrame, trial_ids: list[str]) -> pd.Series:
-    """The final regret of each seed of one cell (its chosen grid point's trials)."""
-    chosen = trials[trials["trial_id"].isin(trial_ids)].drop_duplicates("trial_id", keep="last")
-    return chosen.set_index("seed")["final_regret"].astype(float).sort_index()
+def summarise_held_out(trials: pd.DataFrame, label_order: list[str], env_order: list[str], choose_on: int,
+                       failed: pd.DataFrame | None = None, other_code: dict[str, list[str]] | None = None) -> Summary:
+    """:func:`summarise` with each cell's grid point chosen on the sweep's first ``choose_on`` seeds
+    and every number judged on the others, so that the choice does not flatter what it chose."""
+    seeds = sorted({int(seed) for seed in trials["seed"]})
+    if not 1 <= choose_on < len(seeds):
+        raise InputError(f"--choose-on-seeds {choose_on}: the sweep's finished trials have {len(seeds)} seeds; "
+                         f"choose on 1 to {len(seeds) - 1} of them and judge on the rest")
+    choose = set(seeds[:choose_on])
+
+    def on(frame, inside: bool):
+        return None if frame is None or frame.empty else frame[frame["seed"].isin(choose) == inside]
+
+    chosen = summarise(on(trials, True), label_order, env_order, on(failed, True), other_code)
+    points = set(zip(chosen.best["label"], chosen.best["environment"], chosen.best["params"]))
+    judged = on(trials, False)
+    judged = judged[[key in points for key in zip(judged["label"], judged["environment"], judged["params"])]]
+    summary = summarise(judged, label_order, env_order, None, other_code)
+    named = chosen.best.set_index(["label", "environment"])
+    for column in ("grid_values", "grid_point"):
+        summary.best[column] = [named.loc[(row["label"], row["environment"]), column]
+                                for _, row in summary.best.iterrows()]
+    summary.notes = chosen.notes + summary.notes
+    summary.chosen = (f"The grid points were chosen on seeds {_seed_list(seeds[:choose_on])} and are judged on seeds "
+                      f"{_seed_list(seeds[choose_on:])}")
+    return summary
 
 
-def pair_table(trials: pd.DataFrame, summary: "Summary") -> pd.DataFrame:
-    """Per environment, every pair of algorithms at their chosen grid points compared on final
-    regret, paired by seed where their seeds match (Welch where not), with the difference's
-    interval, the test, its p-value Holm-adjusted over the environment's pairs, the seeds a paired
-    t-test would need, and the verdict (sweeps.statistics)."""
-    rows = []
-    for environment in dict.fromkeys(summary.best["environment"]):
-        cells = summary.best[summary.best["environment"] == environment]
-        finals = {row["label"]: _final_by_seed(trials, row["trial_ids"]) for _, row in cells.iterrows()}
-        labels = list(finals)
-        pairs = [compare(a, finals[a].to_dict(), b, finals[b].to_dict())
-                 for i, a in enumerate(labels) for b in labels[i + 1:]]
-        for comparison in adjusted(pairs):
-            rows.append({"environment": summary.columns.get(environment, environment), "a": comparison.a,
-                         "b": comparison.b, "n": comparison.n, "difference": comparison.difference,
-                         "ci_low": comparison.interval.low, "ci_high": comparison.interval.high,
-                         "test": comparison.test, "p": comparison.p, "p_holm": comparison.p_adjusted,
-                         "seeds_needed": comparison.seeds, "verdict": _pair_verdict(comparison)})
-    return pd.DataFrame(rows)
-
-
-def _pair_verdict(comparison) -> str:
-    """Which of the two has the lower regret, where the interval says so at the adjusted level."""
-    text = comparison.verdict("a < b")
-    significant = np.isfinite(comparison.p_adjusted) and comparison.p_adjusted < 0.05
-    if text == "holds":
-        return f"{comparison.a} lower" if significant else f"{comparison.a} lower (not after Holm)"
-    if text == "does not hold":
-        return f"{comparison.b} lower" if significant else f"{comparison.b} lower (not after Holm)"
-    return text
-
-
-PAIRS_CAPTION = ("final regret of each pair of algorithms, a - b at their chosen grid points, mean difference "
-                 "with its 95% interval; paired by seed (the trials of one seed share the environment's random "
-                 "stream): paired t-test below 10 pairs (it assumes roughly normal differences), Wilcoxon's "
-                 "signed-rank test from 10, Welch's test where the seeds do not match; p Holm-adjusted over the "
-                 "pairs of each environment; seeds_needed: the seeds a paired t-test needs for 80% power at 5% "
-                 "against the observed difference and spread. The grid points were chosen on the same seeds they "
-                 "are judged on, which flatters the chosen points")
+def _seed_list(seeds: list[int]) -> str:
+    return ", ".join(map(str, seeds)) if len(seeds) <= 6 else f"{seeds[0]}–{seeds[-1]} ({len(seeds)})"
 
 
 def code_marks(trials: pd.DataFrame, best: pd.DataFrame, other_code: dict[str, list[str]]
@@ -270,61 +267,6 @@ def grid_values(grouped: pd.DataFrame, label: str, environment: str, params: str
 
 
 
-def _setting_value(value):
-    """A setting as an index value: scalars as they are, dicts and lists as canonical JSON text
-    (``{"grid":[5,5]}``; hashable, and the same text for the same value), unset as ``MISSING``."""
-    if value is None:
-        return MISSING
-    if isinstance(value, (dict, list)):
-        return canonical_json(value)  # as the environment's name writes it
-    return value
-
-
-def setting_keys(configs: dict[str, dict], envs: list[str]) -> list[str]:
-    """The settings that tell the environments apart: ``kind`` when the kinds differ, then every
-    setting whose value varies among the environments of one kind. Settings are compared within a
-    kind only: another kind's settings are not there to compare (a mixed sweep would otherwise list
-    the union of every kind's settings, mostly empty), and a setting constant within its kind is
-    named by the kind."""
-    groups: dict[str, list[str]] = {}
-    for env in envs:
-        groups.setdefault(configs[env].get("kind"), []).append(env)
-
-    def varies(key: str) -> bool:
-        return any(len({json.dumps(configs[e].get(key), sort_keys=True) for e in group}) > 1
-                   for group in groups.values())
-
-    keys = ["kind"] if len(groups) > 1 else []
-    return keys + [k for k in dict.fromkeys(k for env in envs for k in configs[env]) if k != "kind" and varies(k)]
-
-
-def setting_table(trials: pd.DataFrame, best: pd.DataFrame, labels: list[str], envs: list[str]) -> pd.DataFrame:
-    """The kernel paper's layout: one row per environment, indexed by the settings that vary across
-    the sweep's environments (e.g. setting x kernel; see ``setting_keys`` for sweeps of several
-    kinds), and per algorithm the mean ± std final regret and the mean seconds per round. Dict and
-    list settings show as JSON text, a setting an environment lacks as ``MISSING``; when the
-    settings do not tell every environment apart, the environment's name leads the index."""
-    configs = {env: json.loads(config) for env, config in
-               trials.drop_duplicates("environment")[["environment", "environment_config"]].itertuples(index=False)}
-    keys = setting_keys(configs, envs)
-    index = {env: tuple(_setting_value(configs[env].get(k)) for k in keys) for env in envs}
-    if not keys or len(set(index.values())) < len(envs):
-        keys, index = ["environment", *keys], {env: (env, *values) for env, values in index.items()}
-    rows = []
-    for env in envs:
-        row = dict(zip(keys, index[env]))
-        cells = best[best["environment"] == env].set_index("label")
-        for label in labels:
-            if label in cells.index:
-                cell = cells.loc[label]
-                row[(label, "regret")] = f"{cell['mean']:.1f} ± {cell['std']:.1f}"
-                row[(label, "s/round")] = f"{cell['seconds_per_round']:.2e}"
-        rows.append(row)
-    table = pd.DataFrame(rows).set_index(keys)
-    table.columns = pd.MultiIndex.from_tuples(table.columns) if len(table.columns) else table.columns
-    return table
-
-
 def _write_table(directory: Path, name: str, table: pd.DataFrame, digits: int, caption: str, sweep: str,
                  names: dict[str, str], titles: dict[str, str], bold: dict | None = None,
                  latex_digits: int | None = None, marks: dict | None = None) -> None:
@@ -346,7 +288,7 @@ def _renamed(bold: dict | None, names: dict[str, str], titles: dict[str, str]) -
     return {titles.get(column, column): names.get(row, row) for column, row in (bold or {}).items()}
 
 
-def write_report(store: SweepStore, summary: Summary, sweep: str, echo=print) -> list[Path]:
+def write_report(store: SweepStore, summary: Summary, sweep: str, echo=print, band: str = "ci") -> list[Path]:
     """Write the report into a fresh folder that then replaces ``report/`` (no stale files from an
     earlier report survive, and a reader never sees a half-written report). A comparison with a
     paper's published values, when the sweep has one, is also handed to ``echo`` (printed)."""
@@ -358,7 +300,7 @@ def write_report(store: SweepStore, summary: Summary, sweep: str, echo=print) ->
     directory = final.with_name(".report-new")
     _remove(directory)
     directory.mkdir(parents=True)
-    comparison = _write_report_files(directory, store, summary, sweep)
+    comparison = _write_report_files(directory, store, summary, sweep, band)
     previous = final.with_name(".report-old")
     _remove(previous)
     dropped = sorted(set(os.listdir(final)) - set(os.listdir(directory))) if final.exists() else []
@@ -373,42 +315,6 @@ def write_report(store: SweepStore, summary: Summary, sweep: str, echo=print) ->
     if comparison and echo is not None:
         echo(comparison)
     return sorted(final.iterdir())
-
-
-def _write_intervals(directory: Path, summary: Summary, sweep: str, names: dict[str, str]) -> None:
-    """``final_regret_ci.md`` / ``.csv`` / ``.tex``: each cell's mean final regret with its 95% interval
-    and n (the CSV one row per cell: mean, std, n, ci_low, ci_high, ci_method)."""
-    best = summary.best
-    methods = sorted(set(best["ci_method"]))
-    caption = (f"{sweep}: mean final cumulative regret [95% confidence interval of the mean] over n seeds "
-               f"(best grid point per cell; interval: {', '.join(methods)}; a t-interval below 30 seeds, where a "
-               f"bootstrap is too narrow)")
-    cells = {(row["label"], summary.columns.get(row["environment"], row["environment"])):
-             f"{row['mean']:.1f} [{row['ci_low']:.1f}, {row['ci_high']:.1f}] (n = {int(row['seeds'])})"
-             if np.isfinite(row["ci_low"]) else f"{row['mean']:.1f} (n = {int(row['seeds'])})"
-             for _, row in best.iterrows()}
-    columns = list(summary.mean.columns)
-    table = pd.DataFrame([[cells.get((label, column), MISSING) for column in columns] for label in summary.mean.index],
-                         index=pd.Index(list(summary.mean.index), name="algorithm"), columns=columns)
-    (directory / "final_regret_ci.md").write_text(f"{caption}\n\n{markdown_table(table, marks=summary.marks)}\n")
-    long = best[["label", "environment", "mean", "std", "seeds", "ci_low", "ci_high", "ci_method"]]
-    long.rename(columns={"label": "algorithm", "seeds": "n"}).to_csv(directory / "final_regret_ci.csv", index=False)
-    (directory / "final_regret_ci.tex").write_text(latex_text_table(
-        table.rename(index=names, columns=summary.titles), caption, f"tab:{label_slug(sweep)}:final-regret-ci"))
-
-
-def _write_pairs(directory: Path, pairs: pd.DataFrame, sweep: str, names: dict[str, str]) -> None:
-    """``pairs.md`` / ``.csv`` / ``.tex``: the pairwise comparisons of each environment."""
-    shown = pairs.assign(**{column: [MISSING if value is None or (isinstance(value, float) and not np.isfinite(value))
-                                     else f"{value:.3g}" for value in pairs[column]]
-                            for column in ("difference", "ci_low", "ci_high", "p", "p_holm")},
-                         seeds_needed=[MISSING if pd.isna(v) else f"{int(v)}" for v in pairs["seeds_needed"]])
-    caption = f"{sweep}: {PAIRS_CAPTION}"
-    (directory / "pairs.md").write_text(f"{caption}\n\n{markdown_table(shown, index=False)}\n")
-    pairs.to_csv(directory / "pairs.csv", index=False)
-    named = shown.assign(a=[names.get(a, a) for a in shown["a"]], b=[names.get(b, b) for b in shown["b"]])
-    (directory / "pairs.tex").write_text(latex_text_table(named.set_index(["environment", "a", "b"]), caption,
-                                                          f"tab:{label_slug(sweep)}:pairs"))
 
 
 def _remove(path: Path) -> None:
@@ -437,13 +343,13 @@ def _seeds_text(summary: Summary) -> str:
     return f"{counts[0]} seeds" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} seeds"
 
 
-def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sweep: str) -> str:
+def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sweep: str, band: str) -> str:
     """Every file of the report; returns the vs-paper Markdown (empty when no paper matches)."""
     names = {row["label"]: row["display"] for _, row in summary.best.iterrows()}
     titles = summary.titles
     seeds = _seeds_text(summary)
-    regret_bold = separated_best(summary.mean, summary.std)
-    regret_rule = separation_rule("mean final regret", seeds)
+    regret_bold = significant_best(summary.pairs, summary.mean) if not summary.pairs.empty else {}
+    regret_rule = significance_rule(seeds)
     _write_table(directory, "final_regret_mean", summary.mean, 1,
                  f"{sweep}: mean final cumulative regret over {seeds} (best grid point per cell; {regret_rule})",
                  sweep, names, titles, regret_bold, marks=summary.marks)
@@ -473,11 +379,12 @@ def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sw
         f"{sweep}: final regret (mean ± std over {seeds}) and seconds per round, per environment setting",
         f"tab:{label_slug(sweep)}:by-setting"))
     _write_grid_points(directory, summary, sweep, names)
-    _write_intervals(directory, summary, sweep, names)
+    write_intervals(directory, summary, sweep, names)
     trials = recorded_trials(store)
-    pairs = pair_table(trials, summary)
-    if not pairs.empty:
-        _write_pairs(directory, pairs, sweep, names)
+    if not summary.pairs.empty:
+        write_pairs(directory, summary.pairs, sweep, names, summary.chosen)
+    if summary.across is not None:
+        write_across(directory, summary.across, sweep, names)
     best = summary.best.drop(columns=["trial_ids", "display", "grid_values"]).drop(columns=["algorithm"], errors="ignore")
     best = best.rename(columns={"label": "algorithm"})
     best.to_csv(directory / "best_params.csv", index=False)
@@ -490,7 +397,7 @@ def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sw
         (directory / "timing.md").write_text(f"{sweep}: time per round and time in named steps (seconds)\n\n"
                                              f"{markdown_table(summary.diagnostics, 4, index=False)}\n")
         summary.diagnostics.to_csv(directory / "timing.csv", index=False)
-    plot_curves(store, summary, directory, sweep)
+    plot_curves(store, summary, directory, sweep, band)
     return write_paper_comparisons(directory, compare_with_papers(summary.best, trials), sweep,
                                    summary.code_notes)
 

@@ -40,7 +40,10 @@ from banditsweep.sweeps.spec_checks import (Collisions, GridPoint, check_environ
 from banditsweep.sweeps.spec_errors import SpecError, did_you_mean, raise_from_validation, show
 from banditsweep.sweeps.spec_overrides import apply_overrides
 from banditsweep.sweeps.spec_yaml import check_booleans, check_values, load_yaml, read_spec_text
-from banditsweep.workers import RESULTS_ROOT_ENTRIES, taken_by_the_results_root
+from banditsweep.workers import MLFLOW_SINK, RESULTS_ROOT_ENTRIES, taken_by_the_results_root
+
+# Where a run mirrors its results unless its spec's `sinks:` or `--sink` say otherwise.
+DEFAULT_SINKS = (MLFLOW_SINK,)
 
 # Keys of an environment entry that belong to the sweep, not to the environment's Config.
 ENVIRONMENT_SWEEP_KEYS = ("kind", "horizon", "label", "shards", "shard_points")
@@ -112,7 +115,7 @@ class SweepSpec(_Strict):
     # Rounds between in-trial checkpoints (None: no checkpoints): a trial whose actor dies resumes
     # from its last checkpoint, bit-identical to a run never stopped.
     checkpoint_every: Int | None = Field(None, ge=1)
-    # Result sinks mirroring the Parquet results (registry names; None: the default, MLflow).
+    # Result sinks mirroring the Parquet results (registry names; None: DEFAULT_SINKS).
     sinks: list[str] | None = None
     # What MLflow gets: a run per trial, per cell (label x grid point x environment: the seeds' mean
     # and band), or both; auto: per trial up to 2,000 trials, else per cell (workers.mirrors.mlflow.sink).
@@ -311,9 +314,9 @@ def _check_environment(source: str, index: int, env: dict, default_horizon: int)
     try:
         config_cls(**settings)
     except ValidationError as error:
-        from banditsweep.core.kernel_shards import SHARDABLE_ENVIRONMENTS
+        from banditsweep.core.sharded.shard import shardable_environment
 
-        sweep_keys = tuple(k for k in ENVIRONMENT_SWEEP_KEYS if kind in SHARDABLE_ENVIRONMENTS or k not in SHARD_KEYS)
+        sweep_keys = tuple(k for k in ENVIRONMENT_SWEEP_KEYS if shardable_environment(kind) or k not in SHARD_KEYS)
         raise_from_validation(source, where, error, config_cls, settings, sweep_keys)
     except (ValueError, TypeError) as error:
         raise SpecError(source, where, str(error)) from None
@@ -426,8 +429,8 @@ def _sharding(source: str, where: str, entry: AlgorithmEntry, env: dict, env_whe
 
 
 def _shard_count(source: str, where: str, spec: TrialSpec, sharding: tuple[str, str, int]) -> int:
-    from banditsweep.core.kernel_shards import check_shardable, domain_shape
-    from banditsweep.core.sharding import max_shards, shards_for
+    from banditsweep.core.sharded.partition import max_shards, shards_for
+    from banditsweep.core.sharded.shard import check_shardable, domain_shape
 
     asked_at, key, value = sharding
     try:

@@ -28,10 +28,30 @@ MAX_VALUES = 100_000         # values (mappings, lists, scalars) of a spec with 
 MIN_INT, MAX_INT = -(2**63), 2**63 - 1
 
 
+class SpecText(str):
+    """A spec given as YAML text (or as data, written as YAML) rather than as a file: the string is
+    the name messages give it (``<spec>``), ``text`` the YAML (``banditsweep.run(text_or_dict)``)."""
+
+    text: str
+
+    def __new__(cls, text: str, name: str = "<spec>") -> "SpecText":
+        spec = super().__new__(cls, name)
+        spec.text = text
+        return spec
+
+    def __reduce__(self):
+        return SpecText, (self.text, str(self))
+
+
 def read_spec_text(path: str | Path) -> str:
     """A spec file's text: a regular file (not a FIFO, which would block, a device such as /dev/zero,
-    or a directory) of at most :data:`MAX_SPEC_BYTES`, UTF-8."""
+    or a directory) of at most :data:`MAX_SPEC_BYTES`, UTF-8; the text of a :class:`SpecText`."""
     source = str(path)
+    if isinstance(path, SpecText):
+        if len(path.text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
+            raise SpecError(source, "", f"the spec is larger than {MAX_SPEC_BYTES // 1024} KiB; a spec is a small "
+                                        "YAML text")
+        return path.text
     try:
         # O_NONBLOCK: opening a FIFO would otherwise wait for a writer (forever).
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))

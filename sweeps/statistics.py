@@ -42,6 +42,7 @@ BOOTSTRAP_FROM = 30      # values from which a mean's interval is a BCa bootstra
 RANK_TEST_FROM = 10      # pairs from which the paired test is Wilcoxon's signed-rank test (paired t below)
 BOOTSTRAP_RESAMPLES = 9999
 MOST_SEEDS = 100_000     # seeds_needed answers "more than this" above it
+SIGN_TEST = "sign test (the same difference on every seed)"
 SEED = 20211206          # the bootstrap's random stream: the same data give the same interval
 
 
@@ -89,11 +90,13 @@ class Comparison:
     n: int                       # pairs (paired) or the smaller sample (unpaired)
     difference: float            # mean of a - b (paired), or mean(a) - mean(b)
     interval: Interval
-    test: str                    # "paired t", "Wilcoxon signed-rank", "Welch (unpaired)", "identical on every seed"
+    test: str                    # "paired t", "Wilcoxon signed-rank", "Welch (unpaired)", "identical on every seed",
+                                 # "sign test (the same difference on every seed)"
     p: float
     p_adjusted: float = math.nan
     spread: float = math.nan     # std of the paired differences (the unpaired: pooled)
-    seeds: int | None = None     # seeds a paired t-test needs at this difference and spread (None: no difference)
+    seeds: int | None = None     # seeds a t-test (paired, or unpaired where the test is) needs at this difference
+                                 # and spread (None: no difference)
 
     @property
     def paired(self) -> bool:
@@ -121,8 +124,14 @@ def compare(a_name: str, a: Mapping[int, float], b_name: str, b: Mapping[int, fl
             p, test = float(stats.ttest_rel(list(a[s] for s in seeds), list(b[s] for s in seeds)).pvalue), "paired t"
         else:
             p, test = float(stats.wilcoxon(diff).pvalue), "Wilcoxon signed-rank"
-        if not np.isfinite(p) and n > 1 and spread == 0:   # a constant non-zero difference: as sure as it gets
-            p = 0.0
+        if n > 1 and spread == 0:
+            # The same non-zero difference on every seed (integer regrets make it likely at few seeds):
+            # the t statistic is undefined, and n signs that agree are all the evidence there is. The
+            # exact sign test's p, 2 / 2^n (0.25 at n = 3, 0.03 at n = 6), not a p of 0.
+            p, test = float(stats.binomtest(n, n, 0.5).pvalue), SIGN_TEST
+            needed = max(n, math.ceil(math.log2(2 / (1 - level))))   # seeds whose agreeing signs reach the level
+            return Comparison(a_name, b_name, n, float(diff[0]), mean_interval(diff, level), test, p,
+                              spread=0.0, seeds=needed if p >= 1 - level else None)
         return Comparison(a_name, b_name, n, float(diff.mean()), mean_interval(diff, level), test, p,
                           spread=spread, seeds=seeds_needed(float(diff.mean()), spread))
     x, y = np.asarray(list(a.values()), float), np.asarray(list(b.values()), float)
@@ -133,8 +142,10 @@ def compare(a_name: str, a: Mapping[int, float], b_name: str, b: Mapping[int, fl
     test = stats.ttest_ind(x, y, equal_var=False)
     low, high = test.confidence_interval(level)
     pooled = math.sqrt((x.var(ddof=1) + y.var(ddof=1)) / 2)
-    return Comparison(a_name, b_name, n, float(x.mean() - y.mean()), Interval(float(low), float(high), "Welch"),
-                      "Welch (unpaired)", float(test.pvalue), spread=pooled)
+    difference = float(x.mean() - y.mean())
+    return Comparison(a_name, b_name, n, difference, Interval(float(low), float(high), "Welch"),
+                      "Welch (unpaired)", float(test.pvalue), spread=pooled,
+                      seeds=seeds_needed(difference, pooled, paired=False))
 
 
 def welch_from_summaries(mean_a: float, std_a: float, n_a: int, mean_b: float, std_b: float, n_b: int,
@@ -172,10 +183,12 @@ def adjusted(comparisons: Sequence[Comparison]) -> list[Comparison]:
     return [replace(c, p_adjusted=q) for c, q in zip(comparisons, holm([c.p for c in comparisons]))]
 
 
-def seeds_needed(difference: float, spread: float, alpha: float = ALPHA, power: float = POWER) -> int | None:
+def seeds_needed(difference: float, spread: float, alpha: float = ALPHA, power: float = POWER,
+                 paired: bool = True) -> int | None:
     """The smallest number of seeds at which a two-sided paired t-test at level ``alpha`` has
     ``power`` against a true mean difference ``difference`` with differences of std ``spread``
-    (noncentral t); None without a difference to detect; MOST_SEEDS + 1 beyond MOST_SEEDS."""
+    (noncentral t); unpaired (``paired=False``): seeds per algorithm of a two-sample t-test, ``spread``
+    the common std. None without a difference to detect; MOST_SEEDS + 1 beyond MOST_SEEDS."""
     if not np.isfinite(difference) or difference == 0:
         return None
     if not np.isfinite(spread):
@@ -185,17 +198,23 @@ def seeds_needed(difference: float, spread: float, alpha: float = ALPHA, power: 
     effect = abs(difference) / spread
 
     def power_at(n: int) -> float:
-        dof = n - 1
+        dof = n - 1 if paired else 2 * n - 2
         critical = stats.t.ppf(1 - alpha / 2, dof)
-        shift = effect * math.sqrt(n)
+        shift = effect * math.sqrt(n if paired else n / 2)
         return float(stats.nct.sf(critical, dof, shift) + stats.nct.cdf(-critical, dof, shift))
 
-    low, high = 2, 4
+    return _smallest_n(power_at, power)
+
+
+def _smallest_n(power_at, power: float) -> int:
+    """The smallest n >= 2 with ``power_at(n) >= power`` (power grows with n): doubling, then
+    bisection; MOST_SEEDS + 1 beyond MOST_SEEDS."""
+    low, high = 2, 2
     while power_at(high) < power:
         if high > MOST_SEEDS:
             return MOST_SEEDS + 1
-        low, high = high, high * 2
-    while low < high:   # the smallest n with enough power (power grows with n)
+        low, high = high + 1, high * 2
+    while low < high:
         middle = (low + high) // 2
         if power_at(middle) >= power:
             high = middle
@@ -210,6 +229,9 @@ def verdict(comparison: Comparison, claim: str = "a < b") -> str:
     interval = comparison.interval
     if comparison.test == "identical on every seed":
         return f"cannot be told apart: identical on every seed (n = {comparison.n})"
+    if comparison.test == SIGN_TEST and not comparison.p < ALPHA:
+        return (f"cannot be told apart at n = {comparison.n} (the same difference on every seed; about "
+                f"{comparison.seeds} seeds would)")
     if not np.isfinite(interval.low):
         return f"cannot be judged at n = {comparison.n}"
     below, above = interval.high < 0, interval.low > 0
@@ -273,3 +295,44 @@ def random_policy_regret(horizon: int, arms: int) -> float:
     """The uniformly random policy's expected regret on a classification bandit, T (1 - 1/K): a
     reward of 1 for the true class, 0 otherwise, so each round loses 1 - 1/K in expectation."""
     return horizon * (1.0 - 1.0 / arms)
+
+
+# ---- from a paper's summaries, and standard deviations ---------------------------------------------
+
+def compare_summaries(a_name: str, mean_a: float, std_a: float, n_a: int, b_name: str, mean_b: float, std_b: float,
+                      n_b: int, level: float = LEVEL) -> Comparison:
+    """:func:`compare` where only means, standard deviations and counts are known (a paper's table):
+    Welch's test, unpaired (the seeds' values are not there to pair)."""
+    if min(n_a, n_b) < 2 or not all(np.isfinite([mean_a, std_a, mean_b, std_b])):
+        return Comparison(a_name, b_name, min(n_a, n_b), mean_a - mean_b, Interval(math.nan, math.nan, "n < 2"),
+                          "Welch from summaries", math.nan)
+    difference, interval, p = welch_from_summaries(mean_a, std_a, n_a, mean_b, std_b, n_b, level)
+    spread = math.sqrt((std_a ** 2 + std_b ** 2) / 2)
+    return Comparison(a_name, b_name, min(n_a, n_b), difference, interval, "Welch from summaries", p,
+                      spread=spread, seeds=seeds_needed(difference, spread, paired=False))
+
+
+def std_ratio_interval(std_a: float, n_a: int, std_b: float, n_b: int, level: float = LEVEL) -> Interval:
+    """A ``level`` interval of the ratio of standard deviations sigma_a / sigma_b, from the F
+    distribution of (s_a / s_b)^2 (sigma_b / sigma_a)^2 with (n_a - 1, n_b - 1) degrees of freedom.
+    It treats the samples as independent; seeds that share an environment's stream correlate
+    positively, which makes it conservative there."""
+    if min(n_a, n_b) < 2 or not np.isfinite(std_a) or not np.isfinite(std_b) or std_b == 0:
+        return Interval(math.nan, math.nan, "n < 2" if min(n_a, n_b) < 2 else "no spread")
+    ratio = (std_a / std_b) ** 2
+    low = ratio / float(stats.f.ppf(0.5 + level / 2, n_a - 1, n_b - 1))
+    high = ratio / float(stats.f.ppf(0.5 - level / 2, n_a - 1, n_b - 1))
+    return Interval(math.sqrt(low), math.sqrt(high), "F")
+
+
+def seeds_needed_for_std_ratio(ratio: float, alpha: float = ALPHA, power: float = POWER) -> int | None:
+    """The seeds per algorithm at which a two-sided F-test at level ``alpha`` tells a ratio of
+    standard deviations ``ratio`` from 1 with ``power``; None for a ratio of 1."""
+    if not np.isfinite(ratio) or ratio <= 0 or ratio == 1:
+        return None
+    variance = min(ratio, 1 / ratio) ** 2
+
+    def power_at(n: int) -> float:   # reject when (s_small / s_large)^2 falls below the lower critical value
+        return float(stats.f.cdf(stats.f.ppf(alpha / 2, n - 1, n - 1) / variance, n - 1, n - 1))
+
+    return _smallest_n(power_at, power)

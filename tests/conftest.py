@@ -30,7 +30,7 @@ class SharedRay:
         from banditsweep.workers.execution.ray_connection import RayConnection
 
         self.markers = markers   # where crash_once remembers the trials it crashed
-        self.connection = RayConnection(None, {"PYTHONPATH": str(PLUGINS), "BANDITSWEEP_PLUGINS": PLUGIN_MODULES,
+        self.connection = RayConnection(None, {"PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])), "BANDITSWEEP_PLUGINS": PLUGIN_MODULES,
                                                "BANDITSWEEP_TEST_MARKERS": str(markers),
                                                "BANDITSWEEP_DATA": str(TEST_DATASETS)}, num_cpus=2)
 

@@ -16,9 +16,10 @@ import yaml
 from conftest import PLUGIN_MODULES, PLUGINS
 
 from banditsweep.core import registry
-from banditsweep.core.kernel_shards import KernelShard, domain_shape
-from banditsweep.core.sharded_trial import run_sharded
-from banditsweep.core.sharding import LocalShards, shard_ranges
+from banditsweep.core.sharded.coordinator import run_sharded
+from banditsweep.core.sharded.partition import shard_ranges
+from banditsweep.core.sharded.protocol import LocalShards, Moved
+from banditsweep.core.sharded.shard import KernelShard, domain_shape
 from banditsweep.core.trial import NonFiniteError, TrialRun, TrialSpec, run_trial, run_trials
 from banditsweep.sweeps.cli import main
 
@@ -162,8 +163,8 @@ def test_a_sharded_trial_applies_the_same_checks(monkeypatch):
                                              r"of shard 0 is nan$"):
         run_sharded(spec, _sharded(spec))
     healthy = TrialSpec.create("random", {}, KERNEL, 0, 10, sharded=True)
-    monkeypatch.setattr(KernelShard, "play", lambda self, chosen, arm: (
-        float("inf"), float("inf") if self.start <= arm < self.stop else None))
+    monkeypatch.setattr(KernelShard, "play", lambda self, request: Moved(
+        float("inf"), float("inf") if self.start <= request.arm < self.stop else None))
     with pytest.raises(NonFiniteError, match=r"^round 1: the reward of the trial is inf$"):
         run_sharded(healthy, _sharded(healthy))
 
@@ -175,9 +176,9 @@ def test_a_shard_reporting_a_nan_reward_stops_its_trial_at_that_round(monkeypatc
     spec = TrialSpec.create(algorithm, {}, KERNEL, 0, 10, sharded=True)
     value, calls = KernelShard.value, []
 
-    def nan_in_round_3(self, chosen, arm):
-        calls.append(arm)
-        return float("nan") if len(calls) == 3 else value(self, chosen, arm)
+    def nan_in_round_3(self, request):
+        calls.append(request.arm)
+        return float("nan") if len(calls) == 3 else value(self, request)
 
     monkeypatch.setattr(KernelShard, "value", nan_in_round_3)
     with pytest.raises(NonFiniteError, match=r"^round 3: the reward of the trial is nan$"):

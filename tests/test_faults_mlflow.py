@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from banditsweep.sweeps.cli import main
-from banditsweep.workers.mirrors.mlflow.sink import regret_metric
+from banditsweep.workers.mirrors.mlflow.run_content import regret_metric
 
 TRIALS = 16
 # One trial: 100 rounds of 10 ms, about 1 s; 16 trials on the tests' two workers, about 8 s.
@@ -101,7 +101,7 @@ def trial_runs(uri: str, sweep: str) -> tuple[dict[str, list[str]], list[str]]:
     """Child runs' statuses by trial id, and the parent runs' statuses (active runs only)."""
     from mlflow.tracking import MlflowClient
 
-    from banditsweep.workers.mirrors.mlflow.sink import search_all
+    from banditsweep.workers.mirrors.mlflow.queries import search_all
 
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(sweep)
@@ -202,12 +202,12 @@ def test_a_delivery_cut_off_part_way_is_handed_again_without_duplicate_runs_or_l
     from banditsweep.workers.mirrors import sinks
     from banditsweep.workers.mirrors.mlflow.sink import MLflowSink
     from banditsweep.workers.storage.record import FINISHED, TrialRecord
+    from banditsweep.workers.mirrors.mlflow.options import MLflowOptions
     from banditsweep.workers.mirrors.sinks import Mirror, SinkContext
 
     monkeypatch.setattr(sinks, "MAX_RETRY_DELAY", 0.05)
     uri = f"sqlite:///{tmp_path}/cut.db"
-    sink = MLflowSink(SinkContext("cut", str(tmp_path / "results"), uri))
-    sink.bulk_store = None   # the client's path, a tracking server's (a transaction is never half made)
+    sink = MLflowSink(SinkContext("cut", str(tmp_path / "results"), sink_options=MLflowOptions(uri).sink_options()))
     real = sink.client
 
     class CutOff:
@@ -225,7 +225,7 @@ def test_a_delivery_cut_off_part_way_is_handed_again_without_duplicate_runs_or_l
                 return method(*arguments, **keywords)
             return call
 
-    sink.client = CutOff()
+    sink.use_client(CutOff())   # the client's path, a tracking server's (a transaction is never half made)
     records = [TrialRecord(trial_id=f"{i:020d}", sweep="cut", algorithm="random", label="random", environment="env",
                            seed=i, horizon=4, params={}, environment_config={}, log_every=2, status=FINISHED,
                            attempts=1, final_regret=3.0 + i) for i in range(6)]
@@ -264,7 +264,7 @@ def test_two_results_folders_running_at_once_on_one_sqlite_store_keep_to_their_o
     """Two `banditsweep run` processes, the same sweep into two results folders, started together
     on one new SQLite MLflow store: no trial fails for the other's sake, and MLflow ends with one
     FINISHED child run per trial and store (each tagged with its store), one parent run each."""
-    from banditsweep.workers.mirrors.mlflow.sink import search_all
+    from banditsweep.workers.mirrors.mlflow.queries import search_all
     from banditsweep.workers.mirrors.sinks import store_id
 
     spec = {"sweep": "shared", **SPEC, "horizon": 40, "seeds": 12,
@@ -311,10 +311,11 @@ def test_two_results_folders_running_at_once_on_one_sqlite_store_keep_to_their_o
 
 
 def _open_a_sink(uri: str, folder: str, start: float) -> str:
+    from banditsweep.workers.mirrors.mlflow.options import MLflowOptions
     from banditsweep.workers.mirrors.sinks import SinkContext, open_sinks
 
     time.sleep(max(0.0, start - time.time()))   # all at once
-    context = SinkContext("race", folder, uri)
+    context = SinkContext("race", folder, sink_options=MLflowOptions(uri).sink_options())
     sinks, _, errors = open_sinks(["mlflow"], context, {}, [])
     return errors[0] if errors else sinks[0].experiment_id
 
@@ -332,10 +333,12 @@ def test_runs_opening_one_new_sqlite_store_at_once_all_get_their_sink(tmp_path):
 
 
 def _open_a_sink_saying(uri: str, folder: str, start: float) -> tuple[str, list[str]]:
+    from banditsweep.workers.mirrors.mlflow.options import MLflowOptions
     from banditsweep.workers.mirrors.sinks import SinkContext, open_sinks
 
     time.sleep(max(0.0, start - time.time()))   # all at once
-    sinks, _, warnings = open_sinks(["mlflow"], SinkContext("race", folder, uri), {}, [])
+    context = SinkContext("race", folder, sink_options=MLflowOptions(uri).sink_options())
+    sinks, _, warnings = open_sinks(["mlflow"], context, {}, [])
     return (sinks[0].experiment_id if sinks else ""), warnings
 
 

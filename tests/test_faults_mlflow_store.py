@@ -57,7 +57,7 @@ def trial_runs(uri: str, sweep: str) -> tuple[dict[str, list[str]], list[str]]:
     """Child runs' statuses by trial id, and the parent runs' statuses."""
     from mlflow.tracking import MlflowClient
 
-    from banditsweep.workers.mirrors.mlflow.sink import search_all
+    from banditsweep.workers.mirrors.mlflow.queries import search_all
 
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(sweep).experiment_id

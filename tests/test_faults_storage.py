@@ -99,7 +99,7 @@ def check_stopped_cleanly(root: Path, process: subprocess.Popen, reason: str) ->
 def check_completed_by_a_rerun(tmp_path: Path, sweep: str, recorded: int, capsys) -> None:
     from mlflow.tracking import MlflowClient
 
-    from banditsweep.workers.mirrors.mlflow.sink import child_runs_by_trial
+    from banditsweep.workers.mirrors.mlflow.queries import child_runs_by_trial
 
     capsys.readouterr()
     assert main(["run", f"{sweep}.yaml", "--no-progress"]) == 0
@@ -219,7 +219,7 @@ def test_a_trials_table_that_cannot_be_rebuilt_is_exit_3_with_the_journal_kept(t
 
     from mlflow.tracking import MlflowClient
 
-    from banditsweep.workers.mirrors.mlflow.sink import search_all
+    from banditsweep.workers.mirrors.mlflow.queries import search_all
     from banditsweep.workers.storage.store import SweepStore
 
     monkeypatch.chdir(tmp_path)

@@ -41,7 +41,7 @@ def test_an_earlier_releases_checkpoint_resumes_bit_identical(case, monkeypatch)
 def test_an_earlier_releases_sharded_checkpoint_resumes_bit_identical():
     from test_sharding import MemoryCheckpoints, _local, _spec
 
-    from banditsweep.core.sharded_trial import run_sharded
+    from banditsweep.core.sharded.coordinator import run_sharded
 
     spec = _spec("rls_kernel_exp3", "setting2", horizon=20)
     key = checkpoint_key([spec])

@@ -14,8 +14,6 @@ PACKAGE_DIRS = ("core", "workers", "sweeps")
 LONG_MODULES = {
     "core/training.py": "the batched optimiser of every neural method, forward and backward written out once",
     "workers/execution/dispatcher.py": "the sweep loop's named phases, one class, read top to bottom",
-    "workers/mirrors/mlflow/sink.py": "the MLflow sink: both write paths (bulk SQL and the client) of one protocol",
-    "sweeps/report.py": "the report and its new interval and pair tables; their writers move out with the statistics tables",
 }
 MAX_LINES = 450
 

@@ -15,8 +15,12 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from banditsweep.sweeps.cli import main
-from banditsweep.workers.mirrors.mlflow.sink import MLflowSink, regret_metric, search_all
+from banditsweep.workers.mirrors.mlflow.queries import search_all
+from banditsweep.workers.mirrors.mlflow.run_content import regret_metric
+from banditsweep.workers.mirrors.mlflow.sink import MLflowSink
+from banditsweep.workers.mirrors.mlflow.writers import BulkWriter
 from banditsweep.workers.storage.record import FINISHED, TrialRecord
+from banditsweep.workers.mirrors.mlflow.options import MLflowOptions
 from banditsweep.workers.mirrors.sinks import SinkContext
 
 from conftest import PLUGINS
@@ -104,10 +108,10 @@ def test_the_bulk_writer_writes_what_the_client_writes(tmp_path):
     seen = {}
     for mode in ("bulk", "client"):
         uri = f"sqlite:///{tmp_path}/{mode}.db"
-        sink = MLflowSink(SinkContext("bulk", str(tmp_path / mode), uri))
+        sink = MLflowSink(SinkContext("bulk", str(tmp_path / mode), sink_options=MLflowOptions(uri).sink_options()))
         if mode == "client":
-            sink.bulk_store = None
-        assert (sink.bulk_store is not None) == (mode == "bulk")
+            sink.use_client()
+        assert isinstance(sink.writer, BulkWriter) == (mode == "bulk")
         records = [_record(i, 3.0 + i) for i in range(5)]
         sink.trials_started(records[:2])
         sink.progress({records[0].trial_id: [(2, 1.0)]})
@@ -132,13 +136,14 @@ def test_the_bulk_writer_writes_what_the_client_writes(tmp_path):
 def test_bulk_writes_keep_the_latest_value_rule(tmp_path):
     from banditsweep.workers.mirrors.mlflow.bulk import RunWrite, write_runs
 
-    sink = MLflowSink(SinkContext("latest", str(tmp_path / "r"), f"sqlite:///{tmp_path}/m.db"))
-    (run_id,) = write_runs(sink.bulk_store, sink.experiment_id,
+    options = MLflowOptions(f"sqlite:///{tmp_path}/m.db").sink_options()
+    sink = MLflowSink(SinkContext("latest", str(tmp_path / "r"), sink_options=options))
+    (run_id,) = write_runs(sink.writer.store, sink.experiment_id,
                            [RunWrite(None, name="x", metrics=[Metric("m", 5.0, 10, 3), Metric("m", 1.0, 10, 1)])])
-    write_runs(sink.bulk_store, sink.experiment_id, [RunWrite(run_id, metrics=[Metric("m", 7.0, 5, 2)])])
+    write_runs(sink.writer.store, sink.experiment_id, [RunWrite(run_id, metrics=[Metric("m", 7.0, 5, 2)])])
     assert MlflowClient(f"sqlite:///{tmp_path}/m.db").get_run(run_id).data.metrics["m"] == 5.0
-    write_runs(sink.bulk_store, sink.experiment_id, [RunWrite(run_id, metrics=[Metric("m", 2.0, 1, 4)],
-                                                              status="FINISHED")])
+    write_runs(sink.writer.store, sink.experiment_id, [RunWrite(run_id, metrics=[Metric("m", 2.0, 1, 4)],
+                                                                status="FINISHED")])
     run = MlflowClient(f"sqlite:///{tmp_path}/m.db").get_run(run_id)
     assert run.data.metrics["m"] == 2.0 and run.info.status == "FINISHED" and run.info.end_time is not None
 
@@ -148,7 +153,7 @@ def test_cell_runs_hold_their_seeds_mean_and_band(tmp_path):
     band of the curves, rebuilt from the Parquet record; no run per trial."""
     import numpy as np
 
-    from banditsweep.workers.mirrors.sinks import run_mode
+    from banditsweep.workers.mirrors.mlflow.options import run_mode
     from banditsweep.workers.storage.record import TrialOutcome
     from banditsweep.workers.storage.store import SweepStore
 
@@ -167,7 +172,8 @@ def test_cell_runs_hold_their_seeds_mean_and_band(tmp_path):
             outcomes.append(TrialOutcome(record, arrays))
     store.write_outcomes(outcomes)
     uri = f"sqlite:///{tmp_path}/m.db"
-    sink = MLflowSink(SinkContext("cells", str(tmp_path / "results"), uri, mlflow_runs="cells"))
+    context = SinkContext("cells", str(tmp_path / "results"), sink_options=MLflowOptions(uri, "cells").sink_options())
+    sink = MLflowSink(context)
     sink.open(store.journal(), [])
     sink.trials_ended([(o.record, [(2, 1.0), (4, 2.0)]) for o in outcomes])   # no run per trial
     sink.close("FINISHED", {})
@@ -189,7 +195,7 @@ def test_cell_runs_hold_their_seeds_mean_and_band(tmp_path):
         upper = {m.step: m.value for m in client.get_metric_history(run.info.run_id, regret_metric(run.data.params["environment"], "cum_regret_upper"))}
         assert abs(upper[4] - (finals.mean() + finals.std())) < 1e-12
     # A second run's end replaces the cell runs, never adds to them.
-    again = MLflowSink(SinkContext("cells", str(tmp_path / "results"), uri, mlflow_runs="cells"))
+    again = MLflowSink(context)
     again.open(store.journal(), [])
     again.close("FINISHED", {})
     assert len(search_all(client, experiment, "tags.kind = 'cell'")) == 2

@@ -8,6 +8,7 @@ import re
 import matplotlib.figure
 import numpy as np
 import pandas as pd
+import pytest
 import yaml
 from conftest import TEST_DATASETS
 
@@ -76,7 +77,7 @@ def test_report_titles_figures_by_display_name_with_grid_points_in_math(tmp_path
 
     index = (report / "figures.md").read_text()
     assert "## Mushroom\n" in index and f"## {KERNEL_TITLE}\n" in index
-    assert f"- LinUCB (ν = {text})\n" in index and "band: ±1 std over 2 seeds" in index
+    assert f"- LinUCB (ν = {text})\n" in index and "band: 95% CI of the mean over 2 seeds" in index
     assert [line for line in index.splitlines() if line.startswith("## ")] == ["## Mushroom", f"## {KERNEL_TITLE}"]
     captions = (report / "figures.tex").read_text()
     assert rf"cumulative regret on Mushroom of LinUCB ($\nu = {latex}$), LinTS, LinRBMLE, Random" in captions
@@ -136,26 +137,31 @@ def _write_finished(tmp_path, spec: dict, failing: frozenset = frozenset()) -> N
     store.compact()
 
 
-def test_report_bolds_the_best_only_where_the_seeds_spread_separates_it(tmp_path, monkeypatch):
+def test_report_bolds_the_best_only_where_a_paired_test_separates_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _write_finished(tmp_path, SEPARATION)
     assert main(["report", "spec.yaml"]) == 0
     report = tmp_path / "results" / "separation" / "report"
 
+    # LinUCB is below LinTS by the same 9 (h1) or 1 (h3) on each of the 3 seeds: the sign test's p is
+    # 2 / 2^3 = 0.25, and nothing is bold (tests/test_report_comparisons.py has a column that is).
     mean = (report / "final_regret_mean.tex").read_text()
     assert r"algorithm & synthetic h1 & synthetic h3 \\" in mean
-    assert r"LinUCB & $\mathbf{2.0}$ & $6.0$ \\" in mean         # separated on h1; on h3 LinTS overlaps
+    assert r"LinUCB & $2.0$ & $6.0$ \\" in mean
     assert r"LinTS & $11.0$ & $7.0$ \\" in mean and r"Random & $21.0$ & $31.0$ \\" in mean
-    assert mean.count(r"\mathbf") == 1
-    rule = "bold: a column's lowest mean final regret where its mean + 1 std lies below every other " \
-           "algorithm's mean $-$ 1 std, std over 3 seeds; no bold where they overlap"
+    assert r"\mathbf" not in mean
+    rule = "bold: lower than every other algorithm of its column at 5\\% after Holm's adjustment over the column's " \
+           "pairs (paired by seed: paired t-test below 10 seeds, Wilcoxon's signed-rank test from 10; 3 seeds)"
     assert rule in mean
     both = (report / "final_regret_mean_std.tex").read_text()
-    assert r"LinUCB & $\mathbf{2.0 \pm 1.0}$ & $6.0 \pm 1.0$ \\" in both and both.count(r"\mathbf") == 1
-    assert rule in both
+    assert r"LinUCB & $2.0 \pm 1.0$ & $6.0 \pm 1.0$ \\" in both and rule in both
     markdown = (report / "final_regret_mean.md").read_text()
-    assert "| linucb | **2.0** | 6.0 |" in markdown and "| lints | 11.0 | 7.0 |" in markdown
-    assert markdown.count("**") == 2 and rule.replace("$-$", "−") in markdown
+    assert "| linucb | 2.0 | 6.0 |" in markdown and "| lints | 11.0 | 7.0 |" in markdown
+    assert "**" not in markdown and rule.replace("\\%", "%") in markdown
+    pairs = pd.read_csv(report / "pairs.csv")
+    h1 = pairs[(pairs["a"] == "linucb") & (pairs["b"] == "lints")].iloc[0]
+    assert h1["test"] == "sign test (the same difference on every seed)" and h1["p"] == pytest.approx(0.25)
+    assert h1["verdict"] == "cannot be told apart at n = 3 (the same difference on every seed; about 6 seeds would)"
     # Equal seconds per round everywhere: a tie, nothing bold.
     assert r"\mathbf" not in (report / "seconds_per_round.tex").read_text()
     assert r"LinUCB & $\nu = 10^{-3}$ & $\nu = 10^{-3}$ \\" in (report / "best_params.tex").read_text()

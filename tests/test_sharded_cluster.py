@@ -14,9 +14,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from banditsweep.core.kernel_shards import KernelShard, domain_shape
-from banditsweep.core.sharded_trial import run_sharded
-from banditsweep.core.sharding import LocalShards, shard_ranges
+from banditsweep.core.sharded.coordinator import run_sharded
+from banditsweep.core.sharded.partition import shard_ranges
+from banditsweep.core.sharded.protocol import LocalShards
+from banditsweep.core.sharded.shard import KernelShard, domain_shape
 from banditsweep.sweeps.cli import main
 from banditsweep.sweeps.spec import load_sweep
 

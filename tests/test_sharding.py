@@ -1,4 +1,4 @@
-"""One kernel trial split over shards (core.kernel_shards, core.sharded_trial, core.sharding; SPEC 4): the same answer for
+"""One kernel trial split over shards (core.sharded; SPEC 4): the same answer for
 any number of shards, the unsharded answer for random and APG-Exp3, resumable between rounds through
 the one checkpoint driver (core.round_loop.play_out)."""
 
@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 import yaml
 
-from banditsweep.core.kernel_shards import KernelShard, domain_shape
-from banditsweep.core.sharded_trial import run_sharded
-from banditsweep.core.sharding import (LocalShards, block_size, from_fixed, keyed_uniforms, max_shards,
-                                       shard_ranges, shards_for, to_fixed)
+from banditsweep.core.sharded.coordinator import ShardedKernelTrial, run_sharded
+from banditsweep.core.sharded.partition import (block_size, from_fixed, keyed_uniforms, max_shards, shard_ranges,
+                                                shards_for, to_fixed)
+from banditsweep.core.sharded.protocol import LocalShards
+from banditsweep.core.sharded.shard import KernelShard, domain_shape
+from banditsweep.core.state_codec import decode_state, encode_state
 from banditsweep.core.trial import TrialSpec, checkpoint_key, run_trial
 from banditsweep.sweeps.spec import SpecError, parse_sweep
 
@@ -133,6 +135,31 @@ def test_a_sharded_checkpoint_with_a_foreign_part_starts_anew_on_untouched_shard
     np.testing.assert_array_equal(_curves(result), _curves(run_sharded(spec, _local(spec, 2))))
     assert result.diagnostics["checkpoint_rejected"] == 1.0 and "resumed_from_round" not in result.diagnostics
     assert len(checkpoints.rejected) == 1 and "another trial or shard" in checkpoints.rejected[0]
+
+
+@pytest.mark.parametrize("algorithm", ["random", "apg_exp3"])
+def test_a_coordinator_state_in_the_landed_layout_resumes(algorithm):
+    """The landed release saved the coordinator's attributes whole (its shard group None among them;
+    tests/test_landed_checkpoints.py holds an RLS one): such a state is read into today's declared
+    fields, and the trial ends as it does resumed from today's layout."""
+    spec = _spec(algorithm, "setting1", horizon=20)
+    checkpoints = _stopped(spec, 5, 7)
+    key = checkpoint_key([spec])
+    todays = MemoryCheckpoints(5)
+    todays.states = dict(checkpoints.states)
+    today = decode_state(checkpoints.states[key])
+    half = today.pop("algorithm")
+    built = ShardedKernelTrial(spec, _local(spec, 2))
+    landed = {**today, **half, "group": None, "resumed_from": None, "landmark_counts": [], "effective_dimensions": [],
+              **{name: getattr(built, name) for name in ("n", "dim", "kernel", "norm_bound", "params", "table_max")}}
+    if algorithm == "random":
+        landed["dots"] = landed.pop("uniform_sums")
+    else:
+        landed["log_totals"] = [(part.top, part.total) for part in landed["log_totals"]]
+    checkpoints.states[key] = encode_state(landed)
+    result = run_sharded(spec, _local(spec, 2), checkpoints=checkpoints)
+    assert result.diagnostics["resumed_from_round"] == 6 and checkpoints.rejected == []
+    np.testing.assert_array_equal(_curves(result), _curves(run_sharded(spec, _local(spec, 2), checkpoints=todays)))
 
 
 def test_partition_keyed_draws_and_exact_sums_do_not_depend_on_the_split():

@@ -10,8 +10,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from banditsweep.workers.storage import store as store_module
-from banditsweep.workers.mirrors.mlflow.sink import MLflowSink, child_runs_by_trial, regret_metric
+from banditsweep.workers.mirrors.mlflow.queries import child_runs_by_trial
+from banditsweep.workers.mirrors.mlflow.run_content import regret_metric
+from banditsweep.workers.mirrors.mlflow.sink import MLflowSink
 from banditsweep.workers.storage.record import FAILED, FINISHED, TrialOutcome, TrialRecord
+from banditsweep.workers.mirrors.mlflow.options import MLflowOptions
 from banditsweep.workers.mirrors.sinks import Mirror, SinkContext
 from banditsweep.workers.storage.store import CURVE_SCHEMA, SweepStore, TrialsTable
 
@@ -109,7 +112,7 @@ def _runs(uri, sink):
 def test_mlflow_reconcile_rebuilds_lost_runs_and_clears_stale_ones(tmp_path):
     uri = f"sqlite:///{tmp_path}/m.db"
     client = MlflowClient(uri)
-    context = SinkContext("s", str(tmp_path / "results"), uri)
+    context = SinkContext("s", str(tmp_path / "results"), sink_options=MLflowOptions(uri).sink_options())
     store = context.store
     a, b, c = (_record(x * 20, seed=i) for i, x in enumerate("abc"))
     sink = MLflowSink(context)
@@ -229,7 +232,7 @@ def test_a_failing_sink_is_retried_in_order_said_once_and_the_others_still_get_e
 
 def test_streamed_points_are_not_logged_twice(tmp_path):
     uri = f"sqlite:///{tmp_path}/m.db"
-    sink = MLflowSink(SinkContext("s", str(tmp_path / "results"), uri))
+    sink = MLflowSink(SinkContext("s", str(tmp_path / "results"), sink_options=MLflowOptions(uri).sink_options()))
     a = _record("a" * 20)
     sink.trials_started([a])
     sink.progress({a.trial_id: [(2, 1.0)]})
@@ -270,7 +273,7 @@ def test_the_mlflow_sink_given_a_start_after_the_end_keeps_one_finished_run(tmp_
     """Fed out of order directly (as the mirror hands a backlog again): one FINISHED run per trial,
     none RUNNING or KILLED, and the late start logs nothing."""
     uri = f"sqlite:///{tmp_path}/m.db"
-    sink = MLflowSink(SinkContext("s", str(tmp_path / "results"), uri))
+    sink = MLflowSink(SinkContext("s", str(tmp_path / "results"), sink_options=MLflowOptions(uri).sink_options()))
     a, b = _record("a" * 20), _record("b" * 20, seed=1, final=4.0)
     sink.trials_started([b])
     sink.trials_ended([(a, [(2, 1.0), (4, 3.0)]), (b, [(2, 2.0), (4, 4.0)])])
@@ -291,8 +294,8 @@ def test_a_run_whose_creation_failed_after_the_store_made_it_is_found_not_made_t
     """The store made the run but the reply was lost: the call handed again finds that run (by trial
     id and store) instead of making a second one."""
     uri = f"sqlite:///{tmp_path}/m.db"
-    sink = MLflowSink(SinkContext("s", str(tmp_path / "results"), uri))
-    sink.bulk_store = None   # the client's path, a tracking server's (a transaction is never half made)
+    sink = MLflowSink(SinkContext("s", str(tmp_path / "results"), sink_options=MLflowOptions(uri).sink_options()))
+    sink.use_client()   # the client's path, a tracking server's (a transaction is never half made)
     real = sink.client.create_run
     lost = {"replies": 1}
 

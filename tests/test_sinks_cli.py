@@ -9,7 +9,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from banditsweep.sweeps.cli import main
-from banditsweep.workers.mirrors.mlflow.sink import regret_metric
+from banditsweep.workers.mirrors.mlflow.run_content import regret_metric
 
 
 def _events(path):
@@ -85,7 +85,7 @@ def test_starts_that_reach_the_mirror_after_their_trials_ended_leave_one_finishe
     """A real sweep whose every start reaches the mirror after the trial's end (the `late_starts`
     test plugin holds them back): still exactly one MLflow run per trial, FINISHED, none RUNNING or
     KILLED beside it, and the parent run FINISHED."""
-    from banditsweep.workers.mirrors.mlflow.sink import search_all
+    from banditsweep.workers.mirrors.mlflow.queries import search_all
 
     monkeypatch.chdir(tmp_path)
     spec = {"sweep": "late_starts", "horizon": 20, "seeds": 3, "log_every": 10,
@@ -111,9 +111,10 @@ def test_a_sinks_preparation_gets_a_context_past_the_limit_of_a_command_line(tmp
     when it is larger than one command-line argument may be (128 KiB on Linux): a 10^5-trial sweep's
     settings are."""
     from banditsweep.workers.mirrors.prepare import finish_preparing, start_preparing
+    from banditsweep.workers.mirrors.mlflow.options import MLflowOptions
     from banditsweep.workers.mirrors.sinks import SinkContext
 
-    context = SinkContext("big", str(tmp_path), f"sqlite:///{tmp_path}/mlflow.db",
+    context = SinkContext("big", str(tmp_path), sink_options=MLflowOptions(f"sqlite:///{tmp_path}/mlflow.db").sink_options(),
                           spec_text="# a long spec\n" * 40_000, settings={"seeds": json.dumps(list(range(50_000)))})
     finish_preparing(start_preparing(["jsonl"], context, {}))
     events = _events(tmp_path / "big.events.jsonl")

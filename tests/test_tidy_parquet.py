@@ -167,7 +167,7 @@ def test_the_readme_analysis_snippets_run(tmp_path, monkeypatch, repo):
     readme = (repo / "README.md").read_text()
     section = readme.split("### Analysing the Parquet results", 1)[1].split("\n## ", 1)[0]
     blocks = [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     names: dict = {}
     for block in blocks:
         exec(compile(block, "README.md", "exec"), names)
@@ -176,3 +176,11 @@ def test_the_readme_analysis_snippets_run(tmp_path, monkeypatch, repo):
     assert best.loc[("Random", "kernel:se"), "mean"] == 9.0
     assert list(names["h3"]["trial_id"]) == [] and len(names["trials"]) == 4
     assert list(names["last"].columns) == ["label", "environment", "seed", "cum_regret"]
+    # compare: LinUCB's two seeds (4, 6) give mean 5 with a t-interval; the two algorithms share no
+    # environment, so no pair is judged, and one environment each gives no across-environment table.
+    cells = names["stats"].cells.set_index(["algorithm", "environment"])
+    linucb = cells.loc[("LinUCB", "synthetic:h1")]
+    assert linucb["mean"] == pytest.approx(5.0) and linucb["n"] == 2
+    assert linucb["ci_low"] < 5.0 < linucb["ci_high"]
+    assert linucb["ci_high"] - 5.0 == pytest.approx(12.706, rel=1e-3)   # t(0.975, 1) x std sqrt(2) / sqrt(2)
+    assert names["stats"].pairs.empty and names["stats"].across is None

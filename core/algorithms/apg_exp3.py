@@ -15,10 +15,15 @@ The kernel bandit is reduced to a (misspecified) linear bandit on Newton-basis f
    ``exploration: g_optimal`` (the regularised design of the kernel paper's App. 16).
 3. **Linear Exp3**: P_t = (1 - alpha) exp-weights + alpha pi~ (core.exp3); Q_t = sum_x P_t(x) N(x) N(x)^T;
    theta^_t = Q_t^{-1} N(x_t) y_t; the estimate of f_t is u_t(x) = N(x)^T theta^_t.
-   eta = c1 / sqrt(D_T T), alpha = c2 eta D_T (capped at 1, project choice): :class:`core.exp3.APGSchedule`,
-   shared with the sharded trial (core.kernel_shards), as is the design's iteration (core.exp3.fedorov_wynn).
+   eta = c1 / sqrt(D_T T), alpha = c2 eta D_T (capped at 1, project choice): :class:`core.exp3.APGSchedule`.
 
 Defaults (c1, c2) = (0.5, 0.1): the paper's selected constants for all three kernels.
+
+On a sharded domain (SPEC 4, core.sharded) :class:`ShardedAPGExp3` runs the same three steps: the
+P-greedy basis as the shards' pivoted Cholesky (core.sharded.algorithm.pivoted_cholesky), the design by the
+same Fedorov-Wynn iteration (core.exp3.fedorov_wynn) over :class:`ShardedDesign`, whose information
+matrix V(pi) is an exact fixed-point sum over the shards' blocks, and Q_t summed over the shards'
+parts; :class:`APGExp3Slice` is its part on each shard. It agrees with the unsharded run to rounding.
 """
 
 from __future__ import annotations
@@ -30,8 +35,15 @@ from pydantic import Field
 from scipy import linalg
 
 from banditsweep.core.contracts import Config
-from banditsweep.core.exp3 import APGSchedule, Exp3Policy, ExponentialWeights, g_optimal_design, pgreedy_tolerance
+from banditsweep.core.exp3 import (APGSchedule, DesignStep, Exp3Policy, ExponentialWeights, fedorov_wynn,
+                                   g_optimal_design, pgreedy_tolerance)
 from banditsweep.core.kernels import Kernel
+from banditsweep.core.sharded.algorithm import AlgorithmSlice, ShardedExp3, pivoted_cholesky
+from banditsweep.core.sharded.partition import (block_sums, fixed_bound, from_fixed, global_argmax, rowwise_dot,
+                                                rowwise_matmul)
+from banditsweep.core.sharded.protocol import (DesignDone, DesignInformation, DesignLeverage, DesignMove,
+                                               DesignStart, Leverage, LinearEstimate, PivotsDone, ShardGroup, Updated,
+                                               answers)
 
 __all__ = ["APGExp3", "APGExp3Params", "g_optimal_design", "newton_basis"]
 
@@ -66,8 +78,20 @@ def newton_basis(kernel: Kernel, domain: np.ndarray, tolerance: float,
     return basis[:size].T.copy(), np.asarray(pivots, dtype=np.int64), np.sqrt(power)
 
 
+def linear_estimate(information: np.ndarray, features: np.ndarray, reward: float) -> np.ndarray:
+    """theta^_t = Q_t^{-1} N(x_t) y_t (D,), from Q_t (D, D) and N(x_t) (D,); least squares where Q_t
+    is numerically singular."""
+    try:
+        return linalg.cho_solve(linalg.cho_factor(information, lower=True, check_finite=False),
+                                features * reward, check_finite=False)
+    except linalg.LinAlgError:
+        return np.linalg.lstsq(information, features * reward, rcond=None)[0]
+
+
 class APGExp3(Exp3Policy):
     """APG-Exp3 (Takemori & Sato 2021): linear Exp3 on a P-greedy Newton basis of the kernel."""
+
+    STATE = ("features", "values")
 
     Params = APGExp3Params
     label = "APG-Exp3"
@@ -89,17 +113,131 @@ class APGExp3(Exp3Policy):
     def estimate(self, probabilities: np.ndarray, arm: int, reward: float) -> np.ndarray:
         features = self.features
         information = features.T @ (probabilities[:, None] * features)   # Q_t
-        try:
-            theta = linalg.cho_solve(linalg.cho_factor(information, lower=True, check_finite=False),
-                                     features[arm] * reward, check_finite=False)
-        except linalg.LinAlgError:
-            theta = np.linalg.lstsq(information, features[arm] * reward, rcond=None)[0]
-        return features @ theta
+        return features @ linear_estimate(information, features[arm], reward)
 
     @classmethod
     def footprint(cls, params, arms: int, dim: int, horizon: int) -> int:
         # P-greedy reserves an n x n basis (newton_basis) before it knows how many rows it keeps.
         return super().footprint(params, arms, dim, horizon) + 8 * arms * arms
+
+    def diagnostics(self) -> dict[str, float]:
+        return dict(self.values)
+
+
+# ---- on a sharded domain (SPEC 4, core.sharded) --------------------------------------------------
+
+
+class APGExp3Slice(AlgorithmSlice):
+    """APG-Exp3's part of one shard: the G-optimal design pi on the slice, with g(x) computed
+    elementwise per point (core.sharded.partition), and the linear estimate N(x)^T theta."""
+
+    def __init__(self, shard):
+        super().__init__(shard)
+        self.design = np.zeros(0)     # pi on the slice while Fedorov-Wynn runs
+        self.leverage = np.zeros(0)   # g(x) on the slice
+        self.bound = 1.0              # the fixed-point scale of V(pi)'s entries (>= max k(x, x))
+
+    @answers(DesignInformation)
+    def information(self, request: DesignInformation | None = None) -> np.ndarray:
+        """sum_x pi(x) N(x) N(x)^T on the slice, as exact fixed-point words."""
+        features, design = self.shard.factors, self.design
+        return block_sums(self.shard.blocks, lambda a, b: features[a:b].T @ (design[a:b, None] * features[a:b]),
+                          self.bound)
+
+    @answers(DesignStart)
+    def start(self, request: DesignStart) -> np.ndarray:
+        self.bound = request.bound
+        self.design = np.full(self.shard.stop - self.shard.start, 1.0 / self.shard.n)
+        return self.information()
+
+    @answers(DesignLeverage)
+    def largest(self, request: DesignLeverage) -> Leverage:
+        """g(x) = N(x)^T V^{-1} N(x) (elementwise per point); the slice's largest with its features."""
+        features = self.shard.factors
+        self.leverage = rowwise_dot(rowwise_matmul(features, request.inverse) * features, np.ones(len(request.inverse)))
+        return self._largest()
+
+    @answers(DesignMove)
+    def move(self, request: DesignMove) -> Leverage:
+        """The Sherman-Morrison update of g (elementwise per point) and the design's move towards the pick."""
+        step = request.step
+        self.leverage = step.leverage(self.leverage, rowwise_dot(self.shard.factors, step.direction))
+        step.move(self.design, self.shard.local(request.pick))
+        return self._largest()
+
+    def _largest(self) -> Leverage:
+        local = int(np.argmax(self.leverage))
+        return Leverage(float(self.leverage[local]), self.shard.start + local, self.shard.factors[local].copy())
+
+    @answers(DesignDone)
+    def done(self, request: DesignDone) -> int:
+        """pi = the design; the number of its support points on the slice."""
+        self.shard.exploration = self.design.copy()
+        self.design = np.zeros(0)
+        return int(np.count_nonzero(self.shard.exploration > 1e-12))
+
+    @answers(LinearEstimate)
+    def estimate(self, request: LinearEstimate) -> Updated:
+        """u_t = N(.)^T theta (SPEC 3.5); the weights and the environment move on."""
+        return self.shard.add_estimate(request.eta, self.shard.factors @ request.theta, request.candidate, request.arm)
+
+
+class ShardedDesign:
+    """The G-optimal design's points on the shards (core.exp3.DesignPoints): V(pi) as an exact
+    fixed-point sum over the shards' blocks (scale ``bound``), g(x) and the design's moves on each slice."""
+
+    def __init__(self, group: ShardGroup, bound: float):
+        self.group, self.bound = group, bound
+
+    def _inverse(self, words: list[np.ndarray]) -> np.ndarray:
+        return np.linalg.inv(from_fixed(np.sum(np.stack(words), axis=0), self.bound))
+
+    def start(self) -> np.ndarray:
+        return self._inverse(self.group.map(DesignStart(self.bound)))
+
+    def inverse(self) -> np.ndarray:
+        return self._inverse(self.group.map(DesignInformation()))
+
+    def largest(self, inverse: np.ndarray) -> tuple[float, int, np.ndarray]:
+        return self._largest(self.group.map(DesignLeverage(inverse)))
+
+    def move(self, step: DesignStep, pick: int) -> tuple[float, int, np.ndarray]:
+        return self._largest(self.group.map(DesignMove(step, pick)))
+
+    @staticmethod
+    def _largest(parts: list[Leverage]) -> tuple[float, int, np.ndarray]:
+        best = global_argmax(parts)
+        return best.value, best.index, best.features
+
+
+class ShardedAPGExp3(ShardedExp3, shards=APGExp3):
+    """APG-Exp3 on shards (module docstring)."""
+
+    Slice = APGExp3Slice
+    STATE = ("values",)
+    linear = True
+
+    values: dict[str, float]   # the schedule's and the design's diagnostics
+
+    def explore(self, trial) -> None:
+        """Newton basis by P-greedy, G-optimal design by Fedorov-Wynn (SPEC 3.5)."""
+        params, group = trial.params, trial.group
+        basis, max_power = pivoted_cholesky(group, trial.n, None, pgreedy_tolerance(params, trial.n, trial.horizon))
+        group.map(PivotsDone(keep_factors=True))
+        schedule = APGSchedule(params, trial.n, trial.horizon, len(basis), math.sqrt(max(max_power, 0.0)))
+        kernel = trial.kernel
+        # |V(pi)'s entries| <= max_x k(x, x): k(0, 0) for a stationary kernel, d / l^2 for the linear one on [0, 1]^d.
+        bound = fixed_bound(max(float(np.max(kernel.diag(np.zeros((1, trial.dim))))), 1.0)
+                            if kernel.name != "linear" else float(trial.dim) / kernel.lengthscale ** 2)
+        g_max, iterations = fedorov_wynn(ShardedDesign(group, bound), len(basis), params.epsilon, params.max_iterations)
+        support = sum(group.map(DesignDone()))
+        self.eta, self.alpha = schedule.eta, schedule.alpha
+        self.values = schedule.values(g_max, iterations, support)
+
+    def update(self, trial, t, parts, located, candidate, reward) -> list[Updated]:
+        information = np.sum(np.stack([part.information for part in parts]), axis=0)   # Q_t
+        theta = linear_estimate(information, located.features, reward)
+        return trial.group.map(LinearEstimate(theta, self.eta, candidate, located.index))
 
     def diagnostics(self) -> dict[str, float]:
         return dict(self.values)

@@ -34,6 +34,8 @@ class BootstrappedNNParams(BaselineParams):
 class BootstrappedNN(NeuralPolicy):
     """BootstrappedNN (Osband et al. 2016): q networks on bootstrapped data, one drawn per round."""
 
+    STATE = ("member_rows",)
+
     Params = BootstrappedNNParams
     score_name = "drawn network's output"
     structural = BASELINE_STRUCTURE + ("q",)

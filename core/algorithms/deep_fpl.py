@@ -28,6 +28,8 @@ class DeepFPLParams(BaselineParams):
 class DeepFPL(NeuralPolicy):
     """DeepFPL (Kveton et al. 2020): retrained on perturbed rewards, then greedy (follow the perturbed leader)."""
 
+    STATE = ()
+
     Params = DeepFPLParams
     score_name = "network output"
     structural = BASELINE_STRUCTURE

@@ -133,6 +133,8 @@ def kernel_form_statistics(kernel_matrix: torch.Tensor, probabilities: torch.Ten
 class KernelExp3(Exp3Policy):
     """Kernelized Exp3 (kernel paper, Alg. 1): exact exponential weights on kernel ridge estimates."""
 
+    STATE = ("schedule", "torch_device", "kernel_matrix", "mvr_distinct", "design_values")
+
     Params = KernelExp3Params
     label = "Kernelized Exp3"
 

@@ -25,6 +25,8 @@ from banditsweep.core.contracts import Config, Decision, NonFiniteError, Policy,
 class RidgeStatistics:
     """V^{-1} and b, per block when contexts are disjoint; rank-one Sherman-Morrison updates."""
 
+    STATE = ("block", "v_inv", "b")
+
     def __init__(self, problem: Problem, lam: float):
         self.block = problem.disjoint_block
         width = self.block or problem.dim
@@ -71,6 +73,8 @@ class LinearParams(Config):
 
 
 class _LinearPolicy(Policy):
+    STATE = ("stats",)
+
     Params = LinearParams
 
     @classmethod
@@ -96,6 +100,8 @@ class _LinearPolicy(Policy):
 class LinUCB(_LinearPolicy):
     """LinUCB (Li et al. 2010): ridge estimate plus nu sqrt(x^T V^-1 x)."""
 
+    STATE = ()
+
     score_name = "index"
 
     def index(self, t, contexts):
@@ -105,6 +111,8 @@ class LinUCB(_LinearPolicy):
 
 class LinTS(_LinearPolicy):
     """LinTS (Agrawal & Goyal 2013): a draw from N(theta_hat, nu^2 V^-1)."""
+
+    STATE = ()
 
     score_name = "sampled reward"
 
@@ -127,6 +135,8 @@ class LinTS(_LinearPolicy):
 
 class LinRBMLE(_LinearPolicy):
     """LinRBMLE (Hung et al. 2021): ridge estimate plus a reward bias alpha(t) / 2 x^T V^-1 x."""
+
+    STATE = ()
 
     score_name = "index"
 

@@ -136,6 +136,10 @@ BASELINE_STRUCTURE = SHARED_STRUCTURE + ("training",)
 class NeuralPolicy(Policy, BatchedPolicy):
     """Base of the neural policies: G trials in lockstep (G = 1 through the ordinary constructor)."""
 
+    STATE = ("params_list", "rngs", "groups", "num_arms", "disjoint", "blocks", "block_dim", "width", "depth",
+             "dtype", "torch_device", "block_of_arm", "block_of_arm_np", "reference", "network", "initial", "anchor",
+             "history", "seconds_training")
+
     Params: ClassVar[type[Config]] = NeuralParams
     structural: ClassVar[tuple[str, ...]] = SHARED_STRUCTURE
     # A round trains on the whole history: its cost grows linearly with t (sweeps.plan's cost model).
@@ -365,6 +369,8 @@ class NeuralPolicy(Policy, BatchedPolicy):
 
 class GradientExplorationPolicy(NeuralPolicy):
     """Base of the methods that explore with g^T Z^{-1} g (PC, NeuralUCB, NeuralTS): owns Z (SPEC 1.4-1.5)."""
+
+    STATE = ("z",)
 
     z_scale_reference = False  # True when Z accumulates g g^T without the 1/m (reference code form)
 

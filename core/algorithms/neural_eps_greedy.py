@@ -19,6 +19,8 @@ class NeuralEpsGreedyParams(NeuralParams):
 class NeuralEpsGreedy(NeuralPolicy):
     """Neural epsilon-greedy: the network's best arm, a uniform one with probability epsilon."""
 
+    STATE = ()
+
     Params = NeuralEpsGreedyParams
     label = "neural epsilon-greedy"
     score_name = "network output"

@@ -41,6 +41,8 @@ class NeuralRBMLEGAParams(BiasedParams):
 class NeuralRBMLEGA(NeuralPolicy):
     """NeuralRBMLE-GA (NeuralRBMLE paper, Algorithm 1): reward-biased MLE by gradient ascent, one network per arm."""
 
+    STATE = ("last_index",)
+
     Params = NeuralRBMLEGAParams
     label = "NeuralRBMLE-GA"
     score_name = "index"

@@ -37,6 +37,8 @@ class NeuralRBMLEPCParams(BiasedParams):
 class NeuralRBMLEPC(GradientExplorationPolicy):
     """NeuralRBMLE-PC (NeuralRBMLE paper, Algorithm 2): one network, the reward bias as a parameter correction (eq. 15)."""
 
+    STATE = ("last_index",)
+
     Params = NeuralRBMLEPCParams
     label = "NeuralRBMLE-PC"
     score_name = "index"

@@ -27,6 +27,8 @@ class NeuralTSParams(NeuralUCBParams):
 class NeuralTS(NeuralUCB):
     """NeuralTS (Zhang et al. 2021): a draw around the network output with the gradient-feature variance."""
 
+    STATE = ()
+
     Params = NeuralTSParams
     score_name = "sampled reward"
 

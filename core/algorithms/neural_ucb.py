@@ -45,6 +45,8 @@ class NeuralUCBParams(BaselineParams):
 class NeuralUCB(GradientExplorationPolicy):
     """NeuralUCB (Zhou et al. 2020): network output plus a gradient-feature confidence width."""
 
+    STATE = ("last_index", "pending")
+
     Params = NeuralUCBParams
     score_name = "index"
     structural = BASELINE_STRUCTURE + ("form", "z", "z_inverse")

@@ -1,10 +1,13 @@
-"""Random: every arm (every point of X, SPEC 3.6) with equal probability."""
+"""Random: every arm (every point of X, SPEC 3.6) with equal probability; on a sharded domain
+(SPEC 4) :class:`ShardedRandom`."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, CONTEXTUAL, Config, Decision, Policy
+from banditsweep.core.sharded.algorithm import Round, ShardedAlgorithm
+from banditsweep.core.sharded.protocol import Play, UniformSums
 
 
 class RandomParams(Config):
@@ -13,6 +16,8 @@ class RandomParams(Config):
 
 class RandomPolicy(Policy):
     """Every arm (every point of X) with equal probability: the baseline every method must beat."""
+
+    STATE = ()
 
     Params = RandomParams
 
@@ -32,3 +37,29 @@ class RandomPolicy(Policy):
 
     def update(self, t: int, contexts: np.ndarray, arm: int, reward: float) -> None:
         pass
+
+
+# ---- on a sharded domain (SPEC 4, core.sharded) --------------------------------------------------
+
+
+class ShardedRandom(ShardedAlgorithm, shards=RandomPolicy):
+    """Random on shards: x_t uniform on X from the policy stream, as :class:`RandomPolicy` draws it;
+    the adversary's sums F (1/n) are the same every round, summed over the shards once."""
+
+    STATE = ("uniform_sums",)
+
+    uniform_sums: np.ndarray   # (m,) sum_x f^(i)(x) / n
+
+    def prepare(self, trial) -> None:
+        self.uniform_sums = np.sum(np.stack(trial.group.map(UniformSums())), axis=0)
+
+    def play(self, trial, t: int) -> Round:
+        arm = int(trial.rng.integers(trial.n))
+        candidate = trial.adversary(self.uniform_sums)
+        moved = trial.group.map(Play(candidate, arm))
+        reward = next(part.reward for part in moved if part.reward is not None)
+        return Round(arm, candidate, self.uniform_sums, reward, max(part.best for part in moved))
+
+    @classmethod
+    def from_landed(cls, attributes: dict) -> dict:
+        return {"uniform_sums": attributes["dots"]}

@@ -33,10 +33,21 @@ core.nystrom). ``oversample`` and ``base_size`` only apply to ``practical``.
 
 ``rls_kernel_exp3_amvr`` (paper Alg. 6): the MVR sequence is computed on a recursive RLS-Nystrom
 approximation of k itself (ridge lambda, the GP noise), O(n s L) instead of O(n L^2) for length L.
+
+On a sharded domain (SPEC 4, core.sharded) :class:`ShardedRLSKernelExp3` runs the practical sampler
+with its random numbers drawn per point from keyed streams (core.sharded.partition.keyed_uniforms),
+so that no shard needs another's: point i is in level l when its uniform number u_i of the round is
+below 2^-l (the random halvings of Musco & Musco's Alg. 2), and is kept at a level when a second
+keyed uniform is below min(1, q l~_i). The unsharded trial draws a permutation from the policy
+stream instead, so the sharded run is the same algorithm with another random stream (its trials
+are recorded with ``sharded: true`` in their content). :class:`RLSKernelExp3Slice` is its part on
+each shard: the levels, the scores and g_t on the slice, and A_t's part.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -44,12 +55,23 @@ from pydantic import Field
 from scipy import linalg
 
 from banditsweep.core.algorithms.kernel_exp3 import Exp3ScheduleParams
+from banditsweep.core.environments.adversarial_kernel import kernel_problem
 from banditsweep.core.exp3 import RLS_BETA_FACTOR, Exp3Policy, Exp3Schedule, ExponentialWeights, empirical_distribution
+from banditsweep.core.kernels import Kernel
 from banditsweep.core.mvr import approximate_mvr_sequence, mvr_sequence
-from banditsweep.core.nystrom import (NystromSample, nystrom_embedding, recursive_rls_nystrom,
-                                      recursive_rls_nystrom_theory, weighted_kernel_block)
+from banditsweep.core.nystrom import (NystromSample, leverage_scores, nystrom_embedding, nystrom_projection,
+                                      recursive_rls_nystrom, recursive_rls_nystrom_theory, weighted_kernel_block)
+from banditsweep.core.sharded.algorithm import AlgorithmSlice, ShardedExp3, pivoted_cholesky
+from banditsweep.core.sharded.partition import derive_key, global_argmax, keyed_uniforms, owner
+from banditsweep.core.sharded.protocol import (Candidate, Embed, Embedded, LevelCounts, LevelKeep,
+                                               LevelMembers, LevelScores, Members, NystromEstimate, PivotsDone,
+                                               PointAt, Scores, SetExploration, Updated, answers)
 
 BETA_FACTOR = RLS_BETA_FACTOR  # Theorem 3: beta = B (1 + sqrt 2) sqrt(lambda / T)
+# The seeding stream of the sharded sampler's keyed draws (core.seeding has 0: environment, 1: policy).
+SAMPLER_STREAM = 2
+# Levels of the keyed halving: u < 2^-l for l = 0..62.
+MAX_LEVELS = 63
 
 
 class RLSKernelExp3Params(Exp3ScheduleParams):
@@ -76,13 +98,21 @@ def nystrom_statistics(kernel, domain: np.ndarray, probabilities: np.ndarray, la
     factor = linalg.cho_factor(system, lower=True, check_finite=False)
     solved = linalg.cho_solve(factor, embedding.T, check_finite=False)   # A^{-1} g(x) as columns: (r, n)
     cross = embedding @ solved[:, index]
+    return cross, nystrom_variance(embedding, solved, kernel.diag(domain), mu)
+
+
+def nystrom_variance(embedding: np.ndarray, solved: np.ndarray, diagonal: np.ndarray, mu: float) -> np.ndarray:
+    """sigma~_t^2(x) = (k(x, x) - ||g_t(x)||^2) / mu + g_t(x)^T A_t^{-1} g_t(x) (n,), from g_t (n, r),
+    A_t^{-1} g_t(x) as columns (r, n) and k(x, x) (n,)."""
     quadratic = np.einsum("ij,ji->i", embedding, solved)
-    residual = np.maximum(kernel.diag(domain) - np.einsum("ij,ij->i", embedding, embedding), 0.0)
-    return cross, residual / mu + quadratic
+    residual = np.maximum(diagonal - np.einsum("ij,ij->i", embedding, embedding), 0.0)
+    return residual / mu + quadratic
 
 
 class RLSKernelExp3(Exp3Policy):
     """RLS-Kernelized Exp3 (kernel paper, Alg. 5): Kernelized Exp3 on a Nystrom approximation."""
+
+    STATE = ("schedule", "landmark_counts", "effective_dimensions", "mvr_distinct", "mvr_landmarks")
 
     Params = RLSKernelExp3Params
     label = "RLS-Kernelized Exp3"
@@ -157,6 +187,8 @@ class RLSKernelExp3(Exp3Policy):
 class RLSKernelExp3AMVR(RLSKernelExp3):
     """RLS-Kernelized Exp3 with the approximated MVR exploration sequence (paper Alg. 6)."""
 
+    STATE = ()
+
     label = "RLS-Kernelized Exp3 (approximated MVR)"
 
     def exploration_sequence(self, domain: np.ndarray) -> np.ndarray:
@@ -174,3 +206,194 @@ class RLSKernelExp3AMVR(RLSKernelExp3):
         features = nystrom_embedding(columns, columns[landmarks])
         sequence, _ = approximate_mvr_sequence(features, diagonal, self.schedule.design_length, lam)
         return sequence
+
+
+# ---- on a sharded domain (SPEC 4, core.sharded) --------------------------------------------------
+
+
+@dataclass
+class Landmarks:
+    """The landmarks S_t of the sharded sampler, gathered from the shards' :class:`Members`."""
+
+    index: np.ndarray      # global indices, increasing
+    points: np.ndarray     # (s, d)
+    roots: np.ndarray      # sqrt(P_t) at the landmarks
+    weights: np.ndarray    # 1 / sqrt(p_i)
+
+    @classmethod
+    def gather(cls, parts: list[Members]) -> "Landmarks":
+        index = np.concatenate([part.index for part in parts])
+        weighted = parts[0].weights is not None
+        return cls(index, np.concatenate([part.points for part in parts]),
+                   np.sqrt(np.concatenate([part.probabilities for part in parts])),
+                   np.concatenate([part.weights for part in parts]) if weighted else np.ones(len(index)))
+
+    def block(self, kernel: Kernel) -> np.ndarray:
+        """S^T K~ S, with K~ the P_t-weighted kernel."""
+        return self.roots[:, None] * kernel(self.points, self.points) * self.roots[None, :]
+
+
+class RLSKernelExp3Slice(AlgorithmSlice):
+    """RLS-Kernelized Exp3's part of one shard: the keyed halving's levels, the ridge leverage scores
+    and keep decisions of the level being sampled, and the embedding g_t on the slice."""
+
+    def __init__(self, shard):
+        super().__init__(shard)
+        self.halving_key, self.halving = None, np.zeros(0)   # the round's halving draw on the slice
+        self.scores = np.zeros(0)                            # the level's scores l~_i ...
+        self.level_index = np.zeros(0, dtype=np.int64)       # ... and its points (local indices)
+        self.embedding = np.zeros((0, 0))                    # g_t on the slice (w, r)
+
+    def _level_uniforms(self, key: int) -> np.ndarray:
+        """The slice's uniform numbers of the round's halving draw, drawn once per round."""
+        if self.halving_key != key:
+            self.halving_key, self.halving = key, keyed_uniforms(key, self.shard.start, self.shard.stop)
+        return self.halving
+
+    @answers(LevelCounts)
+    def counts(self, request: LevelCounts) -> np.ndarray:
+        """How many points of the slice lie in each level, in one pass: with u = m 2^e (m in [1/2, 1),
+        exactly, by frexp), u < 2^-l holds for l = 0..-e."""
+        u = self._level_uniforms(request.key)
+        _, exponent = np.frexp(u)
+        deepest = np.where(u > 0, np.clip(-exponent, 0, MAX_LEVELS - 1), MAX_LEVELS - 1)
+        return np.cumsum(np.bincount(deepest, minlength=MAX_LEVELS)[::-1])[::-1].astype(np.int64)
+
+    def _level(self, key: int, level: int) -> np.ndarray:
+        return np.flatnonzero(self._level_uniforms(key) < 2.0 ** -level)
+
+    @answers(LevelMembers)
+    def members(self, request: LevelMembers) -> Members:
+        local, shard = self._level(request.key, request.level), self.shard
+        return Members(shard.start + local, shard.points[local], shard.probabilities[local])
+
+    @answers(LevelScores)
+    def score(self, request: LevelScores) -> Scores:
+        """Ridge leverage scores of the level's points on the P_t-weighted kernel (core.nystrom.leverage_scores)."""
+        shard = self.shard
+        self.level_index = self._level(request.key, request.level)
+        probabilities = shard.probabilities[self.level_index]
+        roots, diagonal = np.sqrt(probabilities), probabilities * shard.diagonal[self.level_index]
+        if len(request.points):
+            cross = (roots[:, None] * shard.kernel(shard.points[self.level_index], request.points)
+                     * request.roots[None, :])
+            self.scores = leverage_scores(cross, request.block, request.weights, diagonal, request.ridge)
+        else:
+            self.scores = np.maximum(diagonal, 0.0) / request.ridge
+        if not len(self.scores):
+            return Scores(0.0, Candidate(-math.inf, -1))
+        local = int(np.argmax(self.scores))
+        return Scores(float(self.scores.sum()), Candidate(float(self.scores[local]),
+                                                          shard.start + int(self.level_index[local])))
+
+    @answers(LevelKeep)
+    def keep(self, request: LevelKeep) -> Members:
+        shard = self.shard
+        keep_probability = np.minimum(1.0, request.oversampling * self.scores)
+        u = keyed_uniforms(request.key, shard.start, shard.stop)[self.level_index]
+        kept = np.flatnonzero(u < keep_probability)
+        local = self.level_index[kept]
+        return Members(shard.start + local, shard.points[local], shard.probabilities[local],
+                       1.0 / np.sqrt(keep_probability[kept]))
+
+    @answers(Embed)
+    def embed(self, request: Embed) -> Embedded:
+        shard = self.shard
+        columns = shard.kernel(shard.points, request.points) * request.roots[None, :]
+        self.embedding = columns @ request.projection
+        system = self.embedding.T @ (shard.probabilities[:, None] * self.embedding)
+        local = shard.local(request.arm)
+        return Embedded(system, self.embedding[local].copy() if local is not None else None)
+
+    @answers(NystromEstimate)
+    def estimate(self, request: NystromEstimate) -> Updated:
+        """u~_t = f~_t + beta sigma~_t (eqs. 6-7, in the embedding g_t)."""
+        g = self.embedding
+        solved = linalg.cho_solve((request.factor, True), g.T, check_finite=False)
+        estimate = (request.reward * (g @ request.solved_chosen)
+                    + request.beta * np.sqrt(nystrom_variance(g, solved, self.shard.diagonal, request.mu)))
+        self.embedding = np.zeros((len(g), 0))
+        return self.shard.add_estimate(request.eta, estimate, request.candidate, request.arm)
+
+
+class ShardedRLSKernelExp3(ShardedExp3, shards=RLSKernelExp3):
+    """RLS-Kernelized Exp3 on shards (module docstring): the exact MVR design as the shards' pivoted
+    Cholesky, the keyed practical sampler each round, and eqs. (6)-(7) with A_t summed over the shards."""
+
+    Slice = RLSKernelExp3Slice
+    STATE = ("values", "landmark_counts", "effective_dimensions")
+    TRANSIENT = ("params", "schedule", "sampler_key")   # rebuilt from the spec by __init__
+
+    values: dict[str, float]
+    landmark_counts: list[int]
+    effective_dimensions: list[float]
+
+    def __init__(self, trial):
+        super().__init__(trial)
+        self.params = trial.params
+        problem = kernel_problem(trial.n, trial.dim, trial.horizon, trial.kernel, trial.norm_bound)
+        self.schedule = Exp3Schedule(self.params, problem, beta_factor=BETA_FACTOR)
+        self.sampler_key = derive_key(trial.spec.seed, SAMPLER_STREAM)
+        self.landmark_counts, self.effective_dimensions = [], []
+
+    @classmethod
+    def check(cls, params) -> None:
+        if params.sampler != "practical" or params.landmarks != "rls":
+            raise ValueError("a sharded rls_kernel_exp3 runs the practical sampler with RLS landmarks "
+                             "(sampler: practical, landmarks: rls)")
+
+    def explore(self, trial) -> None:
+        sequence, _ = pivoted_cholesky(trial.group, self.schedule.design_length, self.params.lam, None)
+        trial.group.map(PivotsDone(keep_factors=False))
+        trial.group.map(SetExploration(np.asarray(sequence, dtype=np.int64)))
+        self.eta, self.alpha = self.schedule.eta, self.schedule.alpha
+        self.values = {**self.schedule.as_dict(), "delta": self.params.delta,
+                       "mvr_distinct_points": float(len(set(sequence))), "mvr_landmarks": 0.0}
+
+    def landmarks(self, trial, t: int) -> Landmarks:
+        """S_t: recursive RLS-Nystrom (the practical fixed-ridge variant, core.nystrom) with the
+        halvings and keep decisions drawn from keyed streams (module docstring)."""
+        params, group = self.params, trial.group
+        level_key = derive_key(self.sampler_key, t, 0)
+        counts = np.sum(np.stack(group.map(LevelCounts(level_key))), axis=0)
+        smallest = next((level for level in range(MAX_LEVELS) if counts[level] <= params.base_size), MAX_LEVELS - 1)
+        current = Landmarks.gather(group.map(LevelMembers(level_key, smallest)))
+        effective = 0.0
+        for level in range(smallest - 1, -1, -1) if smallest > 0 else [0]:
+            parts = group.map(LevelScores(level_key, level, current.points, current.roots, current.block(trial.kernel),
+                                          current.weights, self.schedule.mu))
+            effective = float(sum(part.total for part in parts))
+            q = params.oversample * max(1.0, math.log(max(effective, 1e-300) / params.delta))
+            kept = Landmarks.gather(group.map(LevelKeep(derive_key(self.sampler_key, t, level + 1), q)))
+            if not len(kept.index):
+                # Project choice (core.nystrom.keep_columns): keep the point of largest score.
+                where = global_argmax([part.largest for part in parts]).index
+                point = group.ask(owner(group.ranges, where), PointAt(where))
+                kept = Landmarks(np.array([where]), point.coordinates[None], np.array([math.sqrt(point.probability)]),
+                                 np.ones(1))
+            current = kept
+        self.effective_dimensions.append(effective)
+        return current
+
+    def update(self, trial, t, parts, located, candidate, reward) -> list[Updated]:
+        """eqs. (6)-(7) in the embedding g_t, A_t summed over the shards."""
+        landmarks = self.landmarks(trial, t)
+        self.landmark_counts.append(len(landmarks.index))
+        projection = nystrom_projection(landmarks.block(trial.kernel))
+        embedded = trial.group.map(Embed(landmarks.points, landmarks.roots, projection, located.index))
+        system = np.sum(np.stack([part.system for part in embedded]), axis=0)
+        system[np.diag_indices_from(system)] += self.schedule.mu
+        chosen = next(part.chosen for part in embedded if part.chosen is not None)
+        factor = linalg.cholesky(system, lower=True, check_finite=False)
+        solved_chosen = linalg.cho_solve((factor, True), chosen, check_finite=False)
+        return trial.group.map(NystromEstimate(factor, solved_chosen, reward, self.schedule.mu, self.schedule.beta,
+                                               self.eta, candidate, located.index))
+
+    def diagnostics(self) -> dict[str, float]:
+        diagnostics = dict(self.values)
+        if self.landmark_counts:
+            counts = np.asarray(self.landmark_counts, dtype=np.float64)
+            diagnostics.update({"s_t_mean": float(counts.mean()), "s_t_max": float(counts.max()),
+                                "s_t_min": float(counts.min()),
+                                "effective_dimension_mean": float(np.mean(self.effective_dimensions))})
+        return diagnostics

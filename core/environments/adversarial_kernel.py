@@ -196,6 +196,8 @@ class KernelDomainEnvironment(Environment):
     """An environment on a finite domain X with a kernel (``self.domain``, ``self.kernel``): the arms
     are the points of X, the same every round."""
 
+    STATE = ("domain", "kernel")
+
     interaction = ADVERSARIAL_DOMAIN
     title_fields = ("setting", "domain", "kernel", "nu")
     title_prefix: ClassVar[str] = "kernel"
@@ -228,6 +230,8 @@ class RegretTally:
         expected  R^E_t = max_x S_t(x) - sum_{s<=t} sum_x P_s(x) f_s(x)
     """
 
+    STATE = ("reward", "expected_reward", "regret")
+
     def __init__(self):
         self.reward = 0.0            # sum_s f_s(x_s)
         self.expected_reward = 0.0   # sum_s sum_x P_s(x) f_s(x)
@@ -246,6 +250,8 @@ class RegretTally:
 class AdversarialKernelBandit(KernelDomainEnvironment):
     """Adaptive adversary of the kernel paper (App. 17): each round the candidate RKHS function that
     hurts the learner most."""
+
+    STATE = ("table", "raw_norms", "table_max", "cumulative_function", "tally", "choices")
 
     Config = AdversarialKernelConfig
     label_always = ("setting", "kernel")  # display name e.g. "adversarial_kernel:setting=1,kernel=se"

@@ -44,6 +44,8 @@ class ClassificationConfig(Config):
 class ClassificationBandit(Environment):
     """Classification bandit: a dataset row per round, its classes the arms, reward 1 for the true class."""
 
+    STATE = ("_block", "_features", "_labels", "_arms", "_order", "_cumulative")
+
     Config = ClassificationConfig
     label_field = "dataset"
     title_fields = ("dataset",)

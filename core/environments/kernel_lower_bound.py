@@ -89,6 +89,9 @@ def lower_bound_rate(kernel: Kernel, horizon: int, dim: int, norm_bound: float) 
 class KernelLowerBound(KernelDomainEnvironment):
     """Hard instance of the kernel paper's lower bound (Sec. 5, App. 13): a fixed f plus noise in the RKHS."""
 
+    STATE = ("center_index", "coefficients", "function", "function_max", "noise_function", "eta", "threshold",
+             "coefficient", "cumulative_function", "tally", "cumulative_pseudo", "clipped_rounds")
+
     Config = KernelLowerBoundConfig
     label_always = ("setting", "kernel")  # e.g. "kernel_lower_bound:setting=1,kernel=se"
     title_prefix = "lower bound,"

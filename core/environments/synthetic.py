@@ -30,6 +30,8 @@ class SyntheticConfig(Config):
 class SyntheticBandit(Environment):
     """Synthetic contextual bandit of the NeuralUCB paper: rewards h(x) + noise on unit-sphere contexts."""
 
+    STATE = ("_a", "_A", "_contexts", "_mean", "_noise", "_cumulative")
+
     Config = SyntheticConfig
     label_field = "function"
     title_fields = ("function",)

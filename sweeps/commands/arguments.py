@@ -12,7 +12,7 @@ from pathlib import Path
 
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError, show
-from banditsweep.workers import InputError
+from banditsweep.workers import InputError, MLFLOW_SINK, MLflowOptions, check_tracking_server, run_mode
 from banditsweep.workers import check_directory
 from banditsweep.workers import RAY_ADDRESS_FORMS, check_address, ray_address
 from banditsweep.workers import (TRACKING_URI_ENV_VAR, check_tracking_uri, database_in, given_tracking_uri,
@@ -36,6 +36,20 @@ def results_root(args: argparse.Namespace) -> Path:
 def tracking_uri(args: argparse.Namespace) -> str:
     """The MLflow store the command uses (workers.mirrors.mlflow.tracking_store.resolve_tracking_uri)."""
     return resolve_tracking_uri(args.mlflow_uri, results_root(args))
+
+
+def sink_options(args: argparse.Namespace, sweep: Sweep) -> dict[str, dict]:
+    """The sinks' own options (SinkContext.sink_options): MLflow's store, and what it gets of this
+    sweep (``mlflow_runs``, ``auto`` by the sweep's size)."""
+    return MLflowOptions(tracking_uri(args), run_mode(sweep.spec.mlflow_runs, len(sweep.trials))).sink_options()
+
+
+def check_sink_stores(args: argparse.Namespace, sinks: list[str]) -> None:
+    """Before a run starts, the stores of its sinks that a command line names are checked: MLflow's
+    (a tracking server that does not answer, a SQLite file that is not a store) when the MLflow sink
+    is among ``sinks``."""
+    if MLFLOW_SINK in sinks:
+        check_tracking_server(tracking_uri(args))
 
 
 def _results_source(args: argparse.Namespace) -> str:

@@ -15,10 +15,11 @@ import yaml
 from pydantic import BaseModel
 
 from banditsweep.core import registry
-from banditsweep.core.kernel_shards import SHARDABLE_ALGORITHMS, SHARDABLE_ENVIRONMENTS
+from banditsweep.core.sharded.shard import shardable_algorithms, shardable_environments
 from banditsweep.sweeps.commands import EXIT_BAD_INPUT
 from banditsweep.sweeps.spec_errors import did_you_mean, show
-from banditsweep.workers import DEFAULT_SINKS, sink_names
+from banditsweep.sweeps.spec import DEFAULT_SINKS
+from banditsweep.workers import sink_names
 
 WIDTH = 100        # columns of the listing
 INDENT = "    "    # a parameter under its algorithm or environment; its description below it, deeper
@@ -151,6 +152,6 @@ def main(args: argparse.Namespace) -> int:
         lines += _environment(name)
     lines += textwrap.wrap(f"Result sinks (default: {', '.join(DEFAULT_SINKS)}): {', '.join(sink_names())}", WIDTH)
     lines += textwrap.wrap(f"Sharded trials (shards: N or shard_points: P on an environment or algorithm entry): "
-                           f"{', '.join(SHARDABLE_ALGORITHMS)} on {', '.join(SHARDABLE_ENVIRONMENTS)}", WIDTH)
+                           f"{', '.join(shardable_algorithms())} on {', '.join(shardable_environments())}", WIDTH)
     print("\n".join(lines))
     return 0

@@ -10,12 +10,12 @@ import subprocess
 import sys
 
 from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
-from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
+from banditsweep.sweeps.commands.arguments import results_root, sink_options, tracking_uri
 from banditsweep.sweeps.commands.shared import store_of
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.workers import experiment_of
 from banditsweep.workers import catch_up
-from banditsweep.workers import SinkContext, run_mode
+from banditsweep.workers import MLFLOW_SINK, SinkContext
 from banditsweep.workers import check_tracking_server
 
 
@@ -25,10 +25,8 @@ def sync(args: argparse.Namespace, sweep: Sweep) -> int:
     check_tracking_server(uri)
     store = store_of(args, sweep)
     with store.exclusive():
-        caught = catch_up(store, ["mlflow"], SinkContext(sweep.name, str(results_root(args)), uri,
-                                                         command="sync-mlflow",
-                                                         mlflow_runs=run_mode(sweep.spec.mlflow_runs,
-                                                                              len(sweep.trials))))
+        caught = catch_up(store, [MLFLOW_SINK], SinkContext(sweep.name, str(results_root(args)), command="sync-mlflow",
+                                                            sink_options=sink_options(args, sweep)))
     if not caught.sinks:
         print(f"error: {caught.warnings[0]}", file=sys.stderr)
         return EXIT_FAILED_TRIALS

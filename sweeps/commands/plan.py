@@ -6,17 +6,39 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 
+from banditsweep.sweeps import slurm
 from banditsweep.sweeps.commands.shared import store_of
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
-from banditsweep.sweeps.plan import data_directory, default_workers, duration, plan_sweep
+from banditsweep.sweeps.plan import SweepPlan, data_directory, default_workers, duration, plan_sweep
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError
 from banditsweep.workers import compare_code
 
 
+@dataclass
+class PlanReport:
+    """What ``plan`` found: the plan of the trials left (sweeps.plan.SweepPlan), the spec's trials
+    finished in the store and left out of it, and those of them computed by other code (which
+    `run` runs again, so they are in the plan)."""
+
+    plan: SweepPlan
+    sweep: Sweep
+    done: set[str]
+    other_code: dict[str, list[str]]
+    exit_code: int = 0
+
+
 def main(args: argparse.Namespace, sweep: Sweep) -> int:
-    trials_at_once = workers(args, sweep)   # first: a cluster the trials cannot run on is refused before anything
+    return execute(args, sweep).exit_code
+
+
+def execute(args: argparse.Namespace, sweep: Sweep) -> PlanReport:
+    """The plan (what `banditsweep plan` and ``banditsweep.plan`` do), printing what the command prints."""
+    for_slurm = getattr(args, "slurm", False)
+    # First: a cluster the trials cannot run on is refused before anything.
+    trials_at_once = slurm.allocation(args, sweep).workers if for_slurm else workers(args, sweep)
     data_dir = chosen_data_dir(args.data_dir)
     ensure_datasets_of_trials(args.spec, (trial.spec for trial in sweep.trials), data_dir)
     store = store_of(args, sweep)
@@ -37,7 +59,9 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
               "took; `run --keep-changed` keeps them instead)")
     if code.unknown:
         print(f"(note: {code.unknown_line()})")
-    return 0
+    for line in slurm.sbatch_lines(args, sweep, plan) if for_slurm else []:
+        print(line)
+    return PlanReport(plan, sweep, done, dict(code.other))
 
 
 def workers(args: argparse.Namespace, sweep: Sweep) -> int:

@@ -10,7 +10,8 @@ from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS, EXIT_INCONSISTENT
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
 from banditsweep.sweeps.commands.shared import (env_order, label_order, other_code_of, say_code_notes, say_health,
                                                 say_selection, selected_sweep, store_of)
-from banditsweep.sweeps.report import finished_trials, markdown_table, recorded_trials, summarise, write_report
+from banditsweep.sweeps.report import (finished_trials, markdown_table, recorded_trials, summarise, summarise_held_out,
+                                       write_report)
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.workers import attach_report
 from banditsweep.workers import FAILED
@@ -29,9 +30,13 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
         print(f"{sweep.name}: no finished trials under {store.root}; run `banditsweep run {args.spec}` first",
               file=sys.stderr)
         return EXIT_FAILED_TRIALS
-    summary = summarise(trials, label_order(sweep), env_order(sweep), finished_trials(recorded, sweep.trials, FAILED),
-                        other_code_of(store, sweep))
-    files = write_report(store, summary, sweep.name)
+    failed = finished_trials(recorded, sweep.trials, FAILED)
+    if args.choose_on_seeds:
+        summary = summarise_held_out(trials, label_order(sweep), env_order(sweep), args.choose_on_seeds, failed,
+                                     other_code_of(store, sweep))
+    else:
+        summary = summarise(trials, label_order(sweep), env_order(sweep), failed, other_code_of(store, sweep))
+    files = write_report(store, summary, sweep.name, band=args.band)
     run_id, note = attach_report(tracking_uri(args), str(results_root(args)), sweep.name, store.report_dir)
     if note:
         print(f"warning: {note}", file=sys.stderr)

@@ -13,17 +13,18 @@ import json
 import os
 import shlex
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
 from banditsweep.workers import one_line
-from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
+from banditsweep.sweeps.commands.arguments import check_sink_stores, results_root, sink_options
 from banditsweep.sweeps.commands.progress import ProgressDisplay
 from banditsweep.sweeps.commands.shared import jobs_of, print_results, say_code_findings, say_health, store_of
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
-from banditsweep.sweeps.spec import Sweep
+from banditsweep.sweeps.spec import DEFAULT_SINKS, Sweep
 from banditsweep.sweeps.spec_errors import SpecError
+from banditsweep.sweeps.spec_yaml import SpecText
 from banditsweep.workers import source_commit
 from banditsweep.workers import run_sweep
 from banditsweep.workers import Job, RunOptions
@@ -32,23 +33,50 @@ from banditsweep.workers import ray_address
 from banditsweep.workers import CodeComparison
 from banditsweep.workers import KEEP, RERUN, RERUN_ALL, catch_up, failed_records, plan_resume
 from banditsweep.workers import record_run
-from banditsweep.workers import DEFAULT_SINKS, SinkContext, run_mode, sink_names
-from banditsweep.workers import check_tracking_server
+from banditsweep.workers import SinkContext, sink_names
+from banditsweep.workers import shipped_classes
 
 # What the driver's environment hands every Ray worker process: the plugins it imports.
 PLUGINS_ENV_VAR = "BANDITSWEEP_PLUGINS"
 
 
+@dataclass
+class RunReport:
+    """What a ``run`` did: its exit code (0, or 1 with failed trials), the sweep as planned (after
+    --set and --only), its results folder, where the store stood before (``finished_before``,
+    ``failed_before`` of ``total``), the trials it ran and how they went (none ran when none was left)."""
+
+    exit_code: int
+    sweep: Sweep
+    store_root: Path
+    total: int
+    finished_before: int = 0
+    failed_before: int = 0
+    ran: int = 0
+    finished: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    workers: int = 0
+    device: str = ""
+    failures: list = field(default_factory=list)   # the spec's failed trials' records (TrialRecord)
+
+
 def main(args: argparse.Namespace, sweep: Sweep) -> int:
+    return execute(args, sweep).exit_code
+
+
+def execute(args: argparse.Namespace, sweep: Sweep) -> RunReport:
+    """The run (what `banditsweep run` and ``banditsweep.run`` do), printing what the command prints."""
     data_dir = chosen_data_dir(args.data_dir)
     ensure_datasets_of_trials(args.spec, (trial.spec for trial in sweep.trials), data_dir)
     options = run_options(args, sweep, chosen_sinks(args, sweep), data_dir)
-    if "mlflow" in options.sinks:
-        check_tracking_server(options.tracking_uri)
+    check_sink_stores(args, options.sinks)
     jobs = jobs_of(sweep)
     check_fits(jobs, options, args.spec)
+    report = RunReport(0, sweep, store_of(args, sweep).root, len(sweep.trials))
     with store_of(args, sweep).exclusive():
-        return run_locked(args, sweep, jobs, options)
+        report.exit_code = run_locked(args, sweep, jobs, options, report)
+    return report
 
 
 def chosen_sinks(args: argparse.Namespace, sweep: Sweep) -> list[str]:
@@ -71,15 +99,14 @@ def chosen_sinks(args: argparse.Namespace, sweep: Sweep) -> list[str]:
 def run_options(args: argparse.Namespace, sweep: Sweep, sinks: list[str], data_dir: Path | None) -> RunOptions:
     resources = sweep.spec.resources
     plugins = os.environ.get(PLUGINS_ENV_VAR)
-    return RunOptions(results_root=str(results_root(args)), tracking_uri=tracking_uri(args), sinks=sinks,
+    return RunOptions(results_root=str(results_root(args)), sinks=sinks, sink_options=sink_options(args, sweep),
                       cpus_per_trial=resources.cpus_per_trial, gpus_per_trial=resources.gpus_per_trial,
                       batch_trials=resources.batch_trials, max_workers=args.max_workers,
-                      checkpoint_every=sweep.spec.checkpoint_every, spec_path=args.spec,
+                      checkpoint_every=sweep.spec.checkpoint_every, spec_path=str(args.spec),
                       address=ray_address(args.address), env_vars={PLUGINS_ENV_VAR: plugins} if plugins else {},
                       cpus_per_shard=resources.cpus_per_shard, gpus_per_shard=resources.gpus_per_shard,
                       data_dir=str(data_dir) if data_dir is not None else None,
-                      mlflow_runs=run_mode(sweep.spec.mlflow_runs, len(sweep.trials)),
-                      settings=sweep_settings(args, sweep))
+                      settings=sweep_settings(args, sweep), shipped=shipped_classes())
 
 
 def sweep_settings(args: argparse.Namespace, sweep: Sweep) -> dict[str, str]:
@@ -92,7 +119,6 @@ def sweep_settings(args: argparse.Namespace, sweep: Sweep) -> dict[str, str]:
         seeds = f"{seeds[0]}..{seeds[-1]}"
     settings = {"trials": len(sweep.trials), "horizon": spec.horizon, "seeds": seeds,
                 "log_every": spec.log_every, "checkpoint_every": spec.checkpoint_every,
-                "mlflow_runs": run_mode(spec.mlflow_runs, len(sweep.trials)),
                 "algorithms": sorted({trial.label for trial in sweep.trials}),
                 "environments": sorted({trial.environment for trial in sweep.trials}),
                 **{f"resources.{key}": value for key, value in spec.resources.model_dump().items()},
@@ -101,8 +127,10 @@ def sweep_settings(args: argparse.Namespace, sweep: Sweep) -> dict[str, str]:
             if value not in (None, "")}
 
 
-def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options: RunOptions) -> int:
-    """With the sweep's folder locked: resume where the store stands, run, say how it went."""
+def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options: RunOptions,
+               report: RunReport | None = None) -> int:
+    """With the sweep's folder locked: resume where the store stands, run, say how it went (and
+    note it in ``report``); the exit code."""
     store = store_of(args, sweep)
     plan = plan_resume(store, jobs, args.retry_failed,
                        KEEP if args.keep_changed else RERUN_ALL if args.rerun_changed else RERUN)
@@ -111,14 +139,17 @@ def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options:
     print(f"{sweep.name}: {plan.total} trials{selected}, {plan.finished} finished, {plan.failed} failed, "
           f"{len(plan.pending)} to run")
     say_code(plan.code, plan.rerun_changed, plan.rerun_unknown)
+    report = report or RunReport(0, sweep, store.root, plan.total)
+    report.total, report.finished_before, report.failed_before = plan.total, plan.finished, plan.failed
     if not plan.pending:
-        caught = catch_up(store, options.sinks, SinkContext(sweep.name, options.results_root, options.tracking_uri,
-                                                            mlflow_runs=options.mlflow_runs))
+        caught = catch_up(store, options.sinks, SinkContext(sweep.name, options.results_root,
+                                                            sink_options=options.sink_options))
         for warning in caught.warnings:
             print(f"warning: {warning}", file=sys.stderr)
         if caught.rebuilt_runs:
             print(f"restored {caught.rebuilt_runs} MLflow runs from the Parquet results")
         print_results(store, sweep)
+        report.failures = failed_records(store, [job.record.trial_id for job in jobs]) if plan.failed else []
         return EXIT_FAILED_TRIALS if plan.failed else 0
     say_estimate(sweep, store, plan.pending, options)
     options = replace(options, spec_text=_spec_text(args.spec), source_commit=source_commit())
@@ -137,20 +168,27 @@ def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options:
         print(f"warning: result sink: {error}", file=sys.stderr)
     for note in outcome.notes:
         print(f"warning: {note}", file=sys.stderr)
+    report.ran, report.finished, report.failed = len(plan.pending), outcome.finished, outcome.failed
+    report.seconds, report.workers, report.device = outcome.seconds, outcome.workers, outcome.device
     print(f"results: {store.root}")
     print_results(store, sweep)
     repeated = "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in
                        [("--results", args.results), ("--mlflow-uri", args.mlflow_uri),
                         *(("--set", item) for item in args.overrides or []),
                         *(("--only", item) for item in args.selectors or [])] if value is not None)
-    print(f"\nnext: `banditsweep report {shlex.quote(args.spec)}{repeated}` for tables and figures, "
-          f"`banditsweep ui {shlex.quote(args.spec)}{repeated}` to compare runs in MLflow; in Python: "
-          f"`trials, curves = banditsweep.load({options.results_root!r}, {sweep.name!r})`")
+    if isinstance(args.spec, SpecText):   # given in Python: no file for the commands to name
+        print(f"\nnext: the result's .statistics and .plot(); "
+              f"`trials, curves = banditsweep.load({options.results_root!r}, {sweep.name!r})`")
+    else:
+        print(f"\nnext: `banditsweep report {shlex.quote(args.spec)}{repeated}` for tables and figures, "
+              f"`banditsweep ui {shlex.quote(args.spec)}{repeated}` to compare runs in MLflow; in Python: "
+              f"`trials, curves = banditsweep.load({options.results_root!r}, {sweep.name!r})`")
     failures = failed_records(store, [job.record.trial_id for job in jobs])
     for record in failures[:5]:
         # One line each, whatever the record holds (an exception's message may span lines).
         print(one_line(f"failed: {record.label} | {record.environment} | seed {record.seed}: {record.error}", 500),
               file=sys.stderr)
+    report.failures = failures
     return EXIT_FAILED_TRIALS if failures else 0
 
 
@@ -173,6 +211,7 @@ RUN_PROBE_SECONDS = 0.3
 def say_estimate(sweep: Sweep, store, pending: list[Job], options: RunOptions) -> None:
     """The run's cost in its first lines (sweeps.plan), and a word before a long one starts."""
     from banditsweep.sweeps.plan import LONG_RUN_SECONDS, data_directory, default_workers, duration, plan_sweep
+    from banditsweep.sweeps.slurm import time_limit_notes
 
     records = store.journal()
     wanted = {job.record.trial_id for job in pending}
@@ -191,12 +230,16 @@ def say_estimate(sweep: Sweep, store, pending: list[Job], options: RunOptions) -
     unknown = f" ({estimate.unknown} cell(s) not estimated)" if estimate.unknown else ""
     print(f"estimate: the trials take about {duration(seconds)} {where}{unknown}, plus Ray's start "
           "(`banditsweep plan` for the breakdown)")
+    for line in time_limit_notes(estimate, sweep.spec.checkpoint_every):   # inside a Slurm job
+        print(line, file=sys.stderr)
     if seconds > LONG_RUN_SECONDS:
         print(f"note: a long run ({duration(seconds)}); --set horizon=... / --set seeds=... cut it down, and "
               "an interrupted run resumes where it stopped")
 
 
 def _spec_text(path: str) -> str:
+    if isinstance(path, SpecText):
+        return path.text
     try:
         return Path(path).read_text()
     except (OSError, UnicodeDecodeError):

@@ -100,14 +100,21 @@ def say_code_notes(summary) -> None:
         print(f"code: {note}")
 
 
-def print_results(store: SweepStore, sweep: Sweep) -> None:
+def summary_of(store: SweepStore, sweep: Sweep):
+    """The report's summary (sweeps.report.summarise) of the spec's finished trials; None with none."""
     recorded = recorded_trials(store)
     trials = finished_trials(recorded, sweep.trials)
     if trials.empty:
+        return None
+    return summarise(trials, label_order(sweep), env_order(sweep), finished_trials(recorded, sweep.trials, FAILED),
+                     other_code_of(store, sweep))
+
+
+def print_results(store: SweepStore, sweep: Sweep) -> None:
+    summary = summary_of(store, sweep)
+    if summary is None:
         print("no finished trials yet")
         return
-    summary = summarise(trials, label_order(sweep), env_order(sweep), finished_trials(recorded, sweep.trials, FAILED),
-                        other_code_of(store, sweep))
     print(f"\nMean final cumulative regret (best grid point per cell, {sweep.name}):")
     print(markdown_table(summary.mean, 1, marks=summary.marks))
     for note in summary.notes:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
@@ -23,7 +24,25 @@ from banditsweep.workers import StatusSummary, status_summary
 LISTED = 20
 
 
+@dataclass
+class StatusReport:
+    """What ``status`` found: the trials shown (the spec's, or those of the run whose --set planned
+    what the store holds: ``selection``), the counts per cell and the check of the files
+    (workers.storage.status_counts.StatusSummary); exit code 4 when they disagree."""
+
+    exit_code: int
+    sweep: Sweep
+    store_root: Path
+    summary: StatusSummary
+    notes: list[str] = field(default_factory=list)
+
+
 def main(args: argparse.Namespace, sweep: Sweep) -> int:
+    return execute(args, sweep).exit_code
+
+
+def execute(args: argparse.Namespace, sweep: Sweep) -> StatusReport:
+    """The status (what `banditsweep status` and ``banditsweep.status`` do), printing what the command prints."""
     store = store_of(args, sweep)
     selection = selected_sweep(args, sweep, store)
     say_selection(selection)
@@ -45,14 +64,16 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
           f"{summary.total('failed')} failed, {running}{summary.total('pending')} pending")
     say_code_state(summary.code)
     say_live(summary)
+    report = StatusReport(0, sweep, store.root, summary, list(selection.notes))
     if summary.consistency is None:
-        return 0
+        return report
     print(f"verified: {summary.consistency.summary()}")
     for note in summary.consistency.notes:
         print(f"note: {note}")
     for problem in summary.consistency.problems:
         print(f"inconsistent: {problem}", file=sys.stderr)
-    return EXIT_INCONSISTENT if summary.inconsistent else 0
+    report.exit_code = EXIT_INCONSISTENT if summary.inconsistent else 0
+    return report
 
 
 def say_code_state(code) -> None:

@@ -18,7 +18,9 @@ import ray
 from banditsweep.core.trial import TrialSpec, run_trials
 from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
 from banditsweep.workers.provenance.code_identity import code_of
+from banditsweep.workers.provenance.load import LoadSampler
 from banditsweep.workers.provenance.runtime import runtime_info
+from banditsweep.workers.provenance.shipped import install_all
 from banditsweep.workers.storage.live_run import RunningTrials
 from banditsweep.workers.storage.record import TrialOutcome, TrialRecord
 from banditsweep.workers.mirrors.sinks import Mirror, MirrorStatus, SinkContext, open_sinks
@@ -33,10 +35,13 @@ def _describe_error() -> tuple[str, str]:
 @ray.remote
 class TrialActor:
     """One per GPU (or per ``cpus_per_trial`` CPUs). Runs a batch of compatible trials at a time.
-    ``data_dir``: where the trials' dataset files are (None: where this worker's environment says)."""
+    ``data_dir``: where the trials' dataset files are (None: where this worker's environment says);
+    ``shipped``: the classes the driver registered that this process registers too, before any trial
+    (workers.provenance.shipped: a notebook's policy arrives by value, with its source)."""
 
-    def __init__(self, mirror, threads: int, data_dir: str | None = None):
+    def __init__(self, mirror, threads: int, data_dir: str | None = None, shipped: tuple = ()):
         self.mirror = mirror
+        install_all(shipped)
         self.threads = max(1, threads)
         if data_dir:
             # The environments a trial builds read their dataset files from the data directory of the
@@ -92,15 +97,18 @@ class TrialActor:
     def _run_together(self, specs: list[TrialSpec], records: list[TrialRecord]) -> list[TrialOutcome]:
         self.mirror.started.remote(records)
 
+        load = LoadSampler()   # the machine's load while the batch runs (provenance.load)
+
         def stream(index: int, t: int, cumulative_regret: float) -> None:
             self.mirror.progress.remote(records[index].trial_id, [(t, cumulative_regret)])
+            load.tick()
 
         started = time.perf_counter()
         results = run_trials(specs, self.device, on_progress=stream, progress_every=records[0].log_every,
                              checkpoints=self.checkpoints)
         elapsed = time.perf_counter() - started
-        now = time.time()
-        return [TrialOutcome.of(record.finished(result, now, batch_size=float(len(specs)),
+        now, load_average = time.time(), load.mean()
+        return [TrialOutcome.of(record.finished(result, now, load_average, batch_size=float(len(specs)),
                                                 batch_wall_seconds=elapsed), result)
                 for record, result in zip(records, results)]
 
@@ -113,10 +121,6 @@ class MirrorActor:
     driver need not wait for that."""
 
     def __init__(self, names: list[str], context: SinkContext, pending: list[str]):
-        # A tracking server that is down must cost seconds per try, not MLflow's minutes of retries:
-        # the mirror retries on its own, with back-off.
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         sinks, self.counts, errors = open_sinks(names, context, context.store.journal(), pending)
         self.mirror = Mirror(sinks)
         self.mirror.status.errors += errors

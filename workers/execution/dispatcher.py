@@ -162,6 +162,7 @@ class SweepLoop:
     def __init__(self, jobs: list[Job], options: RunOptions, store: SweepStore, context: SinkContext,
                  connection: RayConnection, on_progress: Callable[[Progress], None] | None):
         self.options, self.store, self.on_progress = options, store, on_progress
+        self.context = context
         self.sharded = [job for job in jobs if job.shards]
         pooled = [job for job in jobs if not job.shards]
         self.connection, self.ray_line = connection, connection.describe()
@@ -181,11 +182,12 @@ class SweepLoop:
         if not connection.address:
             self._check_embedded_ray_fits(pooled, cpus_each, gpus_each)
         self.pool = TrialPool(self.mirror, cpus_each, gpus_each, options.max_workers,
-                              use_autoscaler=bool(connection.address), data_dir=options.data_dir)
+                              use_autoscaler=bool(connection.address), data_dir=options.data_dir,
+                              shipped=options.shipped)
         planned = max(1, min(placeable(cpus_each, gpus_each), options.max_workers or math.inf))
         self.batches = deque(make_batches(pooled, options.batch_trials, gpus_each > 0, planned))
         self.in_flight: dict[Any, InFlight] = {}   # ref -> batch, in the order handed out
-        self.checkpoints = (CheckpointFiles(store.root / ".checkpoints", options.checkpoint_every)
+        self.checkpoints = (CheckpointFiles(store.checkpoints_dir, options.checkpoint_every)
                             if options.checkpoint_every else None)
 
     def _check_embedded_ray_fits(self, pooled: list[Job], cpus_each: float, gpus_each: float) -> None:
@@ -399,7 +401,7 @@ class SweepLoop:
             self.show()
 
         outcome = run_sharded_trial(job.spec, record, job.shards, self.options.cpus_per_shard,
-                                    self.options.gpus_per_shard, self.store.root / ".checkpoints",
+                                    self.options.gpus_per_shard, self.store.checkpoints_dir,
                                     self.options.checkpoint_every or SHARDED_CHECKPOINT_EVERY, stream, say)
         self.progress.running -= 1
         self.feed([outcome])
@@ -425,11 +427,7 @@ class SweepLoop:
             self.show()
 
         if self.ray_lost:
-            cut_off = ("Ray's own processes ended with the run (a signal to the whole process group): the result "
-                       "sinks lack what the mirror had not written; `banditsweep sync-mlflow SPEC` (or the next "
-                       "run) brings them up to date from the Parquet results")
-            say(cut_off)
-            return {}, MirrorStatus(errors=[cut_off])
+            return {}, self.catch_up_here(status, summary, say)
         reconcile = ray.get(self.mirror.reconciled.remote())
         mirrored = drain_mirror(self.mirror, status, summary, say)
         if unwritable is not None:
@@ -437,10 +435,38 @@ class SweepLoop:
         return reconcile, mirrored
 
 
+    def catch_up_here(self, status: str, summary: dict[str, int], say) -> MirrorStatus:
+        """Ray's processes ended with the run (a signal to the whole process group, or to every
+        process of a batch job), the mirror with them: the sinks are brought up to date with the
+        Parquet results from this process (the finished trials' runs written, the parent run
+        closed, the runs of the trials that were running removed: they run again), within the
+        stop's deadline (workers.execution.signals)."""
+        from banditsweep.workers.mirrors.sinks import open_sinks
+
+        cut_off = ("Ray's own processes ended with the run (a signal to the whole process group): the result "
+                   "sinks lack what the mirror had not written; `banditsweep sync-mlflow SPEC` (or the next "
+                   "run) brings them up to date from the Parquet results")
+        if not self.options.sinks:
+            return MirrorStatus()
+        abandoned = [job.record.trial_id for flight in self.in_flight.values() for job in flight.batch]
+        try:
+            sinks, _, errors = open_sinks(self.options.sinks, self.context, self.store.journal(), abandoned)
+            notes = [note for note in (sink.close(status, summary) for sink in sinks) if note]
+        except Exception as error:   # the deadline is near and nothing of it is lost: the next run catches up
+            say(f"{cut_off} ({type(error).__name__}: {error})"[:600])
+            return MirrorStatus(errors=[cut_off])
+        if errors:
+            say(cut_off)
+            return MirrorStatus(errors=[*errors, cut_off])
+        say("Ray's own processes ended with the run (a signal to every process of the job): the result sinks "
+            "were brought up to date from the Parquet results")
+        return MirrorStatus(notes=notes)
+
+
 def sink_context(sweep_name: str, store: SweepStore, options: RunOptions) -> SinkContext:
-    return SinkContext(sweep_name, str(store.root.parent), options.tracking_uri, spec_path=options.spec_path,
-                       spec_text=options.spec_text, source_commit=options.source_commit,
-                       mlflow_runs=options.mlflow_runs, settings=options.settings)
+    return SinkContext(sweep_name, str(store.root.parent), spec_path=options.spec_path, spec_text=options.spec_text,
+                       source_commit=options.source_commit, settings=options.settings,
+                       sink_options=options.sink_options, retried_by_mirror=True)
 
 
 def run_sweep(sweep_name: str, jobs: list[Job], options: RunOptions,

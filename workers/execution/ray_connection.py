@@ -9,6 +9,7 @@ import logging
 import os
 import secrets
 import shutil
+import socket
 import tempfile
 import time
 from contextlib import contextmanager
@@ -175,6 +176,7 @@ class RayConnection:
                 shutil.rmtree(os.path.dirname(package), ignore_errors=True)
         self.started = True
         stop_cleanly_on_sigterm()  # ray.init installs a SIGTERM handler that aborts the driver
+        self._quiet_after_a_stop()
         return self
 
     def _init(self, runtime_env: dict | None) -> None:
@@ -210,9 +212,37 @@ class RayConnection:
             ray.shutdown()
         self._drop_own_token()
 
+    def _quiet_after_a_stop(self) -> None:
+        """The driver prints the errors Ray's processes publish (a worker that died, the autoscaler's
+        failure). When a batch scheduler ends a job it signals every process of it, the cluster's
+        too, and each reports its own end, some with a traceback: after this process's SIGTERM, and
+        for processes ended by a signal at any time, those reports say nothing the run does not
+        say itself. A private interface, hence the guard."""
+        try:
+            from ray._private import worker as ray_worker
+        except ImportError:
+            return
+        original = ray_worker.print_to_stdstream
+        if getattr(original, "banditsweep_quiet", False):
+            return
+
+        def print_to_stdstream(data, *args, **kwargs):
+            lines = data.get("lines") if isinstance(data, dict) else None
+            if lines is not None and data.get("pid") == "raylet" and (terminated() or any(
+                    "Terminated with signal" in str(line) or "SIGTERM" in str(line) for line in lines or [])):
+                return None
+            return original(data, *args, **kwargs)
+
+        print_to_stdstream.banditsweep_quiet = True
+        ray_worker.print_to_stdstream = print_to_stdstream
+
     def _end_what_is_left(self) -> None:
         """The embedded Ray ended under the driver: its processes still running (this process's
-        children) are ended, and Ray's own shutdown is left out (workers.execution.signals.abandon_ray)."""
+        children) are ended, and Ray's own shutdown is left out (workers.execution.signals.abandon_ray).
+        A cluster's processes are not this process's to end: only the shutdown is left out."""
+        if self.address:
+            abandon_ray()
+            return
         try:
             from ray._private.worker import _global_node as node
 
@@ -233,9 +263,17 @@ class RayConnection:
         reaches the driver, and calls on actors would then hang until Ray gives up on its GCS
         (60 s, then it ends the process: past a scheduler's grace period). After a SIGTERM they get
         a moment to end (a SIGTERM to the driver alone leaves them up). Always False for a cluster:
-        its processes are not this process's children."""
-        if not self.started or self.address:
+        its processes are not this process's children.
+
+        A cluster: only after a SIGTERM, whether its head stopped taking connections within
+        RAY_END_WAIT seconds. A batch scheduler (Slurm ending a job that was preempted, requeued or
+        cancelled) signals the cluster's processes with the driver when the cluster is the job's
+        own (cluster-slurm.sbatch); a SIGTERM to the driver alone (``ray job stop``, the batch
+        script's time-limit stop) leaves the head answering."""
+        if not self.started:
             return False
+        if self.address:
+            return terminated() and self._head_stopped_answering()
         try:
             from ray._private import ray_constants
             from ray._private.worker import _global_node as node
@@ -247,6 +285,22 @@ class RayConnection:
         deadline = time.monotonic() + (RAY_END_WAIT if terminated() else 0.0)
         while True:
             if any(info.process.poll() is not None for info in infos):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+    def _head_stopped_answering(self) -> bool:
+        if "://" in self.address or ":" not in self.address:
+            return False   # `auto`, `ray://`: Ray resolves it; taken to be up
+        host, _, port = self.address.rpartition(":")
+        deadline = time.monotonic() + RAY_END_WAIT
+        while True:
+            try:
+                socket.create_connection((host.strip("[]"), int(port)), timeout=0.5).close()
+            except ValueError:
+                return False
+            except OSError:
                 return True
             if time.monotonic() >= deadline:
                 return False

@@ -5,6 +5,7 @@ builds the first two from the spec and its arguments; nothing here reads the env
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from banditsweep.core.trial import TrialSpec
 from banditsweep.workers.storage.record import TrialRecord
@@ -14,8 +15,9 @@ from banditsweep.workers.mirrors.sinks import MirrorStatus
 @dataclass
 class RunOptions:
     results_root: str
-    tracking_uri: str
-    sinks: list[str] = field(default_factory=lambda: ["mlflow"])
+    sinks: list[str] = field(default_factory=list)   # registered sink names (none: Parquet only)
+    # Each sink's own options, by the name of the sink that reads them (SinkContext.sink_options).
+    sink_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     cpus_per_trial: float = 1.0
     gpus_per_trial: float | None = None
     batch_trials: int | None = None
@@ -31,8 +33,10 @@ class RunOptions:
     # Where the trial actors read dataset files; None: wherever their own environment says (their
     # BANDITSWEEP_DATA, else their per-user cache).
     data_dir: str | None = None
-    mlflow_runs: str = "trials"           # what the MLflow mirror gets (workers.mirrors.mlflow.sink.run_mode)
     settings: dict[str, str] = field(default_factory=dict)   # the sweep-level settings, for the parent run
+    # Classes registered in the driver's process that every trial actor registers too
+    # (workers.provenance.shipped: a notebook's policy, shipped by value).
+    shipped: tuple = ()
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """Sharded trials on Ray: one actor per shard of X, placed by a placement group spread over the
-nodes, and the attempts of a trial whose shards die (core.kernel_shards, core.sharded_trial; SPEC 4).
+nodes, and the attempts of a trial whose shards die (core.sharded; SPEC 4).
 
-The coordinator runs in the driver: per round it exchanges a few small messages with the shards
-(core.kernel_shards lists them). It is played out by core's one checkpoint driver
+The coordinator runs in the driver: per round it sends its shards a few small typed requests
+(core.sharded.protocol lists them), each answered by the actor's one entry point,
+:meth:`ShardActor.handle`. It is played out by core's one checkpoint driver
 (core.round_loop.play_out) over the files of ``workers.storage.checkpoint_files``: every ``checkpoint_every``
 rounds each shard writes its part of the state from its own process
 (``<results>/<sweep>/.checkpoints/<trial key>/shard-<start>.r<round>.state``), then the coordinator
@@ -17,29 +18,41 @@ from __future__ import annotations
 import resource
 import time
 import traceback
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, TypeVar
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from banditsweep.core.kernel_shards import KernelShard, domain_shape
-from banditsweep.core.sharded_trial import run_sharded
-from banditsweep.core.sharding import shard_ranges
+from banditsweep.core.sharded.coordinator import run_sharded
+from banditsweep.core.sharded.partition import shard_ranges
+from banditsweep.core.sharded.protocol import Request
+from banditsweep.core.sharded.shard import KernelShard, domain_shape
 from banditsweep.core.trial import TrialSpec
 from banditsweep.workers.provenance.code_identity import code_of
+from banditsweep.workers.provenance.load import LoadSampler
 from banditsweep.workers.provenance.runtime import runtime_info
 from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
 from banditsweep.workers.storage.record import MAX_ATTEMPTS, TrialOutcome, TrialRecord
 
 # Seconds to wait for the shards' placement group before saying that no node can hold it.
 PLACEMENT_NOTICE = 30.0
+# A request carrying more array bytes than this is put in the object store once for all shards.
+SHARED_PAYLOAD = 1 << 16
+
+R = TypeVar("R")
+
+
+def payload_bytes(request: Request) -> int:
+    """The bytes of the arrays a request carries."""
+    return sum(getattr(getattr(request, field.name), "nbytes", 0) for field in fields(request))
 
 
 @ray.remote
 class ShardActor:
-    """One shard of one trial (core.kernel_shards.KernelShard) in its own worker process."""
+    """One shard of one trial (core.sharded.shard.KernelShard) in its own worker process."""
 
     def __init__(self, spec: TrialSpec, start: int, stop: int):
         self.shard = KernelShard(spec, start, stop)
@@ -47,8 +60,8 @@ class ShardActor:
     def where(self) -> tuple[str, str]:
         return ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id()
 
-    def call(self, method: str, *args: Any) -> Any:
-        return getattr(self.shard, method)(*args)
+    def handle(self, request: Request[R]) -> R:
+        return self.shard.handle(request)
 
     def peak_memory_mb(self) -> float:
         """The peak resident memory of this shard's process (Linux reports KiB)."""
@@ -77,13 +90,12 @@ class RayShards:
             for i, (start, stop) in enumerate(self.ranges)]
         self.nodes = ray.get([actor.where.remote() for actor in self.actors])
 
-    def map(self, method: str, *args: Any) -> list[Any]:
-        if any(hasattr(arg, "nbytes") and arg.nbytes > 1 << 16 for arg in args):
-            args = tuple(ray.put(arg) if hasattr(arg, "nbytes") and arg.nbytes > 1 << 16 else arg for arg in args)
-        return ray.get([actor.call.remote(method, *args) for actor in self.actors])
+    def map(self, request: Request[R]) -> list[R]:
+        sent = ray.put(request) if payload_bytes(request) > SHARED_PAYLOAD else request
+        return ray.get([actor.handle.remote(sent) for actor in self.actors])
 
-    def call(self, shard: int, method: str, *args: Any) -> Any:
-        return ray.get(self.actors[shard].call.remote(method, *args))
+    def ask(self, shard: int, request: Request[R]) -> R:
+        return ray.get(self.actors[shard].handle.remote(request))
 
     def peak_memory_mb(self) -> list[float]:
         return ray.get([actor.peak_memory_mb.remote() for actor in self.actors])
@@ -111,14 +123,19 @@ def run_sharded_trial(spec: TrialSpec, record: TrialRecord, shards: int, cpus: f
         group = None
         try:
             group = RayShards(spec, shards, cpus, gpus, on_wait=on_message)
-            callback = None if on_progress is None else (lambda _i, t, value: on_progress(t, value))
+            load = LoadSampler()   # of the coordinator's machine (provenance.load)
+
+            def callback(_index, t, value):
+                load.tick()
+                if on_progress is not None:
+                    on_progress(t, value)
             result = run_sharded(spec, group, callback, record.log_every, checkpoints)
             memory = group.peak_memory_mb()
             nodes = {node_id for _, node_id in group.nodes}
             extra = {"shard_nodes": float(len(nodes)), "shard_peak_rss_mb_max": max(memory),
                      "shard_peak_rss_mb_mean": sum(memory) / len(memory),
                      **{f"shard_{i}_peak_rss_mb": value for i, value in enumerate(memory)}}
-            return TrialOutcome.of(started.finished(result, time.time(), **extra), result)
+            return TrialOutcome.of(started.finished(result, time.time(), load.mean(), **extra), result)
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:
             last_error = f"a shard actor died: {error}"
             if on_message is not None:

@@ -16,9 +16,12 @@ EXIT_INTERRUPTED = 130
 
 
 def _interrupt(signum, frame):
-    if not _terminated.is_set():
-        _terminated.set()
-        threading.Thread(target=_stop_by_the_deadline, name="sigterm-deadline", daemon=True).start()
+    if _terminated.is_set():
+        # A batch scheduler signals every process of a job and its batch script forwards the signal
+        # too: a second SIGTERM must not interrupt the stop the first one began.
+        return
+    _terminated.set()
+    threading.Thread(target=_stop_by_the_deadline, name="sigterm-deadline", daemon=True).start()
     raise KeyboardInterrupt
 
 

@@ -24,21 +24,13 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from banditsweep.core import registry
 from banditsweep.workers.errors import InputError
 from banditsweep.workers.storage.record import TrialRecord
 
 log = logging.getLogger(__name__)
-
-# The sinks this package provides, by name, and those a run uses unless told otherwise. Registered
-# in the core registry, where plugins add theirs (``registry.register_sink``).
-BUILTIN_SINKS = {"mlflow": "banditsweep.workers.mirrors.mlflow.sink:MLflowSink"}
-DEFAULT_SINKS = ("mlflow",)
-for _name, _target in BUILTIN_SINKS.items():
-    registry.register_sink(_name, _target)
-
 
 def sink_names() -> list[str]:
     """Every registered sink: this package's and the plugins'."""
@@ -50,27 +42,12 @@ Points = list[tuple[int, float]]
 # Longest wait between two tries of a sink that fails (doubling from 1 s).
 MAX_RETRY_DELAY = 30.0
 # Ended trials per sink call (a sink may ask for fewer with an ``ended_per_call`` attribute): a
-# transaction's worth for MLflow's bulk writer (workers.mirrors.mlflow.bulk).
+# transaction's worth for a sink that writes a call's trials together.
 ENDED_PER_CALL = 500
 # Seconds a trial runs before its start reaches the sinks (a shorter one reaches them once, ended).
 HOLD_STARTS = 2.0
 # Tries to open a sink (1 s, then 2 s apart) before a run goes on without it.
 OPEN_ATTEMPTS = 3
-
-
-# What the MLflow mirror writes (SinkContext.mlflow_runs; workers.mirrors.mlflow.sink).
-RUN_MODES = ("trials", "cells", "both")
-# ``auto``: runs per trial up to this many trials in the sweep, else per cell.
-MAX_TRIAL_RUNS_AUTO = 2000
-
-
-def run_mode(requested: str, trials: int) -> str:
-    """``trials`` / ``cells`` / ``both`` as asked, ``auto`` by the sweep's size."""
-    if requested == "auto":
-        return "trials" if trials <= MAX_TRIAL_RUNS_AUTO else "cells"
-    if requested not in RUN_MODES:
-        raise ValueError(f"mlflow runs {requested!r}: allowed are auto, {', '.join(RUN_MODES)}")
-    return requested
 
 
 @dataclass(frozen=True)
@@ -79,13 +56,18 @@ class SinkContext:
 
     sweep: str
     results_root: str        # with ``sweep``, the store's identity
-    tracking_uri: str        # MLflow tracking URI of the run (a sink may ignore it)
     command: str = "run"
     spec_path: str = ""      # the spec the run was started with, and its text
     spec_text: str = ""
     source_commit: str = ""  # the git commit of the code that ran, where known
-    mlflow_runs: str = "trials"   # what MLflow gets: a run per trial, per cell, or both (workers.mirrors.mlflow.sink)
     settings: dict[str, str] = field(default_factory=dict)   # the run's sweep-level settings (horizon, seeds...)
+    # Each sink's own options, by the name of the sink that reads them, as plain JSON values (the
+    # context reaches the mirror actor and the preparing process): this layer passes them through
+    # unread, and a sink parses its own section into its typed options.
+    sink_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Fed by a Mirror, which retries a failing call itself, with back-off: a sink's client need not
+    # retry for long on its own (else: a command waiting on the sink, e.g. a catch-up).
+    retried_by_mirror: bool = False
 
     @property
     def store_id(self) -> str:
@@ -103,8 +85,8 @@ class SinkContext:
 
 @runtime_checkable
 class Sink(Protocol):
-    """A mirror of the record of truth. Constructed as ``cls(context)``; every call gets lists, in
-    the order the events happened; a trial's ``trials_started`` may come again when it is retried
+    """A mirror of the record of truth. Constructed as ``cls(context)`` (its own options, if it takes
+    any, in ``context.sink_options``); every call gets lists, in the order the events happened; a trial's ``trials_started`` may come again when it is retried
     (its earlier attempt's points are then void)."""
 
     def open(self, records: dict[str, TrialRecord], pending: list[str]) -> dict[str, int]:

@@ -8,7 +8,7 @@ that code, each over only the definitions the trial reaches:
 - its environment's class likewise,
 - the code every trial runs: the round loop and the trial (``core.round_loop``, ``core.trial``'s
   ``TrialRun`` and ``run_trials``), seeding, and the trial actor's device and thread set-up
-  (``workers.execution.trial_setup``); a sharded trial also its shards' modules.
+  (``workers.execution.trial_setup``); a sharded trial also its engine and its algorithm's sharded half.
 
 The closure is drawn from the source, statically (nothing is imported to digest it): a top-level
 definition (a class, function or assignment) names other definitions of its module and imported
@@ -22,6 +22,9 @@ it resolves to is.
 
 What the static closure cannot see is said, not hidden: a module whose source cannot be read (a
 compiled extension, a class defined where no source is kept) makes the part ``unknown: why``.
+A class registered where it was defined (a notebook's, a script's ``__main__``) is digested from
+the source that travels with it (workers.provenance.shipped), the same on the driver and a worker.
+The statements themselves are read by workers.provenance.source_index.
 
 Layer: the workers layer (it reads source files); nothing here imports Ray or MLflow.
 """
@@ -35,9 +38,10 @@ import importlib.util
 import inspect
 import os
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Iterable
+
+from banditsweep.workers.provenance.source_index import _Parsed, _normal, _parsed_at, _parsed_text
 
 PACKAGE = "banditsweep"
 # A name table, not code that computes anything: the class it resolves to is each trial's code.
@@ -50,14 +54,11 @@ SHARED_ROOTS = (
     (f"{PACKAGE}.core.seeding", None),
     (f"{PACKAGE}.workers.execution.trial_setup", None),
 )
-# A sharded trial's engine: its partition, shard halves and coordinator (chosen by name at run time,
-# which the static closure would not follow), whole.
-SHARDED_ROOTS = (
-    (f"{PACKAGE}.core.sharded_trial", None),
-    (f"{PACKAGE}.core.kernel_shards", None),
-    (f"{PACKAGE}.core.sharding", None),
-    (f"{PACKAGE}.workers.execution.sharded_trials", None),
-)
+# A sharded trial's engine, whole (core.sharded and the shard actors; the algorithm's half is a root of
+# its own, core.sharded.algorithm.sharded_half): no algorithm class names it, so no closure reaches it.
+SHARDED_ROOTS = tuple((f"{PACKAGE}.{module}", None) for module in (
+    "core.sharded.coordinator", "core.sharded.shard", "core.sharded.algorithm", "core.sharded.protocol",
+    "core.sharded.partition", "workers.execution.sharded_trials"))
 UNKNOWN = "unknown"
 DIGEST_CHARS = 16
 
@@ -94,7 +95,33 @@ def code_of(spec) -> CodeIdentity:
 
 def trial_code(algorithm_class: type, environment_class: type, sharded: bool = False) -> CodeIdentity:
     """The code identity of a trial of ``algorithm_class`` on ``environment_class``."""
-    return _trial_code(algorithm_class, environment_class, bool(sharded), _current_stamp())
+    return _trial_code(algorithm_class, environment_class, bool(sharded), (_current_stamp(), _shipped_version[0]))
+
+
+# The sources of classes registered where they were defined and shipped to the workers with a sweep
+# (workers.provenance.shipped): module -> class qualname -> (source of its file or notebook cell, or
+# None, and why not). Such a module is digested from these texts (joined, each once), on the driver
+# and on a worker alike: a worker's own ``__main__`` is Ray's, not the driver's.
+_SHIPPED_SOURCES: dict[str, dict[str, tuple[str | None, str]]] = {}
+_shipped_version = [0]
+
+
+def ship_source(module: str, qualname: str, source: str | None, problem: str = "") -> None:
+    """Digest ``module`` from ``source`` (the text defining ``qualname``) rather than from a file."""
+    entries = _SHIPPED_SOURCES.setdefault(module, {})
+    if entries.get(qualname) != (source, problem):
+        entries[qualname] = (source, problem)
+        _shipped_version[0] += 1
+
+
+def _shipped_text(module: str) -> str | None:
+    texts = [source for source, _ in _SHIPPED_SOURCES.get(module, {}).values() if source is not None]
+    return "\n\n".join(dict.fromkeys(texts)) if texts else None
+
+
+def module_source(module: str) -> str | None:
+    """The path of a module's Python source file, if it has one (nothing is imported)."""
+    return _module_source(module)
 
 
 # (when taken, stamp): the source files are looked at again at most every STAMP_SECONDS, so that a
@@ -115,12 +142,20 @@ def _current_stamp() -> tuple:
 @functools.lru_cache(maxsize=512)
 def _trial_code(algorithm_class: type, environment_class: type, sharded: bool, stamp: tuple) -> CodeIdentity:
     roots: list[tuple[str, str | None]] = [*SHARED_ROOTS, *(SHARDED_ROOTS if sharded else ())]
-    classes = (algorithm_class, environment_class)
+    from banditsweep.core.sharded.algorithm import sharded_half   # run by its sharded trials only
+
+    half = sharded_half(algorithm_class) if sharded else None
+    classes = (algorithm_class, environment_class, *((half,) if half is not None else ()))
     tops = {PACKAGE} | {cls.__module__.split(".")[0] for cls in classes}
     parts: dict[str, str] = {}
     for cls in classes:
         module = cls.__module__
-        if _module_source(module) is None:
+        shipped = _SHIPPED_SOURCES.get(module, {}).get(cls.__qualname__)
+        if shipped is not None and shipped[0] is None:
+            parts[f"{module}:{cls.__qualname__}"] = f"{UNKNOWN}: {shipped[1] or 'no source'}"
+        elif shipped is not None:
+            roots.append((module, cls.__qualname__.split(".")[0]))
+        elif _module_source(module) is None:
             parts.update(_class_alone(cls))
         else:
             roots.append((module, cls.__qualname__.split(".")[0]))
@@ -248,174 +283,10 @@ def _module_source(module: str) -> str | None:
     return path
 
 
-def _is_module(name: str) -> bool:
-    if name in sys.modules:
-        return True
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError, AttributeError):
-        return False
-
-
-@dataclass
-class _Parsed:
-    module: str
-    path: str
-    package: str                                     # for relative imports
-    statements: list[ast.stmt]
-    normal: list[str]                                # each statement normalised
-    binding: dict[str, list[int]] = field(default_factory=dict)   # name -> statements binding it
-    imports: dict[str, tuple[str, str | None]] = field(default_factory=dict)   # name -> (module, attr)
-    preamble: set[int] = field(default_factory=set)  # statements binding nothing (run on import)
-
-    def is_import(self, index: int) -> bool:
-        return isinstance(self.statements[index], (ast.Import, ast.ImportFrom))
-
-    def references(self, index: int, name: str | None) -> list[tuple[str, str | None]]:
-        """The definitions statement ``index`` names (for an import, only what binds ``name``)."""
-        node = self.statements[index]
-        local = dict(self.imports)
-        found: list[tuple[str, str | None]] = []
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias_name, target in _import_targets(node, self.package):
-                if name is None or alias_name == name:
-                    found.append(target)
-            return found
-        for inner in ast.walk(node):   # imports inside functions bind names there
-            if isinstance(inner, (ast.Import, ast.ImportFrom)):
-                for alias_name, target in _import_targets(inner, self.package):
-                    local[alias_name] = target
-        for chain in _name_chains(node):
-            head = chain[0]
-            if head in local:
-                module, attr = local[head]
-                found.extend(_resolve(module, attr, chain[1:]))
-            elif head in self.binding:
-                found.append((self.module, head))
-        return found
-
-
-def _resolve(module: str, attr: str | None, rest: tuple[str, ...]) -> list[tuple[str, str | None]]:
-    """What ``module[.attr].rest...`` names: a definition of a module, or a whole module."""
-    if attr is not None:
-        if _is_module(f"{module}.{attr}"):
-            module = f"{module}.{attr}"
-        else:
-            return [(module, attr)]
-    for index, part in enumerate(rest):
-        if _is_module(f"{module}.{part}"):
-            module = f"{module}.{part}"
-            continue
-        return [(module, part)]
-    return [(module, None)]   # the module itself is used: all of it
-
-
-def _import_targets(node: ast.Import | ast.ImportFrom, package: str) -> list[tuple[str, tuple[str, str | None]]]:
-    """(name bound, (module, attribute or None)) for each alias of an import statement."""
-    out = []
-    if isinstance(node, ast.Import):
-        for alias in node.names:
-            if alias.asname:
-                out.append((alias.asname, (alias.name, None)))
-            else:
-                top = alias.name.split(".")[0]
-                out.append((top, (top, None)))
-        return out
-    base = node.module or ""
-    if node.level:
-        parts = package.split(".")
-        parent = parts[: len(parts) - node.level + 1]
-        base = ".".join([*parent, *([base] if base else [])])
-    for alias in node.names:
-        if alias.name == "*":
-            out.append(("*", (base, None)))
-        else:
-            out.append((alias.asname or alias.name, (base, alias.name)))
-    return out
-
-
-def _name_chains(node: ast.AST) -> list[tuple[str, ...]]:
-    """Every name a statement reads, with the attributes read from it (``seeding.stream`` as
-    ("seeding", "stream")). Function signatures' annotations are left out: they change no number
-    (a class's field annotations are kept: a pydantic model validates by them)."""
-    chains: list[tuple[str, ...]] = []
-    skip: set[int] = set()
-    for inner in ast.walk(node):
-        if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for arg in [*inner.args.args, *inner.args.posonlyargs, *inner.args.kwonlyargs,
-                        *([inner.args.vararg] if inner.args.vararg else []),
-                        *([inner.args.kwarg] if inner.args.kwarg else [])]:
-                if arg.annotation is not None:
-                    skip.update(id(n) for n in ast.walk(arg.annotation))
-            if inner.returns is not None:
-                skip.update(id(n) for n in ast.walk(inner.returns))
-    for inner in ast.walk(node):
-        if id(inner) in skip:
-            continue
-        if isinstance(inner, ast.Attribute):
-            attrs, base = [], inner
-            while isinstance(base, ast.Attribute):
-                attrs.append(base.attr)
-                base = base.value
-            if isinstance(base, ast.Name):
-                skip.add(id(base))
-                chains.append((base.id, *reversed(attrs)))
-                # The inner attributes of this chain are walked too: only the longest one is kept.
-                node_ = inner.value
-                while isinstance(node_, ast.Attribute):
-                    skip.add(id(node_))
-                    node_ = node_.value
-        elif isinstance(inner, ast.Name):
-            chains.append((inner.id,))
-    return chains
-
-
-def _bound_names(node: ast.stmt) -> list[str]:
-    """The top-level names a module statement binds (compound statements: what their bodies bind)."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return [node.name]
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        return [name for name, _ in _import_targets(node, "")]
-    if isinstance(node, ast.Assign):
-        return [n.id for target in node.targets for n in ast.walk(target) if isinstance(n, ast.Name)]
-    if isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-        return [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
-    names: list[str] = []
-    for body in ("body", "orelse", "finalbody", "handlers"):
-        for child in getattr(node, body, []) or []:
-            if isinstance(child, ast.ExceptHandler):
-                for grandchild in child.body:
-                    names += _bound_names(grandchild)
-            elif isinstance(child, ast.stmt):
-                names += _bound_names(child)
-    return names
-
-
-@functools.lru_cache(maxsize=None)
-def _parsed_at(module: str, path: str, mtime: int, size: int) -> "_Parsed | str":
-    try:
-        tree = ast.parse(Path(path).read_bytes(), filename=path)
-    except (OSError, SyntaxError, ValueError) as error:
-        return f"source not readable ({type(error).__name__})"
-    statements = [node for node in tree.body if not _is_docstring(node)]
-    package = module if os.path.basename(path) == "__init__.py" else module.rpartition(".")[0]
-    parsed = _Parsed(module, path, package, statements, [_normal(node) for node in statements])
-    for index, node in enumerate(statements):
-        names = _bound_names(node)
-        if not names or names == ["annotations"] and isinstance(node, ast.ImportFrom) and node.module == "__future__":
-            parsed.preamble.add(index)
-        for name in names:
-            parsed.binding.setdefault(name, []).append(index)
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            for name, target in _import_targets(node, package):
-                parsed.imports[name] = target
-    for name in ("__all__",):   # what `import *` exports, never a computation
-        for index in parsed.binding.pop(name, []):
-            parsed.preamble.discard(index)
-    return parsed
-
-
 def _parsed(module: str) -> "_Parsed | str":
+    if module in _SHIPPED_SOURCES:
+        text = _shipped_text(module)
+        return _parsed_text(module, text) if text is not None else "no source shipped"
     path = _module_source(module)
     if path is None:
         loaded = sys.modules.get(module)
@@ -425,26 +296,3 @@ def _parsed(module: str) -> "_Parsed | str":
     return _parsed_at(module, path, info.st_mtime_ns, info.st_size)
 
 
-def _is_docstring(node: ast.AST) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-
-
-_SKIPPED_FIELDS = frozenset({"ctx", "type_comment", "kind"})
-
-
-def _normal(node: Any) -> str:
-    """A statement as text that changes only when its meaning does: the AST's node types and
-    fields (no positions, comments or docstrings; empty fields left out, so that another Python's
-    new empty fields change nothing)."""
-    if isinstance(node, ast.AST):
-        fields = []
-        for name, value in ast.iter_fields(node):
-            if name in _SKIPPED_FIELDS or value is None or value == []:
-                continue
-            if isinstance(value, list) and name in ("body", "orelse", "finalbody"):
-                value = [item for item in value if not _is_docstring(item)]
-            fields.append(f"{name}={_normal(value)}")
-        return f"{type(node).__name__}({','.join(fields)})"
-    if isinstance(node, list):
-        return "[" + ",".join(_normal(item) for item in node) + "]"
-    return repr(node)

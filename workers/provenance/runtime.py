@@ -20,7 +20,8 @@ LIBRARIES = ("torch", "numpy", "scipy")
 
 def runtime_info(device: str | None = None, threads: int | None = None) -> dict[str, str | int]:
     """Where a trial ran, for its record: banditsweep's version and commit, the libraries' versions,
-    Python, the CPU model (from the OS), the device (``cpu`` or the GPU's name), torch's thread count
+    Python, the CPU model (from the OS) and the machine's CPU count (``machine_cpus``, what
+    provenance.load's load average is relative to), the device (``cpu`` or the GPU's name), torch's thread count
     and float settings (where torch is loaded)."""
     info: dict[str, str | int] = {"banditsweep": _version(PACKAGE) or "unknown", "commit": _this_commit(),
                                   "python": platform.python_version()}
@@ -28,6 +29,7 @@ def runtime_info(device: str | None = None, threads: int | None = None) -> dict[
         info[library] = _version(library) or "not installed"
     info["cpu"] = cpu_model()
     info["device"] = device or "cpu"
+    info["machine_cpus"] = os.cpu_count() or 1   # what the load average is relative to (provenance.load)
     torch = sys.modules.get("torch")
     if torch is not None:
         info["threads"] = int(torch.get_num_threads())

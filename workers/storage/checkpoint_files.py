@@ -15,16 +15,17 @@ the same either way).
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 # Checkpoint files are written as every result file is; workers.execution.sharded_trials writes its shards' states with it.
 from banditsweep.workers.storage.atomic import write_atomically
+from banditsweep.workers.storage.paths import SweepFolder
+from banditsweep.workers.storage.set_aside import set_aside
 from banditsweep.workers.storage.untrusted_files import open_regular
 
-__all__ = ["QUARANTINE", "CheckpointFiles", "set_aside", "write_atomically"]
+__all__ = ["CheckpointFiles", "write_atomically"]
 
 log = logging.getLogger(__name__)
 
@@ -85,23 +86,19 @@ class CheckpointFiles:
         cannot be told apart from one the project wrote, so a results folder from someone else can
         still make its trials' recorded rounds say what its author chose. Only a folder one trusts
         (or one whose ``.checkpoints/`` is removed before ``run``) gives results one can trust."""
-        set_aside(self._path(key), self.directory.parent / QUARANTINE, reason)
+        quarantine = SweepFolder(self.directory.parent).quarantine_dir
+        _set_aside(self._path(key), quarantine, reason)
         if (self.directory / key).is_dir():
-            set_aside(self.directory / key, self.directory.parent / QUARANTINE, reason)
+            _set_aside(self.directory / key, quarantine, reason)
 
 
-QUARANTINE = "quarantine"
-
-
-def set_aside(path: Path, quarantine: Path, reason: str) -> None:
-    """Move an unusable checkpoint file or folder into ``quarantine`` (a note beside it says why). If
-    the folder takes nothing, it stays where it is: it is refused again on the next attempt (never
-    read as a state), and the driver reports a folder that cannot be written."""
-    target = quarantine / f"checkpoint-{path.name}"
-    log.warning("checkpoint %s cannot be used (%s): moved to %s; its trials start from round 1", path, reason, target)
+def _set_aside(path: Path, quarantine: Path, reason: str) -> None:
+    """An unusable checkpoint file or folder moved into ``quarantine`` with a note of why. If the
+    folder takes nothing, it stays where it is: it is refused again on the next attempt (never read
+    as a state), and the driver reports a folder that cannot be written."""
     try:
-        quarantine.mkdir(parents=True, exist_ok=True)
-        os.replace(path, target)
-        (quarantine / f"{target.name}.reason.txt").write_text(f"{path}: {reason}\n")
+        target = set_aside(path, quarantine, f"checkpoint-{path.name}", note=f"{path}: {reason}\n")
     except OSError as error:
-        log.warning("checkpoint %s not moved aside: %s", path, error)
+        log.warning("checkpoint %s (%s) not moved aside: %s", path, reason, error)
+        return
+    log.warning("checkpoint %s cannot be used (%s): moved to %s; its trials start from round 1", path, reason, target)

@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from banditsweep.workers.storage.atomic import move_into_place, written_temporary
 from banditsweep.workers.storage.untrusted_files import open_regular
@@ -25,10 +26,15 @@ def named_digest(path: Path) -> str | None:
 
 
 def file_digest(path: Path | str) -> str:
-    digest = hashlib.sha256()
     with open_regular(path) as handle:   # a FIFO or a device planted under a result file's name is refused
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+        return handle_digest(handle)
+
+
+def handle_digest(handle: BinaryIO) -> str:
+    """The SHA-256 of what is left to read in ``handle``."""
+    digest = hashlib.sha256()
+    for block in iter(lambda: handle.read(1 << 20), b""):
+        digest.update(block)
     return digest.hexdigest()
 
 

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from banditsweep.workers.errors import one_line
 from banditsweep.workers.storage.atomic import write_atomically
 from banditsweep.workers.storage.checksums import named_digest, visible, write_digested
 from banditsweep.workers.storage.curves import (CURVE_SCHEMA, MAX_CURVE_FILES, curves_damage, has_trial_columns,
-                                                latest_rows, only_of, read_parquet, with_trial_columns, write_order,
+                                                latest_rows, only_of, with_trial_columns, write_order,
                                                 write_parquet, write_parts_parquet)
 from banditsweep.workers.storage.journal import journal_text, read_records
+from banditsweep.workers.storage.paths import CURVES
 from banditsweep.workers.storage.record import FINISHED, TrialRecord
-from banditsweep.workers.storage.untrusted_files import not_regular, read_regular, shown
+from banditsweep.workers.storage.untrusted_files import not_regular, read_parquet, read_regular, shown
 
 if TYPE_CHECKING:
     from banditsweep.workers.storage.store import SweepStore
@@ -122,7 +122,7 @@ def finish_replace(store: "SweepStore", manifest: Path, found: bool = False) -> 
     disk (not the one just written) also has its merged file checked to hold every trial of its
     parts."""
     hidden = manifest.with_name(manifest.name[: -len(".replaces")])
-    suffixes = (".parquet",) if manifest.parent.name == "curves" else (".jsonl", ".json")
+    suffixes = (".parquet",) if manifest.parent.name == CURVES else (".jsonl", ".json")
     try:
         names = read_regular(manifest, 1 << 20).decode().split("\n")
         problem = not_regular(hidden) and f"its merged file {shown(hidden.name)} is {not_regular(hidden)}"
@@ -156,7 +156,7 @@ def _merge_problem(store: "SweepStore", merged: Path, parts: list[Path]) -> str:
     if merged.suffix == ".parquet":
         damage = curves_damage(merged)
         done = {trial_id for trial_id, record in store.journal().items() if record.status == FINISHED}
-        ids = lambda path: done & set(pq.read_table(path, columns=["trial_id"])["trial_id"].to_pylist())  # noqa: E731
+        ids = lambda path: done & set(read_parquet(path, columns=["trial_id"])["trial_id"].to_pylist())  # noqa: E731
     else:
         read = read_records(merged)
         damage = read.damage

@@ -20,13 +20,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
-from banditsweep.workers.storage.curves import CURVE_EXTRA_COLUMNS, CURVE_REQUIRED_COLUMNS, CURVE_SCHEMA
+from banditsweep.workers.storage.curves import CURVE_EXTRA_COLUMNS, CURVE_REQUIRED_COLUMNS, read_curve_files
 from banditsweep.workers.errors import one_line
+from banditsweep.workers.storage.paths import SweepFolder
 from banditsweep.workers.storage.record import FINISHED, TrialRecord
 from banditsweep.workers.storage.store import run_in_progress
 from banditsweep.workers.storage.trials_table import TRIAL_COLUMNS, trials_table
+from banditsweep.workers.storage.untrusted_files import parquet_file
 
 # Trial ids named in one line at most (a count says how many more).
 SHOWN = 3
@@ -82,23 +83,24 @@ def check(root: Path, records: dict[str, TrialRecord]) -> Consistency:
 
 
 def _check_table(root: Path, records: dict[str, TrialRecord], result: Consistency) -> None:
-    path = root / "trials" / "trials.parquet"
+    path = SweepFolder(root).trials_file
     if not path.exists():
         if records and not result.running:
             result.problems.append(f"{path} is missing but the journal holds {len(records)} trials; "
                                    "`run` rebuilds it")
         return
     try:
-        # Its size from its footer first: rows far beyond the journal's trials are not read at all.
-        rows = pq.read_metadata(path).num_rows
-        if rows > len(records) + TABLE_ROWS_OVER:
-            result.table_rows = rows
-            result.problems.append(
-                f"{path}: {rows} rows, the journal {len(records)} trials: over {TABLE_ROWS_OVER} rows more than "
-                "the journal has trials (its rows were not read); `run` rebuilds it from the journal")
-            return
-        # Every page against its CRC (files written before have none: nothing to check there).
-        table = pq.read_table(path, page_checksum_verification=True)
+        with parquet_file(path) as parquet:
+            # Its size from its footer first: rows far beyond the journal's trials are not read at all.
+            rows = parquet.metadata.num_rows
+            if rows > len(records) + TABLE_ROWS_OVER:
+                result.table_rows = rows
+                result.problems.append(
+                    f"{path}: {rows} rows, the journal {len(records)} trials: over {TABLE_ROWS_OVER} rows more than "
+                    "the journal has trials (its rows were not read); `run` rebuilds it from the journal")
+                return
+            # Every page against its CRC (files written before have none: nothing to check there).
+            table = parquet.read()
     except (pa.ArrowException, OSError, KeyError) as error:
         result.problems.append(f"{path} is not readable ({type(error).__name__}: {one_line(error)}); "
                                "`run` rebuilds it from the journal")
@@ -172,8 +174,8 @@ def _copies_that_differ(files: list[Path], trial_ids: list[str]) -> dict[str, st
     content, same seed), with the first such round and value. Floats agree to the last bits
     (RELATIVE); a column that a file of an earlier layout lacks (an extra, read as missing) is
     compared where both copies have it."""
-    table = ds.dataset([str(p) for p in files], schema=CURVE_SCHEMA, format="parquet").to_table(
-        columns=["trial_id", "t", *ROUND_VALUES, "other_extras"], filter=ds.field("trial_id").isin(trial_ids))
+    table = read_curve_files(files, columns=["trial_id", "t", *ROUND_VALUES, "other_extras"],
+                             filter=ds.field("trial_id").isin(trial_ids))
     if table.num_rows == 0:
         return {}
     trial = pc.dictionary_encode(table["trial_id"]).unify_dictionaries()   # a code per trial id
@@ -296,14 +298,13 @@ def _finals_that_differ(table: pa.Table, finished: dict[str, TrialRecord]) -> di
 
 
 def _check_curves(root: Path, finished: dict[str, TrialRecord], result: Consistency) -> None:
-    curves = root / "curves"
+    curves = SweepFolder(root).curves_dir
     files = sorted(p for p in curves.glob("*.parquet") if not p.name.startswith(".")) if curves.is_dir() else []
     rounds: dict[str, tuple[int, int, int, int]] = {}   # trial -> (rows, distinct rounds, first, last)
     finals: dict[str, str] = {}
     if files:
         try:
-            table = ds.dataset([str(p) for p in files], schema=CURVE_SCHEMA, format="parquet").to_table(
-                columns=["trial_id", "t", "cum_regret"])
+            table = read_curve_files(files, columns=["trial_id", "t", "cum_regret"])
         except (pa.ArrowException, OSError) as error:   # verify() moved damaged files aside: one put there since
             result.problems.append(f"{curves}: the curve files are not readable ({type(error).__name__}: "
                                    f"{one_line(error)}); `status` moves a damaged file aside when run again")

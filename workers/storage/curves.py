@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from banditsweep.workers.storage.checksums import file_digest, named_digest
-from banditsweep.workers.storage.untrusted_files import not_regular
+from banditsweep.workers.storage.checksums import handle_digest, named_digest
+from banditsweep.workers.storage.untrusted_files import NotARegularFile, open_regular, parquet_file, read_parquet
 from banditsweep.workers.errors import one_line
 from banditsweep.workers.storage.record import FINISHED, TrialOutcome, TrialRecord
 
@@ -119,8 +119,14 @@ def write_parts_parquet(parts: Iterable[pa.Table], path: str, schema: pa.Schema)
             writer.write_table(pa.concat_tables(pending), row_group_size=MERGE_ROW_GROUP)
 
 
-def read_parquet(path: Path | str, **options) -> pa.Table:
-    return pq.read_table(path, page_checksum_verification=True, **options)
+def read_curve_files(files: list[Path], columns: list[str] | None = None, filter=None) -> pa.Table:
+    """The rows of the curves ``files`` in :data:`CURVE_SCHEMA` (``columns`` of it), in the order
+    given (the last copy of a round wins), each file opened once as the hostile data it may be."""
+    if not files:
+        empty = CURVE_SCHEMA.empty_table()
+        return empty if columns is None else empty.select(columns)
+    return pa.concat_tables([read_parquet(path, schema=CURVE_SCHEMA, columns=columns, filters=filter)
+                             for path in files])
 
 
 def curve_table(outcomes: Iterable[TrialOutcome]) -> pa.Table:
@@ -187,25 +193,28 @@ def curves_damage(path: Path, rows: dict[str, int] | None = None) -> str:
     (:func:`schema_damage`: a file named with its right checksum may still have been put there by
     hand). Counts each trial's rows into ``rows``. A file without a checksum (written before) is
     decoded whole, every column."""
-    kind = not_regular(path)
-    if kind:   # a FIFO would block Parquet's reader for ever, a link lead out of the folder
-        return f"not readable: {kind}, not a file"
     expected = named_digest(path)
+    counts: dict[str, int] = {}
     try:
-        matches = expected is not None and file_digest(path) == expected
-        if expected is not None and not matches:
-            pq.ParquetFile(path)   # a file cut short says so (below); one that still opens, the checksum
-            return "its bytes do not match the SHA-256 in its name"
-        counts: dict[str, int] = {}
-        handle = pq.ParquetFile(path, page_checksum_verification=True)
-        wrong = schema_damage(handle.schema_arrow)
-        if wrong:
-            return wrong
-        columns = ["trial_id"] if matches else None   # a matching checksum vouches for every byte
-        for group in range(handle.num_row_groups):
-            table = handle.read_row_group(group, columns=columns)
-            for trial_id, count in zip(*pc.value_counts(table["trial_id"]).flatten()):
-                counts[trial_id.as_py()] = counts.get(trial_id.as_py(), 0) + count.as_py()
+        # One descriptor for the checksum and the pages: the bytes checked are the bytes decoded.
+        with open_regular(path) as source:
+            matches = expected is not None and handle_digest(source) == expected
+            source.seek(0)
+            parquet = pq.ParquetFile(source, page_checksum_verification=True)
+            if expected is not None and not matches:   # a file cut short said so above; one that opens, here
+                return "its bytes do not match the SHA-256 in its name"
+            wrong = schema_damage(parquet.schema_arrow)
+            if wrong:
+                return wrong
+            columns = ["trial_id"] if matches else None   # a matching checksum vouches for every byte
+            for group in range(parquet.num_row_groups):
+                table = parquet.read_row_group(group, columns=columns)
+                for trial_id, count in zip(*pc.value_counts(table["trial_id"]).flatten()):
+                    counts[trial_id.as_py()] = counts.get(trial_id.as_py(), 0) + count.as_py()
+    except NotARegularFile as error:   # a FIFO would block Parquet's reader for ever, a link lead out of the folder
+        return f"not readable: {error.strerror}"
+    except FileNotFoundError:
+        return "not readable: missing, not a file"
     except (pa.ArrowException, OSError, KeyError) as error:
         return f"not readable Parquet: {one_line(error)}"
     if rows is not None:
@@ -216,7 +225,8 @@ def curves_damage(path: Path, rows: dict[str, int] | None = None) -> str:
 
 def has_trial_columns(path: Path) -> bool:
     try:
-        return "label" in pq.read_schema(path).names
+        with parquet_file(path) as parquet:
+            return "label" in parquet.schema_arrow.names
     except (pa.ArrowException, OSError):
         return True   # unreadable: verify() moves it aside, compaction leaves it alone
 

@@ -17,7 +17,7 @@ from typing import Any
 from banditsweep.workers.storage.checksums import named_digest
 from banditsweep.workers.errors import one_line
 from banditsweep.workers.storage.record import TrialRecord
-from banditsweep.workers.storage.untrusted_files import MAX_LINE_BYTES, open_regular
+from banditsweep.workers.storage.untrusted_files import MAX_LINE_BYTES, json_value, open_regular
 
 # Each journal line holds its record's fields and this key: the SHA-256 of the record's canonical
 # JSON, so one damaged record is found (and named) while the others of its segment are kept.
@@ -46,10 +46,6 @@ class JournalFile:
 
 
 _TRIAL_ID = re.compile(r'"trial_id":\s*"([^"\\]{1,64})"')
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")
 
 
 def _lines(handle, digest) -> Iterable[str | None]:
@@ -90,7 +86,7 @@ def read_records(path: Path, planned: set[str] = frozenset()) -> JournalFile:
         named = _TRIAL_ID.search(line)   # to name the trial also when the line is not JSON
         trial = f" (trial {named.group(1)})" if named else ""
         try:
-            values = json.loads(line, parse_constant=_no_constant)
+            values = json_value(line)
             if isinstance(values, dict):
                 digest = values.pop(RECORD_DIGEST, None)
                 if digest is not None and digest != record_digest(values):

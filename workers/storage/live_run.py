@@ -15,22 +15,27 @@ driver writes is set aside with a one-line reason, never trusted in part.
 
 from __future__ import annotations
 
+import errno
 import json
-import math
 import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, ValidationError, model_validator
 
 from banditsweep.workers.storage.atomic import write_atomically
 from banditsweep.workers.errors import one_line
+from banditsweep.workers.storage.paths import SweepFolder
 from banditsweep.workers.storage.record import TrialRecord
+from banditsweep.workers.storage.strict_models import STRICT, WORDS, Says, first_problem
+from banditsweep.workers.storage.untrusted_files import NotARegularFile, json_value, read_regular, shown
 
-HEARTBEAT_FILE = "running.json"
 FORMAT = 1
+# The largest number of the file (a pid, a count, seconds since 1970): far above any a driver writes.
+MAX_NUMBER = 1e15
 # Seconds between two writes of the file while a run is going on.
 WRITE_EVERY = 2.0
 # Seconds after which a file not rewritten says its driver is gone (killed, or its machine lost):
@@ -88,7 +93,7 @@ class Heartbeat:
     the record of truth is the journal."""
 
     def __init__(self, root: Path, every: float = WRITE_EVERY):
-        self.path = Path(root) / HEARTBEAT_FILE
+        self.path = SweepFolder(Path(root)).running_file
         self.every = every
         self.started_at = time.time()
         self.trials: list[dict[str, Any]] = []
@@ -146,33 +151,63 @@ class Heartbeat:
 # ---- reading ------------------------------------------------------------------------------------
 
 
-@dataclass
-class LiveTrial:
-    trial_id: str
-    run_name: str
-    round: int
-    horizon: int
-    updated_at: float         # when its last progress event came (or its start)
-    node: str = ""
-    batch: int = 0            # the lockstep batch it runs in (trials of one batch share their rounds)
-    batch_size: int = 1
+def _shown_text(limit: int):
+    """Text as printed to a terminal (no control characters), at most ``limit`` characters."""
+    return AfterValidator(lambda text: one_line(text, limit))
 
 
-@dataclass
-class LiveRun:
+def _listed(trials: Any) -> Any:
+    """The trials listed, no more than a driver writes, each an object (said before their fields)."""
+    if not isinstance(trials, list):
+        raise ValueError("expected a list")
+    for trial in trials[:MAX_LISTED]:
+        if not isinstance(trial, dict):
+            raise ValueError(f"expected objects, got {one_line(repr(trial), 40)}")
+    return trials[:MAX_LISTED]
+
+
+# What running.json holds: numbers of a driver's clock and counts, text shown as one line.
+Whole = Annotated[int, Field(ge=0, le=MAX_NUMBER)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_NUMBER)]
+
+
+class LiveTrial(BaseModel):
+    model_config = STRICT
+
+    trial_id: Annotated[str, Field(min_length=1), _shown_text(64)]
+    run_name: Annotated[str, _shown_text(200)] = ""
+    round: Whole
+    horizon: Annotated[int, Field(ge=1, le=MAX_NUMBER)]
+    started_at: Seconds | None = None
+    updated_at: Seconds       # when its last progress event came (or its start)
+    node: Annotated[str, _shown_text(100)] = ""
+    batch: Annotated[Whole | None, AfterValidator(lambda batch: batch or 0)] = 0   # trials of one batch share rounds
+    batch_size: Annotated[Annotated[int, Field(ge=1, le=MAX_NUMBER)] | None, AfterValidator(lambda size: size or 1)] = 1
+
+    @model_validator(mode="after")
+    def _round_within_horizon(self):
+        if self.round > self.horizon:
+            raise ValueError(f"round {self.round} beyond the horizon {self.horizon} (trial {self.trial_id})")
+        return self
+
+
+class LiveRun(BaseModel):
     """What ``running.json`` says of the run that wrote it."""
 
-    pid: int
-    host: str
-    started_at: float
-    written_at: float
-    ended_at: float | None
-    status: str                     # RUNNING, or how the run ended
-    running: int                    # trials running (the list may hold fewer)
-    trials: list[LiveTrial] = field(default_factory=list)
-    done: int | None = None         # trials of this run done, failed, and in all
-    failed: int | None = None
-    total: int | None = None
+    model_config = STRICT
+
+    format: Annotated[int, Field(ge=FORMAT, le=FORMAT), Says(f"expected {FORMAT}")]
+    pid: Annotated[int, Field(ge=1, le=MAX_NUMBER)]
+    host: Annotated[str, _shown_text(100)] = ""
+    started_at: Seconds
+    written_at: Seconds
+    ended_at: Seconds | None = None
+    status: Annotated[str, _shown_text(20)] = ""   # RUNNING, or how the run ended
+    running: Whole                                  # trials running (the list may hold fewer)
+    trials: Annotated[list[LiveTrial], BeforeValidator(_listed)]
+    done: Whole | None = None                       # trials of this run done, failed, and in all
+    failed: Whole | None = None
+    total: Whole | None = None
 
     @property
     def ended(self) -> bool:
@@ -190,78 +225,49 @@ class LiveRun:
         return {trial.trial_id for trial in self.trials}
 
 
-class _Malformed(ValueError):
-    pass
+# What a field of running.json that fails its check says: the words status has always printed.
+_WORDS = {**WORDS, "int_type": "expected a whole number", "int_from_float": "expected a whole number",
+          "float_type": "expected a number", "string_type": "expected text", "literal_error": "expected {expected}",
+          "finite_number": "out of range", "greater_than_equal": "out of range", "less_than_equal": "out of range",
+          "missing": "missing", "extra_forbidden": "not a field of a run's progress file"}
 
 
-def _number(data: dict, key: str, optional: bool = False, whole: bool = False, low: float = 0.0) -> Any:
-    value = data.get(key)
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int if whole else (int, float))):
-        raise _Malformed(f"{key}: expected {'a whole number' if whole else 'a number'}, got {one_line(repr(value), 40)}")
-    if not math.isfinite(value) or value < low or value > 1e15:
-        raise _Malformed(f"{key}: {one_line(repr(value), 40)} is out of range")
-    return value
-
-
-def _text(data: dict, key: str, limit: int = 200) -> str:
-    value = data.get(key, "")
-    if not isinstance(value, str):
-        raise _Malformed(f"{key}: expected text, got {one_line(repr(value), 40)}")
-    return one_line(value, limit)   # printed to a terminal: no control characters
-
-
-def _trial(data: Any) -> LiveTrial:
-    if not isinstance(data, dict):
-        raise _Malformed(f"trials: expected objects, got {one_line(repr(data), 40)}")
-    trial_id = _text(data, "trial_id", 64)
-    if not trial_id:
-        raise _Malformed("trials: a trial without trial_id")
-    horizon = _number(data, "horizon", whole=True, low=1)
-    step = _number(data, "round", whole=True)
-    if step > horizon:
-        raise _Malformed(f"trials: round {step} beyond the horizon {horizon} (trial {trial_id})")
-    return LiveTrial(trial_id, _text(data, "run_name"), step, horizon, _number(data, "updated_at"),
-                     _text(data, "node", 100), _number(data, "batch", optional=True, whole=True) or 0,
-                     _number(data, "batch_size", optional=True, whole=True, low=1) or 1)
+def _said(error: ValidationError) -> str:
+    problem = first_problem(error, LiveRun, _WORDS)
+    if problem.kind in ("value_error", "missing"):
+        return f"{problem.field}: {problem.words}"
+    return f"{problem.field}: {problem.words}, got {one_line(repr(problem.value), 40)}"
 
 
 def read_heartbeat(root: Path, now: float | None = None) -> tuple[LiveRun | None, str | None]:
     """``running.json`` of a sweep folder: (what it says, None), (None, None) when there is none, or
     (None, why it is ignored) when it is not what a driver writes."""
-    path = Path(root) / HEARTBEAT_FILE
+    path = SweepFolder(Path(root)).running_file
     now = time.time() if now is None else now
     try:
-        if not path.is_file():
-            return (None, f"{path}: not a regular file; ignored") if os.path.lexists(path) else (None, None)
-        if path.stat().st_size > MAX_BYTES:
-            return None, f"{path}: larger than {MAX_BYTES >> 20} MiB, not a run's progress file; ignored"
-        data = json.loads(path.read_bytes(), parse_constant=lambda name: _no_constant(name))
+        text = read_regular(path, MAX_BYTES)
+    except FileNotFoundError:
+        return None, None
+    except NotARegularFile as error:
+        if error.errno == errno.EFBIG:
+            return None, f"{shown(path)}: larger than {MAX_BYTES >> 20} MiB, not a run's progress file; ignored"
+        return None, f"{shown(path)}: not a regular file; ignored"
+    except OSError as error:
+        return None, f"{shown(path)}: {error.strerror or one_line(error, 120)}; ignored (not a run's progress file)"
+    try:
+        data = json_value(text)
         if not isinstance(data, dict):
-            raise _Malformed(f"expected a JSON object, got {type(data).__name__}")
-        if data.get("format") != FORMAT:
-            raise _Malformed(f"format: expected {FORMAT}, got {one_line(repr(data.get('format')), 40)}")
-        trials = data.get("trials")
-        if not isinstance(trials, list):
-            raise _Malformed("trials: expected a list")
-        live = LiveRun(pid=_number(data, "pid", whole=True, low=1), host=_text(data, "host", 100),
-                       started_at=_number(data, "started_at"), written_at=_number(data, "written_at"),
-                       ended_at=_number(data, "ended_at", optional=True), status=_text(data, "status", 20),
-                       running=_number(data, "running", whole=True), trials=[_trial(t) for t in trials[:MAX_LISTED]],
-                       done=_number(data, "done", optional=True, whole=True),
-                       failed=_number(data, "failed", optional=True, whole=True),
-                       total=_number(data, "total", optional=True, whole=True))
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        try:
+            live = LiveRun.model_validate(data)
+        except ValidationError as error:
+            raise ValueError(_said(error)) from None
         if live.written_at > now + CLOCK_SLACK:
-            raise _Malformed(f"written_at lies {live.written_at - now:.0f} s in the future")
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
-        # json's errors are ValueErrors; so are _Malformed's
-        text = error.strerror if isinstance(error, OSError) and error.strerror else one_line(error, 120)
+            raise ValueError(f"written_at lies {live.written_at - now:.0f} s in the future")
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:   # json's errors are ValueErrors
+        text = one_line(error, 120)
         if isinstance(error, json.JSONDecodeError):
             text = f"not JSON ({one_line(error, 100)})"
-        return None, f"{path}: {text}; ignored (not a run's progress file)"
+        return None, f"{shown(path)}: {text}; ignored (not a run's progress file)"
     return live, None
 
-
-def _no_constant(name: str):
-    raise _Malformed(f"{name} is not a JSON number")

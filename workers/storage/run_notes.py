@@ -14,18 +14,35 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, Field, ValidationError
 
 from banditsweep.workers.storage.atomic import write_atomically
 from banditsweep.workers.errors import one_line
-from banditsweep.workers.storage.untrusted_files import read_regular, shown
+from banditsweep.workers.storage.paths import SweepFolder
+from banditsweep.workers.storage.strict_models import STRICT, Says, first_problem
+from banditsweep.workers.storage.untrusted_files import json_value, read_regular, shown
 
-RUNS_DIR = ".runs"
 # Run files read at most (the newest): a sweep run many times still reads quickly.
 MAX_RUNS = 200
 MAX_BYTES = 64 << 10
 # --set pairs of one run at most, and the length of one.
 MAX_PAIRS = 50
 MAX_PAIR_LENGTH = 1000
+
+
+class RunNote(BaseModel):
+    """A run's file as the run writes it."""
+
+    model_config = STRICT
+
+    overrides: Annotated[list[Annotated[str, Field(min_length=1, max_length=MAX_PAIR_LENGTH)]],
+                         Field(max_length=MAX_PAIRS), Says(f"expected a list of at most {MAX_PAIRS} KEY=VALUE texts")]
+    started_at: Annotated[float, Field(ge=0, lt=1e12), Says("expected a time in seconds")]
+    trials: Annotated[int, Field(ge=0), Says("expected a whole number")]
+    pid: Annotated[int, Field(ge=0)] | None = None
+    host: str | None = None
 
 
 @dataclass(frozen=True)
@@ -39,7 +56,7 @@ class RecordedRun:
 def record_run(root: Path, overrides: list[str], trials: int) -> Path:
     """Note a run of the sweep in ``root`` started now with ``overrides`` (its --set pairs)."""
     now = time.time()
-    path = Path(root) / RUNS_DIR / f"run-{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}-{os.getpid()}.json"
+    path = SweepFolder(Path(root)).runs_dir / f"run-{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}-{os.getpid()}.json"
     content = {"overrides": [pair.strip() for pair in overrides], "started_at": now, "trials": trials,
                "pid": os.getpid(), "host": socket.gethostname()}
     write_atomically(path, json.dumps(content, allow_nan=False))
@@ -48,7 +65,7 @@ def record_run(root: Path, overrides: list[str], trials: int) -> Path:
 
 def recorded_runs(root: Path) -> tuple[list[RecordedRun], list[str]]:
     """The runs noted in ``root``, newest first, and one line per file that was skipped (and why)."""
-    folder = Path(root) / RUNS_DIR
+    folder = SweepFolder(Path(root)).runs_dir
     try:
         paths = sorted((p for p in folder.glob("run-*.json") if not p.name.startswith(".")), reverse=True)
     except OSError:
@@ -56,8 +73,11 @@ def recorded_runs(root: Path) -> tuple[list[RecordedRun], list[str]]:
     runs, skipped = [], []
     for path in paths[:MAX_RUNS]:
         try:
-            data = json.loads(read_regular(path, MAX_BYTES))   # not a link, FIFO or device; bounded
-            runs.append(_run(data, path))
+            note = RunNote.model_validate(json_value(read_regular(path, MAX_BYTES)))   # not a link, FIFO or device
+            runs.append(RecordedRun(tuple(note.overrides), note.started_at, note.trials, path))
+        except ValidationError as error:
+            problem = first_problem(error, RunNote)
+            skipped.append(f"{shown(path)}: {problem.field or 'the file'}: {problem.words}; skipped (not a run's record)")
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
             text = error.strerror if isinstance(error, OSError) and error.strerror else one_line(error, 120)
             if isinstance(error, json.JSONDecodeError):
@@ -66,16 +86,3 @@ def recorded_runs(root: Path) -> tuple[list[RecordedRun], list[str]]:
     runs.sort(key=lambda run: run.started_at, reverse=True)
     return runs, skipped
 
-
-def _run(data, path: Path) -> RecordedRun:
-    if not isinstance(data, dict):
-        raise ValueError("expected a JSON object")
-    pairs, started, trials = data.get("overrides"), data.get("started_at"), data.get("trials")
-    if (not isinstance(pairs, list) or len(pairs) > MAX_PAIRS
-            or not all(isinstance(p, str) and 0 < len(p) <= MAX_PAIR_LENGTH for p in pairs)):
-        raise ValueError(f"overrides: expected a list of at most {MAX_PAIRS} KEY=VALUE texts")
-    if isinstance(started, bool) or not isinstance(started, (int, float)) or not 0 <= started < 1e12:
-        raise ValueError("started_at: expected a time in seconds")
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
-        raise ValueError("trials: expected a whole number")
-    return RecordedRun(tuple(pairs), float(started), trials, path)

@@ -64,31 +64,29 @@ from banditsweep.workers.storage.atomic import write_atomically
 from banditsweep.workers.storage.checksums import named_digest, visible, write_digested
 from banditsweep.workers.storage.compaction import compact, recover
 from banditsweep.workers.storage.curves import (CURVE_SCHEMA, MAX_CURVE_FILES, curve_table, curves_damage,
-                                                latest_rows, read_parquet, with_trial_columns, write_order,
+                                                latest_rows, read_curve_files, with_trial_columns, write_order,
                                                 write_parquet)
 from banditsweep.workers.storage.journal import journal_text, read_records
+from banditsweep.workers.storage.paths import FILES, FOLDERS, SweepFolder
+from banditsweep.workers.storage.set_aside import set_aside
 from banditsweep.workers.storage.record import FAILED, FINISHED, TrialOutcome, TrialRecord
-from banditsweep.workers.storage.trials_table import TRIALS_FORMAT, trials_table, upgrade_trials
-from banditsweep.workers.storage.untrusted_files import open_regular, read_regular, refuse_linked_or_misplaced, shown
+from banditsweep.workers.storage.trials_table import TRIALS_FORMAT, trials_table, upgrade_trials, with_added_columns
+from banditsweep.workers.storage.untrusted_files import (open_regular, read_parquet, read_regular,
+                                                         refuse_linked_or_misplaced, shown)
 
 __all__ = ["CURVE_SCHEMA", "FAILED", "FINISHED", "MAX_CURVE_FILES", "StoreHealth", "SweepBusyError", "SweepStore",
            "TrialsTable", "load", "named_digest"]
 
 
-LOCK_FILE = ".run.lock"
 # The store's format: a reader refuses a store of a later format (it would take the later records'
 # new fields for damage and set them aside). 1: records carry their code and runtime (code_identity).
-FORMAT_FILE = ".format.json"
 STORE_FORMAT = 1
-# The sweep folder's own entries: what check_layout() expects each to be.
-FOLDERS = (".journal", "curves", "trials", "quarantine", ".checkpoints", ".runs")
-FILES = ("README.txt", LOCK_FILE, FORMAT_FILE)   # running.json is checked by its reader (workers.storage.live_run)
 
 
 def run_in_progress(root: Path) -> bool:
     """Whether a `run` of the sweep folder ``root`` holds its lock (``SweepStore.exclusive``) now."""
     try:
-        handle = open_regular(root / LOCK_FILE)   # a FIFO planted there would block an open for ever
+        handle = open_regular(SweepFolder(root).lock_file)   # a FIFO planted there would block an open for ever
     except OSError:
         return False
     with handle:
@@ -101,28 +99,12 @@ def run_in_progress(root: Path) -> bool:
 
 
 @dataclass
-class SweepStore:
-    root: Path  # <results root>/<sweep>
+class SweepStore(SweepFolder):
+    """The store of the sweep folder ``root`` (<results root>/<sweep>; its paths: SweepFolder)."""
 
     @classmethod
     def for_sweep(cls, results_root: str | Path, sweep: str) -> "SweepStore":
         return cls(Path(results_root).resolve() / sweep)
-
-    @property
-    def journal_dir(self) -> Path:
-        return self.root / ".journal"
-
-    @property
-    def trials_dir(self) -> Path:
-        return self.root / "trials"
-
-    @property
-    def curves_dir(self) -> Path:
-        return self.root / "curves"
-
-    @property
-    def report_dir(self) -> Path:
-        return self.root / "report"
 
     @contextmanager
     def exclusive(self):
@@ -131,8 +113,7 @@ class SweepStore:
         their own records). The lock is the OS's (flock), so it ends with the process holding it."""
         self.root.mkdir(parents=True, exist_ok=True)
         self.check_layout()
-        path = self.root / LOCK_FILE
-        with open_regular(path, write=True) as handle:   # never through a link: it is truncated below
+        with open_regular(self.lock_file, write=True) as handle:   # never through a link: it is truncated below
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -160,7 +141,7 @@ class SweepStore:
         makes a read of the whole sweep folder as one dataset fail with its name instead of silently
         reading the curves with the trials' columns (or the other way round)."""
         text = README.format(sweep=self.root.name, root=self.root, results=self.root.parent)
-        path = self.root / "README.txt"
+        path = self.readme_file
         try:
             current = read_regular(path, 64 << 10)
         except OSError:   # missing, or not a regular file of a sane size: replaced
@@ -178,7 +159,7 @@ class SweepStore:
     def check_format(self) -> int:
         """The store's format (0: written before stores said theirs); a later one than this reader's
         :data:`STORE_FORMAT`, or a format file this project did not write, is refused."""
-        path = self.root / FORMAT_FILE
+        path = self.format_file
         if not os.path.lexists(path):
             return 0
         try:
@@ -202,7 +183,7 @@ class SweepStore:
         if self.check_format() < STORE_FORMAT:
             from banditsweep import __version__
 
-            write_atomically(self.root / FORMAT_FILE, json.dumps(
+            write_atomically(self.format_file, json.dumps(
                 {"store_format": STORE_FORMAT, "written_by": f"banditsweep {__version__}"}) + "\n")
 
     def write_outcomes(self, outcomes: list[TrialOutcome]) -> None:
@@ -220,7 +201,7 @@ class SweepStore:
         # A view of the journal under a fixed name (readers read trials/), so no digest in its name:
         # its pages have CRCs and `status` compares its rows with the journal.
         table = trials_table(records)
-        write_atomically(self.trials_dir / "trials.parquet", lambda tmp: write_parquet(table, tmp))
+        write_atomically(self.trials_file, lambda tmp: write_parquet(table, tmp))
 
     def compact(self) -> None:
         """Merge the curve parts into one file and the journal segments into one segment
@@ -275,20 +256,14 @@ class SweepStore:
 
     def quarantine(self, path: Path, why: str) -> str:
         """Move ``path`` to ``quarantine/`` (never over a file moved there before); the line saying so."""
-        folder = self.root / "quarantine"
-        folder.mkdir(parents=True, exist_ok=True)
-        stem = f"{path.parent.name.lstrip('.')}-{path.name}"
-        target, copy = folder / stem, 1
-        while os.path.lexists(target):
-            target, copy = folder / f"{stem}.{copy}", copy + 1
-        os.replace(path, target)
+        target = set_aside(path, self.quarantine_dir, f"{path.parent.name.lstrip('.')}-{path.name}")
         return f"{shown(path)} ({why}) moved to {shown(target)}"
 
     def read_trials(self) -> pd.DataFrame:
         """The trials table (one row per finished or failed trial), in the current layout also when
         it was written by an earlier version; rebuilt from the journal when it is not written yet
         or cannot be read (a page that fails its CRC: ``status`` names it, ``run`` rewrites it)."""
-        path = self.trials_dir / "trials.parquet"
+        path = self.trials_file
         try:
             table = read_parquet(path)
         except (pa.ArrowException, OSError):
@@ -296,7 +271,7 @@ class SweepStore:
         frame = table.to_pandas()
         if (table.schema.metadata or {}).get(b"banditsweep.trials") != TRIALS_FORMAT[b"banditsweep.trials"]:
             frame = upgrade_trials(frame)
-        return frame
+        return with_added_columns(frame)
 
     def read_curves(self, trial_ids: list[str] | None = None) -> pd.DataFrame:
         """Curve rows (of ``trial_ids``, else of every trial), one copy per trial and round, with
@@ -305,11 +280,9 @@ class SweepStore:
         files = sorted(visible(self.curves_dir, "*.parquet"), key=write_order)
         if not files:
             return CURVE_SCHEMA.empty_table().to_pandas()
-        dataset = ds.dataset(files, schema=CURVE_SCHEMA, format=ds.ParquetFileFormat(
-            default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)))
         wanted = None if trial_ids is None else ds.field("trial_id").isin(list(trial_ids))
         try:
-            table = dataset.to_table(filter=wanted)
+            table = read_curve_files(files, filter=wanted)
         except (pa.ArrowException, OSError) as error:
             damaged = next((p for p in files if curves_damage(p)), None)
             raise DamagedResultError(
@@ -357,7 +330,7 @@ def load(results_root: str | os.PathLike, sweep: str | None = None) -> tuple[pd.
     store = SweepStore(folder.resolve())
     store.check_format()
     if not any(path.is_dir() for path in (store.trials_dir, store.curves_dir, store.journal_dir)):
-        here = sorted(p.name for p in root.iterdir() if (p / "trials").is_dir()) if root.is_dir() else []
+        here = sorted(p.name for p in root.iterdir() if SweepFolder(p).trials_dir.is_dir()) if root.is_dir() else []
         raise FileNotFoundError(f"{folder}: no sweep results here" + (
             f" ({root} holds the sweeps {', '.join(here)})" if sweep is not None and here else ""))
     trials = store.read_trials()

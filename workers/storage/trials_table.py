@@ -29,6 +29,7 @@ _JSON_FIELDS = ("params", "environment_config", "diagnostics", "code", "runtime"
 RUNTIME_PREFIX = "runtime_"
 _FIELD_TYPES = {"seed": pa.int64(), "horizon": pa.int64(), "log_every": pa.int64(), "attempts": pa.int64(),
                 "final_regret": pa.float64(), "wall_seconds": pa.float64(), "seconds_per_round": pa.float64(),
+                "load_average": pa.float64(),
                 "started_at": TIMESTAMP, "finished_at": TIMESTAMP}
 TRIAL_COLUMNS = [f.name for f in fields(TrialRecord)]
 
@@ -83,6 +84,17 @@ def trials_table(records: list[TrialRecord]) -> pa.Table:
     for key in sorted({k for r in records for k in r.runtime}):
         columns[RUNTIME_PREFIX + key] = _column_array([r.runtime.get(key) for r in records])
     return pa.table(columns).replace_schema_metadata(TRIALS_FORMAT)
+
+
+#: Columns of record fields added after trials tables were first written, as a table without them
+#: reads: the value a record of that time had (NaN: not measured).
+ADDED_COLUMNS = {"load_average": float("nan")}
+
+
+def with_added_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every column of :data:`ADDED_COLUMNS` (a table written before one existed lacks it)."""
+    missing = {name: value for name, value in ADDED_COLUMNS.items() if name not in frame.columns}
+    return frame.assign(**missing) if missing else frame
 
 
 def upgrade_trials(frame: pd.DataFrame) -> pd.DataFrame:

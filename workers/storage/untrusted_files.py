@@ -4,18 +4,26 @@ A results folder can come from someone else (an archive, a shared disk), and any
 been put there by hand: a link where a file was, a FIFO that blocks the reader for ever, a device
 that never ends, a sparse file of 20 GB, a name holding a newline or a terminal's escape codes. Every
 file the project reads back goes through here: only a regular file is opened (never through a link,
-never blocking), no more than a stated number of bytes is read, and its name is shown escaped.
+never blocking), what is checked is the descriptor then read, no more than a stated number of bytes
+is read (of a Parquet file, the pages its footer names), and its name is shown escaped.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from banditsweep.workers.errors import InputError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 # The longest line a journal record may take: records are a few KB (a domain's settings included).
 MAX_LINE_BYTES = 1 << 20
@@ -49,10 +57,13 @@ def not_regular(path: Path) -> str:
     return "" if stat.S_ISREG(mode) else kind_of(mode)
 
 
-def open_regular(path: Path | str, write: bool = False) -> BinaryIO:
+def open_regular(path: Path | str, write: bool = False, follow_links: bool = False) -> BinaryIO:
     """``path`` opened for reading (or reading and writing, created if missing) when it is a regular
-    file: never through a link (O_NOFOLLOW), never waiting on a FIFO (O_NONBLOCK until checked)."""
-    flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | ((os.O_RDWR | os.O_CREAT) if write else os.O_RDONLY)
+    file: never through a link (O_NOFOLLOW; ``follow_links`` for a file the user named, which may be
+    a link to it), never waiting on a FIFO (O_NONBLOCK until checked). What is checked is the
+    descriptor that is then read (fstat), so the file cannot be swapped between the two."""
+    flags = (os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+             | ((os.O_RDWR | os.O_CREAT) if write else os.O_RDONLY))
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as error:
@@ -77,6 +88,43 @@ def read_regular(path: Path | str, limit: int) -> bytes:
     if len(data) > limit:
         raise NotARegularFile(errno.EFBIG, f"larger than {limit:,} bytes", str(path))
     return data
+
+
+def json_value(text: str | bytes) -> Any:
+    """JSON read as data: NaN and Infinity, which JSON does not have (Python's reader takes them),
+    refused as a ValueError; a nesting too deep for the reader is a RecursionError."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_head(path: Path | str, size: int, follow_links: bool = False) -> bytes:
+    """The first ``size`` bytes (or fewer) of the regular file ``path`` (a file's header)."""
+    with open_regular(path, follow_links=follow_links) as handle:
+        return handle.read(size)
+
+
+# A Parquet file is not read whole and needs no bound of its own: its reader reads the footer at
+# the end and then the pages the footer names, each inside the file's size (a curves file of a large
+# sweep holds gigabytes). What must not be read is a link, a FIFO or a device: hence one descriptor.
+@contextmanager
+def parquet_file(path: Path | str, **options) -> Iterator["pq.ParquetFile"]:
+    """The Parquet file ``path`` (a regular file, opened once), every page checked against its CRC."""
+    import pyarrow.parquet as pq
+
+    with open_regular(path) as handle:
+        yield pq.ParquetFile(handle, page_checksum_verification=True, **options)
+
+
+def read_parquet(path: Path | str, **options) -> "pa.Table":
+    """The table of the Parquet file ``path`` (a regular file, opened once; ``options`` as
+    ``pyarrow.parquet.read_table``'s: columns, schema, filters), every page checked against its CRC."""
+    import pyarrow.parquet as pq
+
+    with open_regular(path) as handle:
+        return pq.read_table(handle, page_checksum_verification=True, **options)
 
 
 def shown(path: Path | str) -> str:

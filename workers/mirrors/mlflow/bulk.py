@@ -9,8 +9,8 @@ through MLflow's own table models; the rows are those its API writes, so the UI,
 and ``get_metric_history`` read them as any others. A failed transaction writes nothing: the
 mirror hands the same list again.
 
-A tracking server (``http://...``) has no such call: there, runs are written through the client,
-several at a time (:data:`SERVER_CONCURRENCY` threads), each as few calls as its limits allow.
+A tracking server (``http://...``) has no such call: there, runs are written through the client
+(workers.mirrors.mlflow.writers, where the sink's writer is chosen).
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ from mlflow.entities import Metric
 # Runs per transaction: a few hundred keep one commit short (another process may wait on SQLite's
 # lock) while making the per-commit cost negligible.
 RUNS_PER_TRANSACTION = 500
-# Concurrent client calls to a tracking server (its workers serve them in parallel).
-SERVER_CONCURRENCY = 8
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 

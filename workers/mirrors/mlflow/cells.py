@@ -10,8 +10,9 @@ import time
 import numpy as np
 from mlflow.entities import Metric
 
-from banditsweep.workers.mirrors.mlflow.bulk import RunWrite, write_runs
-from banditsweep.workers.mirrors.mlflow.sink import _chunks, _param_value, regret_metric, search_all, trial_params
+from banditsweep.workers.mirrors.mlflow.bulk import RunWrite
+from banditsweep.workers.mirrors.mlflow.queries import search_all
+from banditsweep.workers.mirrors.mlflow.run_content import cell_params, cell_tags, regret_metric
 from banditsweep.workers.storage.record import FINISHED, TrialRecord, thinned_curve
 
 
@@ -38,7 +39,6 @@ def cell_summaries(records, curves) -> list[dict]:
     return summaries
 
 
-
 def write_cell_runs(sink, records) -> int:
     """One run per cell under ``sink``'s parent run (workers.mirrors.mlflow.sink), replacing the store's
     earlier cell runs. Returns how many were written."""
@@ -55,23 +55,12 @@ def write_cell_runs(sink, records) -> int:
         for step, mean, std in zip(cell["steps"], cell["mean"], cell["std"]):
             metrics += [Metric(key, float(value), now, int(step))
                         for key, value in zip(keys, (mean, mean - std, mean + std))]
-        params = {k: v for k, v in trial_params(record).items() if k != "seed"}
-        tags = {"kind": "cell", "sweep": sink.context.sweep, "store": sink.context.store_id,
-                "group": cell["group"], "seeds": ",".join(map(str, cell["seeds"]))[:5000]}
-        writes.append(RunWrite(None, name=cell["group"], tags=tags,
-                               params={k: _param_value(v) for k, v in params.items()}, metrics=metrics,
+        tags = cell_tags(cell["group"], cell["seeds"], sink.context.sweep, sink.context.store_id)
+        writes.append(RunWrite(None, name=cell["group"], tags=tags, params=cell_params(record), metrics=metrics,
                                status="FINISHED", parent_run_id=sink.parent_run_id))
     for old in search_all(sink.client, sink.experiment_id,
                           f"tags.kind = 'cell' and tags.store = '{sink.context.store_id}'"):
         sink.client.delete_run(old.info.run_id)
-    if sink.bulk_store is not None:
-        for chunk in _chunks(writes):
-            write_runs(sink.bulk_store, sink.experiment_id, chunk)
-        return len(writes)
-    for write in writes:
-        run_id = sink.client.create_run(sink.experiment_id, run_name=write.name,
-                                        tags={"mlflow.parentRunId": sink.parent_run_id, **write.tags}).info.run_id
-        sink._log_batch(run_id, metrics=write.metrics, params=write.params)
-        sink.client.set_terminated(run_id, "FINISHED")
+    sink.writer.write(writes, lambda index, run_id, step: None)   # a call handed again writes them all anew
     return len(writes)
 

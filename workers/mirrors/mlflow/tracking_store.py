@@ -21,7 +21,9 @@ from urllib.parse import urlsplit
 
 from banditsweep.workers.errors import InputError
 from banditsweep.workers.storage.writable_folders import first_existing, why_not_writable
-from banditsweep.workers.storage.root_entries import MLFLOW_ARTIFACTS, MLFLOW_DB
+from banditsweep.workers.storage.root_entries import MLFLOW_ARTIFACTS, MLFLOW_DB, SQLITE_SIDE_FILES
+from banditsweep.workers.storage.set_aside import set_aside
+from banditsweep.workers.storage.untrusted_files import NotARegularFile, read_head
 
 # Tracking URI schemes MLflow knows (plugins add their own through the `mlflow.tracking_store`
 # entry points); a bare path is a local file store.
@@ -44,10 +46,19 @@ def resolve_tracking_uri(uri: str | None, results_root: str | Path) -> str:
     return uri
 
 
+# Where a local SQLite store's artifacts go instead of next to the database: a store staged on a
+# node's local disk for a batch job (cluster-slurm.sbatch) keeps its artifacts in the results root
+# on the shared filesystem, where the store is copied back to when the job ends.
+ARTIFACTS_ENV_VAR = "BANDITSWEEP_MLFLOW_ARTIFACTS"
+
+
 def local_artifact_root(uri: str) -> str | None:
-    """Artifacts of a local SQLite store go next to the database (``mlartifacts/``); a tracking
-    server chooses its own artifact store (None)."""
+    """Artifacts of a local SQLite store go next to the database (``mlartifacts/``), or to
+    ``$BANDITSWEEP_MLFLOW_ARTIFACTS``; a tracking server chooses its own artifact store (None)."""
     if uri.startswith("sqlite:///"):
+        chosen = os.environ.get(ARTIFACTS_ENV_VAR)
+        if chosen:
+            return Path(chosen).expanduser().resolve().as_uri()
         return (Path(uri[len("sqlite:///"):]).parent / MLFLOW_ARTIFACTS).as_uri()
     return None
 
@@ -204,11 +215,10 @@ def foreign_file(path: str) -> str:
     creation was cut short holds MLflow's first tables; a file that never held them is not one."""
     if not os.path.lexists(path):
         return ""
-    if not os.path.isfile(path):   # a link is judged by what it leads to
+    try:   # a link is judged by what it leads to: the user named the store
+        header = read_head(path, 16, follow_links=True)
+    except NotARegularFile:
         return "not a regular file (a folder, a device, or a link to one)"
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(16)
     except OSError:
         return ""   # not readable: MLflow's own error stands
     if not header:
@@ -259,8 +269,7 @@ def store_problem(path: str) -> str | None:
     empty file, a current store, an older one MLflow migrates), or it cannot be told now (the file
     busy or unreadable: MLflow's own error then stands). Called under the setup lock."""
     try:
-        with open(path, "rb") as handle:
-            header = handle.read(16)
+        header = read_head(path, 16, follow_links=True)
     except OSError:
         return None
     if not header:
@@ -345,13 +354,5 @@ def _migration_problem(path: str) -> str | None:
 
 def move_aside(path: str) -> str:
     """Move the store (and SQLite's journal files, which belong to it) to ``<path>.broken-<time>``."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    aside, number = f"{path}.broken-{stamp}", 1
-    while os.path.lexists(aside):
-        number += 1
-        aside = f"{path}.broken-{stamp}-{number}"
-    os.rename(path, aside)
-    for suffix in ("-journal", "-wal", "-shm"):
-        if os.path.lexists(path + suffix):
-            os.rename(path + suffix, aside + suffix)
-    return aside
+    name = f"{os.path.basename(path)}.broken-{time.strftime('%Y%m%d-%H%M%S')}"
+    return str(set_aside(path, os.path.dirname(path) or ".", name, companions=SQLITE_SIDE_FILES))

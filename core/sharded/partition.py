@@ -1,6 +1,5 @@
-"""Splitting one trial's domain X over shards (SPEC 4): the partition, random numbers and sums that
-do not depend on how many shards there are, and the contract between a trial's coordinator and its
-shards.
+"""The partition of one trial's domain X over shards (SPEC 4), and the random numbers and sums that
+do not depend on how many shards there are.
 
 A sharded trial must give the same result for 1, 2, 3 or 4 shards. Three things make that hold to
 the last bit on identical machines (and to rounding across different CPUs):
@@ -19,15 +18,13 @@ the last bit on identical machines (and to rounding across different CPUs):
   ``keyed_uniforms(key, i, i + 1)``, SplitMix64 at counter i of the draw's key, so any slice of a
   draw is computed without the rest (:func:`keyed_uniforms`).
 
-The coordinator talks to its shards through a :class:`ShardGroup`: the same calls on every shard
-(``map``) or on one (``call``). :class:`LocalShards` holds the shards in the calling process (tests,
-and a single machine without Ray); the Ray implementation is ``workers.execution.sharded_trials.RayShards``.
+A maximum over X is the largest of the shards' maxima (:func:`global_argmax`), with np.argmax's ties.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol, Sequence
+from typing import Sequence, TypeVar
 
 import numpy as np
 
@@ -165,33 +162,7 @@ def keyed_uniforms(key: int, start: int, stop: int) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
 
 
-# ---- the coordinator's view of its shards --------------------------------------------------------
-
-
-class ShardGroup(Protocol):
-    """The shards of one trial, in order of their ranges of X."""
-
-    ranges: list[tuple[int, int]]
-
-    def map(self, method: str, *args: Any) -> list[Any]:
-        """``method(*args)`` on every shard; the results in shard order."""
-
-    def call(self, shard: int, method: str, *args: Any) -> Any:
-        """``method(*args)`` on one shard."""
-
-
-class LocalShards:
-    """Shards held in this process (one machine, tests)."""
-
-    def __init__(self, shards: list[Any]):
-        self.shards = shards
-        self.ranges = [(shard.start, shard.stop) for shard in shards]
-
-    def map(self, method: str, *args: Any) -> list[Any]:
-        return [getattr(shard, method)(*args) for shard in self.shards]
-
-    def call(self, shard: int, method: str, *args: Any) -> Any:
-        return getattr(self.shards[shard], method)(*args)
+# ---- where a point is, and maxima over X -------------------------------------------------------
 
 
 def owner(ranges: Sequence[tuple[int, int]], index: int) -> int:
@@ -202,7 +173,10 @@ def owner(ranges: Sequence[tuple[int, int]], index: int) -> int:
     raise IndexError(f"point {index} is outside the domain")
 
 
-def global_argmax(partials: Sequence[tuple[float, int]]) -> tuple[float, int]:
-    """The largest of the shards' (value, global index) maxima; ties go to the smallest index, as
-    np.argmax does on the whole of X."""
-    return max(partials, key=lambda item: (item[0], -item[1]))
+Maximum = TypeVar("Maximum")
+
+
+def global_argmax(partials: Sequence[Maximum]) -> Maximum:
+    """The largest of the shards' maxima (replies with a ``value`` and a global ``index``, such as
+    core.sharded.protocol.Candidate); ties go to the smallest index, as np.argmax does on the whole of X."""
+    return max(partials, key=lambda item: (item.value, -item.index))

@@ -1,0 +1,71 @@
+"""The report's statistics from Python, for any results folder: ``banditsweep.compare(results, sweep)``.
+
+The same numbers as ``banditsweep report`` writes (sweeps.report.summarise, sweeps.comparisons),
+without a spec: algorithms and environments are named and ordered as the folder's journal holds
+them, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from banditsweep.sweeps.comparisons import AcrossEnvironments
+from banditsweep.sweeps.report import recorded_trials, summarise, summarise_held_out
+from banditsweep.workers import FAILED, FINISHED, SweepStore
+
+
+@dataclass
+class SweepStatistics:
+    """A sweep's comparisons. ``cells``: one row per (algorithm, environment) at its chosen grid
+    point, with mean, std, n, ci_low, ci_high, ci_method (the interval of the mean) and the
+    ``trial_ids`` behind it; ``pairs``: every pair of an environment compared by seed
+    (sweeps.comparisons.pair_table); ``across``: the aggregates over environments (None for fewer
+    than two environments with a random-policy reference); ``chosen``: on which seeds the grid
+    points were chosen."""
+
+    cells: pd.DataFrame
+    pairs: pd.DataFrame
+    across: AcrossEnvironments | None
+    chosen: str
+    notes: list[str]
+
+
+def compare(results_root: str | os.PathLike, sweep: str | None = None, choose_on_seeds: int | None = None
+            ) -> SweepStatistics:
+    """The statistics of the finished trials of one sweep folder (``results_root/sweep``; without
+    ``sweep``, ``results_root`` is the sweep folder). ``choose_on_seeds``: choose each cell's grid
+    point on the first that many seeds and judge on the others."""
+    root = Path(results_root).expanduser()
+    folder = (root / sweep if sweep is not None else root).resolve()
+    store = SweepStore(folder)
+    store.check_format()
+    if not store.journal_dir.is_dir():
+        raise FileNotFoundError(f"{folder}: no sweep results here (no journal)")
+    trials = recorded_trials(store)
+    if trials.empty or not (trials["status"] == FINISHED).any():
+        raise ValueError(f"{folder}: no finished trials")
+    return statistics_of(trials, choose_on_seeds=choose_on_seeds)
+
+
+def statistics_of(trials: pd.DataFrame, labels: list[str] | None = None, envs: list[str] | None = None,
+                  choose_on_seeds: int | None = None) -> SweepStatistics:
+    """The statistics of ``trials`` (rows of a sweep's recorded trials, sweeps.report.recorded_trials;
+    its finished ones are compared), algorithms and environments in the order given (else as the
+    rows hold them)."""
+    finished, failed = trials[trials["status"] == FINISHED], trials[trials["status"] == FAILED]
+    present_labels, present_envs = set(finished["label"]), set(finished["environment"])
+    labels = [label for label in (labels or dict.fromkeys(finished["label"])) if label in present_labels]
+    envs = [env for env in (envs or dict.fromkeys(finished["environment"])) if env in present_envs]
+    if choose_on_seeds:
+        summary = summarise_held_out(finished, labels, envs, choose_on_seeds, failed)
+    else:
+        summary = summarise(finished, labels, envs, failed)
+    cells = summary.best.rename(columns={"label": "algorithm_label", "seeds": "n"})
+    keep = ["algorithm_label", "environment", "grid_point", "mean", "std", "n", "ci_low", "ci_high", "ci_method",
+            "seconds_per_round", "trial_ids"]
+    return SweepStatistics(cells[keep].rename(columns={"algorithm_label": "algorithm"}), summary.pairs,
+                           summary.across, summary.chosen, summary.notes)

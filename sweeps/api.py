@@ -1,0 +1,433 @@
+"""banditsweep from Python and notebooks: ``banditsweep.run(spec, ...)``, ``plan`` and ``status``, and
+``register_algorithm`` / ``register_environment`` for classes defined where they run (a notebook's
+cells, a script).
+
+Each function is its command's code path (sweeps.commands): the options are the command line's, by
+their Python names (``--set`` is ``overrides``, ``--only`` is ``only``, ``--sink`` is ``sinks``, ``--no-progress``
+is ``progress=False``), checked as the command line checks them, and the command prints what it
+prints (``quiet=True``: nothing on stdout). What the command line says in one line and an exit code
+of 2 or 3 is raised instead, with the same message (SpecError, InputError, ... of
+``banditsweep.workers.errors``); failed trials are not an error: the result counts them. The spec
+is a path, YAML text, or the spec's data as a dict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+from banditsweep.sweeps.spec import Sweep
+from banditsweep.sweeps.spec_errors import SpecError
+from banditsweep.sweeps.spec_yaml import SpecText
+from banditsweep.workers import InputError
+
+__all__ = ["PlanResult", "RunResult", "StatusResult", "plan", "register_algorithm", "register_environment",
+           "run", "status"]
+
+
+# ---- results ------------------------------------------------------------------------------------
+
+
+class _SweepResults:
+    """What a result offers of the spec's trials in its folder: the tables, the statistics, the figure."""
+
+    sweep: str
+    folder: Path
+    _planned: Sweep
+
+    @functools.cached_property
+    def _store(self):
+        from banditsweep.workers import SweepStore
+
+        return SweepStore(self.folder)
+
+    @functools.cached_property
+    def _tables(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        from banditsweep.workers import load
+
+        if not self.folder.is_dir():
+            return pd.DataFrame(), pd.DataFrame()
+        trials, curves = load(self.folder)
+        ids = {trial.trial_id for trial in self._planned.trials}
+        trials = trials[trials["trial_id"].isin(ids)].reset_index(drop=True) if not trials.empty else trials
+        curves = curves[curves["trial_id"].isin(ids)].reset_index(drop=True) if not curves.empty else curves
+        return trials, curves
+
+    @property
+    def trials(self) -> pd.DataFrame:
+        """The spec's finished and failed trials, one row each, as ``banditsweep.load`` gives them."""
+        return self._tables[0]
+
+    @property
+    def curves(self) -> pd.DataFrame:
+        """The spec's finished trials' curves, one row per trial per round, as ``banditsweep.load`` gives them."""
+        return self._tables[1]
+
+    @functools.cached_property
+    def statistics(self):
+        """The report's statistics of the spec's finished trials (what ``banditsweep.compare`` gives:
+        ``cells``, ``pairs``, ``across``); None before any finished."""
+        from banditsweep.sweeps.analysis import statistics_of
+        from banditsweep.sweeps.commands.shared import env_order, label_order
+        from banditsweep.sweeps.report import finished_trials, recorded_trials
+
+        if not self.folder.is_dir():
+            return None
+        recorded = recorded_trials(self._store)
+        finished = finished_trials(recorded, self._planned.trials)
+        if finished.empty:
+            return None
+        failed = finished_trials(recorded, self._planned.trials, "failed")
+        return statistics_of(pd.concat([finished, failed]), label_order(self._planned), env_order(self._planned))
+
+    def plot(self, band: str = "ci", environments: list[str] | None = None):
+        """A matplotlib figure of the mean cumulative regret per round, a panel per environment, each
+        algorithm at its chosen grid point with the report's band (``ci``: the 95% interval of the
+        mean; ``std``: ±1 standard deviation), as ``banditsweep report`` draws them."""
+        from banditsweep.sweeps.commands.shared import summary_of
+        from banditsweep.sweeps.figures import BANDS, regret_figure
+
+        if band not in BANDS:
+            raise ValueError(f"band: {band!r} is not allowed; allowed: {', '.join(BANDS)}")
+        summary = summary_of(self._store, self._planned) if self.folder.is_dir() else None
+        if summary is None:
+            raise ValueError(f"{self.sweep}: no finished trials in {self.folder} to plot")
+        return regret_figure(self._store, summary, band, environments)
+
+
+@dataclass(eq=False)
+class RunResult(_SweepResults):
+    """What ``banditsweep.run`` did. ``total``: the spec's trials (after ``overrides`` and ``only``);
+    ``finished_before`` / ``failed_before``: of them, as the store held them before; ``ran``: the trials
+    this run ran, ``finished`` / ``failed`` of those; ``failures``: the records of the spec's failed
+    trials; ``exit_code``: the command line's (0, or 1 with failed trials). ``trials``, ``curves``,
+    ``statistics`` and ``plot()`` are of the spec's trials in ``folder``."""
+
+    sweep: str
+    folder: Path
+    total: int
+    finished_before: int
+    failed_before: int
+    ran: int
+    finished: int
+    failed: int
+    seconds: float
+    workers: int
+    device: str
+    exit_code: int
+    failures: list = field(default_factory=list, repr=False)
+    _planned: Sweep = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """No trial of the spec is recorded as failed."""
+        return self.exit_code == 0
+
+
+@dataclass(eq=False)
+class PlanResult:
+    """What ``banditsweep.plan`` found: per cell (algorithm label, environment) the trials left, their
+    rounds, seconds per round, memory per trial and GPUs (``cells``); the totals; the spec's trials
+    finished in the store and left out (``done``); those computed by other code (``other_code``:
+    trial id -> the modules that changed; in the plan, since `run` runs them again)."""
+
+    sweep: str
+    cells: pd.DataFrame
+    trials: int
+    trial_rounds: int
+    serial_seconds: float
+    wall_seconds: float
+    workers: int
+    unknown: int
+    done: int
+    other_code: dict[str, list[str]]
+    lines: list[str] = field(repr=False)
+    plan: Any = field(default=None, repr=False)   # the sweeps.plan.SweepPlan
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+
+@dataclass(eq=False)
+class StatusResult(_SweepResults):
+    """What ``banditsweep.status`` found: per cell the trials ``done``, ``failed``, ``running``, ``pending``
+    and ``other_code`` (``cells``), their totals, and the check of the result files: ``consistent``
+    (None when there is no results folder yet), its ``problems`` and ``notes``; ``exit_code`` the command
+    line's (4 when the files disagree)."""
+
+    sweep: str
+    folder: Path
+    cells: pd.DataFrame
+    total: int
+    consistent: bool | None
+    problems: list[str]
+    notes: list[str]
+    exit_code: int
+    summary: Any = field(default=None, repr=False)   # workers.storage.status_counts.StatusSummary
+    _planned: Sweep = field(default=None, repr=False)
+
+    def count(self, what: str) -> int:
+        """The spec's trials that are ``what``: done, failed, running, pending or other_code."""
+        return int(self.cells[what].sum()) if what in self.cells else 0
+
+    @property
+    def done(self) -> int:
+        return self.count("done")
+
+    @property
+    def failed(self) -> int:
+        return self.count("failed")
+
+    @property
+    def pending(self) -> int:
+        return self.count("pending")
+
+
+# ---- the commands -------------------------------------------------------------------------------
+
+
+def run(spec, *, results=None, mlflow_uri: str | None = None, sinks=None, overrides=None, only=None,
+        address: str | None = None, max_workers: int | None = None, retry_failed: bool = False,
+        rerun_changed: bool = False, keep_changed: bool = False, data_dir=None, progress: bool = True,
+        quiet: bool = False) -> RunResult:
+    """Run every trial of ``spec`` not yet finished (``banditsweep run``), on an embedded local Ray or
+    the cluster at ``address``; the trials of this process's :func:`register_algorithm` classes too.
+
+    ``spec``: a path, YAML text, or a dict of the spec's data. ``results``: the results root (default
+    ``$BANDITSWEEP_RESULTS``, else ``~/banditsweep-results``); ``mlflow_uri``: the MLflow store; ``sinks``:
+    the result sinks (a name or a list; ``"none"`` or ``[]``: Parquet only); ``overrides``: the ``--set``
+    values (``{"horizon": 200, "seeds": 2}`` or ``["horizon=200"]``); ``only``: the ``--only`` selection
+    (``{"algorithm": ["linucb", "lints"]}`` or ``["algorithm=linucb,lints"]``); ``max_workers``,
+    ``retry_failed``, ``rerun_changed`` / ``keep_changed``, ``data_dir``, ``progress`` as the command line's."""
+    from banditsweep.sweeps.commands import run as command
+
+    if rerun_changed and keep_changed:
+        raise InputError("keep_changed and rerun_changed exclude each other; give one")
+    args = _arguments("run", spec, results, mlflow_uri, overrides, only)
+    args.address = _text("address", address)
+    args.max_workers = _number("max_workers", max_workers)
+    args.retry_failed, args.rerun_changed, args.keep_changed = bool(retry_failed), bool(rerun_changed), bool(keep_changed)
+    args.data_dir = _path("data_dir", data_dir)
+    args.sinks = _sinks(sinks)
+    args.no_progress = not progress or quiet
+    with _output(quiet):
+        report = _execute(command, args)
+    return RunResult(report.sweep.name, report.store_root, report.total, report.finished_before,
+                     report.failed_before, report.ran, report.finished, report.failed, report.seconds,
+                     report.workers, report.device, report.exit_code, report.failures, report.sweep)
+
+
+def plan(spec, *, results=None, mlflow_uri: str | None = None, overrides=None, only=None, data_dir=None,
+         workers: int | None = None, gpus: int | None = None, probe_seconds: float = 3.0,
+         quiet: bool = False) -> PlanResult:
+    """What running ``spec`` will cost (``banditsweep plan``): trials, rounds, seconds per round,
+    memory per cell, wall time on this machine's CPUs or on ``workers`` / ``gpus``; the options as
+    :func:`run`'s."""
+    from banditsweep.sweeps.commands import plan as command
+
+    args = _arguments("plan", spec, results, mlflow_uri, overrides, only)
+    args.data_dir = _path("data_dir", data_dir)
+    args.workers = _number("workers", workers)
+    args.gpus = _number("gpus", gpus, "_gpu_count")
+    args.probe_seconds = _number("probe_seconds", probe_seconds, "_probe_seconds")
+    with _output(quiet):
+        report = _execute(command, args)
+    found = report.plan
+    cells = pd.DataFrame([{"algorithm": cell.label, "environment": cell.environment, "horizon": cell.horizon,
+                           "trials": cell.trials, "trial_rounds": cell.trial_rounds,
+                           "seconds_per_round": cell.seconds_per_round, "seconds": cell.seconds,
+                           "memory_bytes": cell.memory_bytes, "gpus_per_trial": cell.gpus_per_trial,
+                           "source": cell.source} for cell in found.cells],
+                         columns=["algorithm", "environment", "horizon", "trials", "trial_rounds", "seconds_per_round",
+                                  "seconds", "memory_bytes", "gpus_per_trial", "source"])
+    return PlanResult(report.sweep.name, cells, found.trials, found.trial_rounds, found.serial_seconds,
+                      found.wall_seconds, found.workers, found.unknown, len(report.done), report.other_code,
+                      found.lines(), found)
+
+
+def status(spec, *, results=None, mlflow_uri: str | None = None, overrides=None, only=None,
+           quiet: bool = False) -> StatusResult:
+    """Where ``spec``'s trials stand (``banditsweep status``): per cell done / failed / running / pending
+    / other code, and the check of every result file; the options as :func:`run`'s."""
+    from dataclasses import asdict
+
+    from banditsweep.sweeps.commands import status as command
+
+    args = _arguments("status", spec, results, mlflow_uri, overrides, only)
+    with _output(quiet):
+        report = _execute(command, args)
+    summary = report.summary
+    cells = pd.DataFrame([asdict(cell) for cell in summary.cells],
+                         columns=["algorithm", "environment", "done", "failed", "running", "pending", "other_code"])
+    consistency = summary.consistency
+    return StatusResult(report.sweep.name, report.store_root, cells, len(report.sweep.trials),
+                        None if consistency is None else not summary.inconsistent,
+                        [] if consistency is None else list(consistency.problems),
+                        report.notes + ([] if consistency is None else list(consistency.notes)),
+                        report.exit_code, summary, report.sweep)
+
+
+# ---- registering classes defined here -----------------------------------------------------------
+
+
+def register_algorithm(name: str, cls: type) -> None:
+    """Make ``cls`` (a ``banditsweep.core.contracts.Policy`` with its ``Params`` model) the algorithm
+    ``name`` of the specs run from this process, on every Ray worker of their runs too: a class
+    defined in a notebook or a script's ``__main__`` travels by value with each run, with its source
+    (its trials' ``code`` digests it: a change to the class marks its finished trials as computed by
+    other code). A class of an importable module travels by name: the workers must import it."""
+    from banditsweep.core.contracts import Config, Policy
+
+    _check_registration(name, cls, Policy, "Params", Config, "algorithm")
+    _ship("algorithm", name, cls)
+
+
+def register_environment(name: str, cls: type) -> None:
+    """Make ``cls`` (a ``banditsweep.core.contracts.Environment`` with its ``Config`` model) the
+    environment kind ``name``, as :func:`register_algorithm` does for an algorithm."""
+    from banditsweep.core.contracts import Config, Environment
+
+    _check_registration(name, cls, Environment, "Config", Config, "environment")
+    _ship("environment", name, cls)
+
+
+def _check_registration(name, cls, base: type, model: str, config: type, kind: str) -> None:
+    from banditsweep.core import registry
+
+    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"register_{kind}: {name!r} is not a name; give letters, digits, - and _, "
+                         f"e.g. 'eps_greedy'")
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise TypeError(f"register_{kind}({name!r}, ...): {cls!r} is not a subclass of "
+                        f"banditsweep.core.contracts.{base.__name__}")
+    declared = getattr(cls, model, None)
+    if not (isinstance(declared, type) and issubclass(declared, config)):
+        raise TypeError(f"register_{kind}({name!r}, ...): {cls.__qualname__}.{model} must be a "
+                        f"banditsweep.core.contracts.Config model (its {'parameters' if kind == 'algorithm' else 'settings'})")
+    if registry.is_builtin(kind, name):
+        raise ValueError(f"register_{kind}: {name!r} is banditsweep's own {kind}; choose another name")
+
+
+def _ship(kind: str, name: str, cls: type) -> None:
+    from banditsweep.workers import ship
+
+    ship(kind, name, cls)
+
+
+# ---- the options, as the command line's ---------------------------------------------------------
+
+
+def _spec_source(spec) -> str:
+    """A path as itself; YAML text or a dict as a :class:`SpecText`."""
+    if isinstance(spec, Mapping):
+        import yaml
+
+        try:
+            return SpecText(yaml.safe_dump(dict(spec), sort_keys=False))
+        except yaml.YAMLError as error:
+            raise SpecError("<spec>", "", f"the spec's data cannot be written as YAML ({' '.join(str(error).split())}); "
+                                          "give plain values: dicts, lists, strings, numbers, booleans") from None
+    if isinstance(spec, os.PathLike):
+        return os.fspath(spec)
+    if isinstance(spec, str):
+        if "\n" in spec or spec.lstrip().startswith("{"):
+            return SpecText(spec)
+        return spec
+    raise TypeError(f"spec: give a path, YAML text or a dict, not {type(spec).__name__}")
+
+
+def _arguments(command: str, spec, results, mlflow_uri, overrides, only) -> argparse.Namespace:
+    """The command line's arguments of ``command``, at their defaults, with those given here."""
+    from banditsweep.sweeps.cli import build_parser
+
+    args = build_parser().parse_args([command, "-"])
+    args.spec = _spec_source(spec)
+    args.results = _path("results", results)
+    args.mlflow_uri = _text("mlflow_uri", mlflow_uri)
+    args.overrides = _pairs("overrides", overrides, _yaml_scalar)
+    args.selectors = _pairs("only", only, _alternatives)
+    return args
+
+
+def _execute(command, args: argparse.Namespace):
+    from banditsweep.sweeps.cli import prepare
+
+    return command.execute(args, prepare(args))
+
+
+@contextlib.contextmanager
+def _output(quiet: bool):
+    if not quiet:
+        yield
+        return
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield
+
+
+def _text(name: str, value) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{name}: give a string, not {type(value).__name__}")
+    return value
+
+
+def _path(name: str, value) -> str | None:
+    return os.fspath(value) if isinstance(value, os.PathLike) else _text(name, value)
+
+
+def _number(name: str, value, checker: str = "_worker_count"):
+    """``value`` checked as the command line checks its option (the same allowed range and message)."""
+    if value is None:
+        return None
+    from banditsweep.sweeps import cli
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{name}: {value!r} is not a number")
+    try:
+        return getattr(cli, checker)(repr(value) if isinstance(value, float) else str(value))
+    except argparse.ArgumentTypeError as error:
+        raise InputError(f"{name}: {error}") from None
+
+
+def _sinks(sinks) -> list[str] | None:
+    if sinks is None:
+        return None
+    if isinstance(sinks, str):
+        return [sinks]
+    names = list(sinks)
+    if not all(isinstance(name, str) for name in names):
+        raise TypeError("sinks: give a sink's name or a list of names")
+    return names or ["none"]
+
+
+def _yaml_scalar(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)   # JSON is YAML
+
+
+def _alternatives(value) -> str:
+    values = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
+    return ",".join(_yaml_scalar(item) if not isinstance(item, str) else item for item in values)
+
+
+def _pairs(name: str, given, value_text) -> list[str]:
+    """``KEY=VALUE`` texts of the command line from a dict (``{"horizon": 200}``), a list of such
+    texts, or one."""
+    if given is None:
+        return []
+    if isinstance(given, str):
+        return [given]
+    if isinstance(given, Mapping):
+        return [f"{key}={value_text(value)}" for key, value in given.items()]
+    if isinstance(given, Iterable):
+        items = list(given)
+        if all(isinstance(item, str) for item in items):
+            return items
+    raise TypeError(f"{name}: give a dict of key: value, or a list of 'key=value' texts")

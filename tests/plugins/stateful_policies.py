@@ -1,0 +1,30 @@
+"""Test-only algorithms, registered as a plugin (``BANDITSWEEP_PLUGINS=stateful_policies``), that keep
+state of their own beyond their base's: ``counting_random`` declares nothing (a plugin's class is
+then saved whole, every attribute it carries); ``declared_counting_random`` declares its state and is
+held to it (core.state_declaration). Both are ``random`` counting the rounds they learnt from.
+"""
+
+from banditsweep.core import registry
+from banditsweep.core.algorithms.random_policy import RandomPolicy
+
+
+class CountingRandom(RandomPolicy):
+    def update(self, t, contexts, arm, reward):
+        self.rounds_seen = getattr(self, "rounds_seen", 0) + 1
+
+
+class DeclaredCountingRandom(RandomPolicy):
+    STATE = ("rounds_seen",)
+    TRANSIENT = ("last_reward",)   # not saved: a restored policy starts without it
+
+    def __init__(self, params, problem, rng, device="cpu"):
+        super().__init__(params, problem, rng, device)
+        self.rounds_seen = 0
+
+    def update(self, t, contexts, arm, reward):
+        self.rounds_seen += 1
+        self.last_reward = reward
+
+
+registry.register_algorithm("counting_random", CountingRandom)
+registry.register_algorithm("declared_counting_random", DeclaredCountingRandom)

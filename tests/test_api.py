@@ -1,0 +1,219 @@
+"""banditsweep from Python (sweeps.api): run, plan and status with typed results, a policy class
+defined in ``__main__`` (a notebook's cells, here exec'd as IPython runs a cell: its source in
+linecache under the cell's file name) registered and shipped by value to the Ray workers, its code
+identity digested from that source, its checkpoints resumed on a fresh worker."""
+
+import json
+import linecache
+import os
+import textwrap
+
+import pytest
+import yaml
+
+import banditsweep
+from banditsweep.core.trial import run_trials
+from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.spec_errors import SpecError
+from banditsweep.workers import InputError, code_of
+from banditsweep.workers.provenance import shipped
+
+CELL = textwrap.dedent('''
+    import os
+    from pathlib import Path
+
+    import numpy as np
+    from pydantic import Field
+
+    from banditsweep.core.contracts import Config, Decision, Policy
+
+
+    class GreedyParams(Config):
+        epsilon: float = Field(0.1, ge=0.0, le=1.0, description="exploration probability")
+        crash_at: int = Field(0, ge=0, description="kill the worker at this round, once (0: never)")
+
+
+    class EpsGreedy(Policy):
+        """epsilon-greedy on each arm's mean reward (contexts ignored)."""
+
+        Params = GreedyParams
+
+        def __init__(self, params, problem, rng, device="cpu"):
+            super().__init__(params, problem, rng, device)
+            self.counts = np.zeros(problem.num_arms)
+            self.sums = np.zeros(problem.num_arms)
+
+        def select(self, t, contexts):
+            markers = os.environ.get("BANDITSWEEP_TEST_MARKERS")   # set on the shared Ray's workers only
+            if t == self.params.crash_at and markers and not (Path(markers) / "eps_greedy.crashed").exists():
+                (Path(markers) / "eps_greedy.crashed").touch()
+                os._exit(1)   # a preempted worker in the middle of the trial
+            means = self.sums / np.maximum(self.counts, 1)
+            if self.rng.random() < self.params.epsilon:
+                return Decision(arm=int(self.rng.integers(self.problem.num_arms)), scores=means)
+            return Decision(arm=int(np.argmax(means)), scores=means)
+
+        def update(self, t, contexts, arm, reward):
+            self.counts[arm] += 1
+            self.sums[arm] += reward
+''')
+
+SPEC = {"sweep": "notebook", "horizon": 30, "seeds": 2, "checkpoint_every": 10, "log_every": 10,
+        "environments": [{"kind": "synthetic", "function": "h1", "dim": 5}],
+        "algorithms": [{"name": "eps_greedy", "params": {"crash_at": 15}, "label": "EpsGreedy"},
+                       {"name": "linucb", "label": "LinUCB"}]}
+
+
+def run_cell(source: str, name: str = "/tmp/ipykernel_0/cell_1.py", keep_source: bool = True) -> dict:
+    """``source`` run as IPython runs a notebook cell: in ``__main__``'s namespace, its text kept in
+    linecache under the cell's file name (without ``keep_source``: as exec of a string, no source)."""
+    if keep_source:
+        linecache.cache[name] = (len(source), None, source.splitlines(keepends=True), name)
+    namespace = {"__name__": "__main__"}
+    exec(compile(source, name if keep_source else "<string>", "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture
+def registered():
+    """The test's registrations undone afterwards (they would travel with every later run)."""
+    from banditsweep.core import registry
+    from banditsweep.workers.provenance import code_identity
+
+    before, algorithms = dict(shipped._SHIPPED), dict(registry._ALGORITHMS)
+    sources = {module: dict(entries) for module, entries in code_identity._SHIPPED_SOURCES.items()}
+    yield
+    shipped._SHIPPED.clear()
+    shipped._SHIPPED.update(before)
+    registry._ALGORITHMS.clear()
+    registry._ALGORITHMS.update(algorithms)
+    code_identity._SHIPPED_SOURCES.clear()
+    code_identity._SHIPPED_SOURCES.update(sources)
+    code_identity._shipped_version[0] += 1
+
+
+def test_a_notebook_policy_runs_on_the_workers_resumes_and_carries_its_code(shared_ray, registered, tmp_path):
+    cell = run_cell(CELL)
+    assert cell["EpsGreedy"].__module__ == "__main__"
+    banditsweep.register_algorithm("eps_greedy", cell["EpsGreedy"])
+
+    result = banditsweep.run(SPEC, sinks="none", progress=False)
+    assert isinstance(result, banditsweep.sweeps.api.RunResult)
+    assert (result.total, result.ran, result.finished, result.failed, result.exit_code) == (4, 4, 4, 0, 0)
+    assert result.folder == tmp_path / "results" / "notebook" and result.ok
+    trials = result.trials.set_index("trial_id")
+    assert set(trials["label"]) == {"EpsGreedy", "LinUCB"} and (trials["status"] == "finished").all()
+
+    # The numbers are the policy's: each trial's final regret is the same trial run here, in core,
+    # also the one whose worker died at round 15 and that resumed from its checkpoint of round 10.
+    for planned in result._planned.trials:
+        [direct] = run_trials([planned.spec])
+        assert trials.loc[planned.trial_id, "final_regret"] == direct.final_regret
+    custom = trials[trials["label"] == "EpsGreedy"]
+    assert sorted(custom["attempts"]) == [1, 2] and "diag_checkpoint_rejected" not in trials
+    assert sorted(custom["diag_resumed_from_round"].fillna(0)) == [0.0, 11.0]
+    curves = result.curves
+    assert len(curves) == 4 * 30 and set(curves["trial_id"]) == set(trials.index)
+
+    # Its code is digested from the cell's source, the same on the worker as here.
+    spec = next(t.spec for t in result._planned.trials if t.spec.algorithm == "eps_greedy")
+    recorded = json.loads(custom["code"].iloc[0])
+    assert recorded == code_of(spec).parts and not recorded["__main__.py"].startswith("unknown")
+    assert custom["code_digest"].iloc[0] == code_of(spec).digest
+
+    stats = result.statistics
+    assert set(stats.cells["algorithm"]) == {"EpsGreedy", "LinUCB"} and (stats.cells["n"] == 2).all()
+    assert len(stats.pairs) == 1
+    figure = result.plot()
+    [axes] = figure.axes
+    assert axes.get_title() == "synthetic h1 (dim = 5)" and len(axes.get_lines()) == 2
+
+    # The cell edited and run again: the policy's finished trials are computed by other code now.
+    assert banditsweep.status(SPEC, quiet=True).count("other_code") == 0
+    edited = run_cell(CELL.replace("self.sums[arm] += reward", "self.sums[arm] += 2 * reward / 2"),
+                      "/tmp/ipykernel_0/cell_2.py")
+    banditsweep.register_algorithm("eps_greedy", edited["EpsGreedy"])
+    state = banditsweep.status(SPEC, quiet=True)
+    assert (state.done, state.count("other_code"), state.consistent, state.exit_code) == (2, 2, True, 0)
+    assert state.cells.set_index("algorithm").loc["EpsGreedy", "other_code"] == 2
+
+
+def test_a_class_without_source_is_recorded_unknown(registered):
+    cell = run_cell(CELL, keep_source=False)
+    banditsweep.register_algorithm("eps_greedy", cell["EpsGreedy"])
+    sweep = banditsweep.plan(SPEC, only={"algorithm": "eps_greedy", "seed": 0}, probe_seconds=0.2, quiet=True)
+    assert sweep.trials == 1 and list(sweep.cells["algorithm"]) == ["EpsGreedy"]
+    from banditsweep.sweeps.spec import parse_sweep
+
+    [trial] = parse_sweep(SPEC).trials[:1]
+    parts = code_of(trial.spec).parts
+    assert parts["__main__:EpsGreedy"].startswith("unknown: no source")
+    assert "__main__.py" not in parts
+
+
+def test_a_shipped_class_is_found_by_a_checkpoint_where_its_module_lacks_it(registered):
+    """A worker's ``__main__`` is Ray's: a checkpoint names the class by module and name, and the
+    registered class is what it finds (here, pytest's ``__main__`` lacks it likewise)."""
+    import numpy as np
+
+    from banditsweep.core.contracts import Problem
+    from banditsweep.core.state_codec import decode_state, encode_state
+
+    cell = run_cell(CELL)
+    banditsweep.register_algorithm("eps_greedy", cell["EpsGreedy"])
+    params = cell.pop("GreedyParams")   # as on a worker: cloudpickle keeps only the globals the methods use
+    policy = cell["EpsGreedy"](params(), Problem(3, 2, 10), np.random.default_rng(0))
+    policy.update(1, None, 2, 0.5)
+    restored = decode_state(encode_state(policy))
+    assert type(restored) is cell["EpsGreedy"] and list(restored.sums) == [0.0, 0.0, 0.5]
+    assert type(restored.params) is params   # found as the class's Params
+
+
+def test_the_commands_errors_are_raised_with_their_messages(tmp_path, capsys, monkeypatch, registered):
+    monkeypatch.chdir(tmp_path)
+    bad = {**SPEC, "algorithms": [{"name": "linucb", "grid": {"nu": [0.1, 0.1]}}]}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    assert main(["plan", "bad.yaml"]) == 2
+    said = capsys.readouterr().err.strip()
+    with pytest.raises(SpecError) as raised:
+        banditsweep.plan("bad.yaml")
+    assert said == f"error: {raised.value}" and "bad.yaml" in said
+    with pytest.raises(SpecError, match=r"^<spec>: "):   # the same, given as data
+        banditsweep.plan(bad)
+    with pytest.raises(SpecError, match=r"^<spec>: "):   # ... and as YAML text
+        banditsweep.status(yaml.safe_dump(bad))
+    with pytest.raises(InputError, match="max_workers: 0 is not allowed: give a whole number from 1 to"):
+        banditsweep.run(SPEC, max_workers=0)
+    with pytest.raises(InputError, match="exclude each other"):
+        banditsweep.run(SPEC, keep_changed=True, rerun_changed=True)
+    with pytest.raises(SpecError, match="--set: horizonn: cannot be overridden"):
+        banditsweep.plan(SPEC, overrides={"horizonn": 5})
+    with pytest.raises(ValueError, match="banditsweep's own algorithm"):
+        banditsweep.register_algorithm("linucb", run_cell(CELL)["EpsGreedy"])
+    with pytest.raises(TypeError, match="not a subclass"):
+        banditsweep.register_algorithm("mine", dict)
+    assert not os.path.exists(tmp_path / "results" / "notebook")   # nothing written
+
+
+def test_the_readme_python_section_runs_as_written(shared_ray, registered, repo, tmp_path, monkeypatch):
+    monkeypatch.chdir(repo)   # its spec path is the repository's
+    readme = (repo / "README.md").read_text()
+    section = readme.split("## From Python and notebooks", 1)[1].split("\n## ", 1)[0]
+    blocks = [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
+    assert len(blocks) == 2
+    names = {"__name__": "__main__"}
+    for number, block in enumerate(blocks):   # as a notebook's cells: each one's source kept
+        name = f"/tmp/ipykernel_0/readme_{number}.py"
+        linecache.cache[name] = (len(block), None, block.splitlines(keepends=True), name)
+        exec(compile(block, name, "exec"), names)
+    result = names["result"]
+    assert (result.total, result.finished, result.failed) == (9, 9, 0)
+    ucb = result.trials[result.trials["algorithm"] == "ucb1"]
+    assert len(ucb) == 6 and not json.loads(ucb["code"].iloc[0])["__main__.py"].startswith("unknown")
+    assert set(result.statistics.cells["algorithm"]) == {"ucb1", "linucb"}
+    assert len(names["figure"].axes) == 1
+    cost = names["cost"]
+    assert cost.trials == 2 * 7 * 2 and list(cost.cells.columns[:4]) == ["algorithm", "environment", "horizon", "trials"]
+    assert set(cost.cells["horizon"]) == {200} and cost.wall_seconds > 0
+    where = names["where"]
+    assert (where.done, where.total, where.consistent) == (6, 6, True)

@@ -1,0 +1,56 @@
+"""examples/custom_policy.ipynb runs as written on a real kernel of this Python (ipykernel, through
+nbclient): its policy, defined in a cell, is shipped to the embedded Ray's workers, and its trials
+finish; the statistics are printed and the figure drawn. Results go to the test's folder
+(``$BANDITSWEEP_RESULTS``, which the notebook reads)."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import banditsweep
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+
+def _kernel_spec(folder):
+    """A kernel spec of this interpreter (the venv's Python), in a folder of the test's own."""
+    spec = folder / "kernels" / "banditsweep-test"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "banditsweep test", "language": "python"}))
+    return folder
+
+
+def test_the_custom_policy_notebook_runs(repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_PATH", str(_kernel_spec(tmp_path / "jupyter")))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.delenv("MPLBACKEND", raising=False)   # the kernel's inline backend: figures as PNG outputs
+    # The kernel imports the banditsweep under test, as this process does.
+    package = Path(banditsweep.__file__).parent
+    if package.name == "banditsweep":   # not an editable install's folder: its parent goes on the path
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(package.parent),
+                                                                       os.environ.get("PYTHONPATH")])))
+    notebook = nbformat.read(repo / "examples" / "custom_policy.ipynb", as_version=4)
+    client = nbclient.NotebookClient(notebook, kernel_name="banditsweep-test", timeout=240,
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+
+    outputs = {index: cell.get("outputs", []) for index, cell in enumerate(notebook.cells) if cell.cell_type == "code"}
+    text = "\n".join(output.get("text", "") for cell in outputs.values() for output in cell if output.get("name") == "stdout")
+    assert "12 trials finished, 0 failed" in text   # 3 seeds of LinEpsGreedy, LinTS and LinUCB's 2 values of nu
+    assert "LinEpsGreedy" in text and "LinUCB" in text and "LinTS" in text
+    images = [output for cell in outputs.values() for output in cell
+              if output.get("output_type") in ("display_data", "execute_result") and "image/png" in output.get("data", {})]
+    assert len(images) == 1
+    import pandas as pd
+
+    trials = pd.read_parquet(tmp_path / "results" / "custom_policy" / "trials")
+    custom = trials[trials["algorithm"] == "lin_eps_greedy"]
+    assert len(custom) == 3 and (custom["status"] == "finished").all()
+    assert not json.loads(custom["code"].iloc[0])["__main__.py"].startswith("unknown")

@@ -1,0 +1,52 @@
+"""What the MLflow sink is given: its section of a run's sink options (the tracking store, and what
+the mirror writes there). Light: the CLI builds these options before anything imports MLflow.
+
+A run's sinks share one :class:`~banditsweep.workers.mirrors.sinks.SinkContext`; its
+``sink_options`` holds one plain mapping per sink, by the name of the sink that reads it (values
+cross process boundaries as JSON). :class:`MLflowOptions` is this sink's, typed on both sides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from banditsweep.workers.errors import InputError
+
+# The MLflow sink's registered name, and the key of its section of the sink options (a sink derived
+# from it, a plugin's, reads the same section).
+MLFLOW_SINK = "mlflow"
+# What the mirror writes: a run per trial, per cell (the seeds of one label, grid point and
+# environment), or both (workers.mirrors.mlflow.cells).
+RUN_MODES = ("trials", "cells", "both")
+# ``auto``: runs per trial up to this many trials in the sweep, else per cell.
+MAX_TRIAL_RUNS_AUTO = 2000
+
+
+def run_mode(requested: str, trials: int) -> str:
+    """``trials`` / ``cells`` / ``both`` as asked, ``auto`` by the sweep's size."""
+    if requested == "auto":
+        return "trials" if trials <= MAX_TRIAL_RUNS_AUTO else "cells"
+    if requested not in RUN_MODES:
+        raise ValueError(f"mlflow runs {requested!r}: allowed are auto, {', '.join(RUN_MODES)}")
+    return requested
+
+
+@dataclass(frozen=True)
+class MLflowOptions:
+    tracking_uri: str
+    runs: str = "trials"    # one of RUN_MODES (the spec's ``mlflow_runs``, ``auto`` resolved by run_mode)
+
+    def sink_options(self) -> dict[str, dict[str, Any]]:
+        """These options as a run's sink options (``SinkContext.sink_options``)."""
+        return {MLFLOW_SINK: asdict(self)}
+
+    @classmethod
+    def of(cls, sink_options: dict[str, dict[str, Any]]) -> MLflowOptions:
+        """The MLflow section of a run's sink options; a mode it does not know writes runs per trial."""
+        given = sink_options.get(MLFLOW_SINK)
+        if not given or not given.get("tracking_uri"):
+            raise InputError("the MLflow sink was given no tracking URI (its sink options lack "
+                             f"{MLFLOW_SINK!r}: tracking_uri)")
+        options = cls(**given)
+        return options if options.runs in RUN_MODES else cls(options.tracking_uri)

@@ -1,0 +1,135 @@
+"""The two ways runs reach an MLflow store, behind one interface (:class:`RunWriter`), chosen once
+when the sink opens (:func:`run_writer`): where the store is MLflow's own database, whole lists of
+runs in one transaction each (:class:`BulkWriter`, workers.mirrors.mlflow.bulk); anywhere else (a
+tracking server), MLflow's client, each run in as few calls as its limits allow, several runs at
+once (:class:`ClientWriter`). The sink says what to write, as :class:`RunWrite` values, once for
+both.
+
+A writer tells the sink how far each write got (:data:`MADE`, :data:`LOGGED`, :data:`DONE`) as it
+gets there, so that a call the mirror hands again after it failed part-way does only what is left:
+a transaction is all or nothing, but the client's calls for one run are several.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Protocol
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+from banditsweep.workers.mirrors.mlflow.bulk import RUNS_PER_TRANSACTION, RunWrite, sql_store, write_runs
+from banditsweep.workers.mirrors.mlflow.queries import search_all
+
+# How far a write got: a new run exists (its values may not be in yet); its tags, parameters and
+# metrics are in; its status too (the write is done).
+MADE, LOGGED, DONE = "made", "logged", "done"
+# Called with (the write's index in the list, its run id, MADE / LOGGED / DONE).
+Noted = Callable[[int, str, str], None]
+# Concurrent client calls to a tracking server (its workers serve them in parallel).
+SERVER_CONCURRENCY = 8
+# MLflow's log_batch limits: 1000 entities in all, at most 100 params and 100 tags.
+MAX_ENTITIES_PER_BATCH = 1000
+MAX_PARAMS_PER_BATCH = 100
+MAX_TAGS_PER_BATCH = 100
+
+
+class RunWriter(Protocol):
+    """Where the sink's runs go: one writer per sink, chosen when it opens (:func:`run_writer`)."""
+
+    def write(self, writes: list[RunWrite], noted: Noted, concurrent: bool = False) -> None:
+        """Apply ``writes`` (new runs, or more for existing ones), telling ``noted`` how far each
+        got. ``concurrent``: the writes are of different runs and may go at once."""
+
+
+def run_writer(client: MlflowClient, experiment_id: str) -> RunWriter:
+    """The bulk writer where the client's store is MLflow's database store, else the client's."""
+    store = sql_store(client)
+    return BulkWriter(store, experiment_id) if store is not None else ClientWriter(client, experiment_id)
+
+
+class BulkWriter:
+    """Runs written into MLflow's own database store, :data:`RUNS_PER_TRANSACTION` to a transaction:
+    each write of a transaction that commits is done whole, one that fails leaves nothing."""
+
+    def __init__(self, store: Any, experiment_id: str):   # store: MLflow's SqlAlchemyStore (bulk.sql_store)
+        self.store, self.experiment_id = store, experiment_id
+
+    def write(self, writes: list[RunWrite], noted: Noted, concurrent: bool = False) -> None:
+        for start in range(0, len(writes), RUNS_PER_TRANSACTION):
+            chunk = writes[start:start + RUNS_PER_TRANSACTION]
+            run_ids = write_runs(self.store, self.experiment_id, chunk)
+            for index, (write, run_id) in enumerate(zip(chunk, run_ids), start):
+                for step in ((MADE,) if write.run_id is None else ()) + (LOGGED, DONE):
+                    noted(index, run_id, step)
+
+
+class ClientWriter:
+    """Runs written through MLflow's client, as to a tracking server: a new run is created with its
+    tags, then gets its values in as few ``log_batch`` calls as MLflow's limits allow, then its end
+    (a terminal status); writes the sink says may go at once (``concurrent``) go
+    :data:`SERVER_CONCURRENCY` at a time."""
+
+    def __init__(self, client: MlflowClient, experiment_id: str):
+        self.client, self.experiment_id = client, experiment_id
+        # Trials whose run a create call may have made although it failed (the store made the run and
+        # the reply was lost): the next create of that trial's run looks for it first.
+        self.unsure: set[str] = set()
+
+    def write(self, writes: list[RunWrite], noted: Noted, concurrent: bool = False) -> None:
+        if concurrent and len(writes) > 1:   # a tracking server serves several calls at once
+            with ThreadPoolExecutor(SERVER_CONCURRENCY, thread_name_prefix="banditsweep-mlflow") as pool:
+                list(pool.map(lambda index: self._write_one(index, writes[index], noted), range(len(writes))))
+        else:
+            for index, write in enumerate(writes):
+                self._write_one(index, write, noted)
+
+    def _write_one(self, index: int, write: RunWrite, noted: Noted) -> None:
+        run_id, tags = write.run_id, write.tags
+        if run_id is None:
+            run_id, tags = self._create(write), {}   # the new run's tags go with its creation
+            noted(index, run_id, MADE)
+        log_batch(self.client, run_id, write.metrics, write.params, tags)
+        noted(index, run_id, LOGGED)
+        if write.status != "RUNNING":
+            self.client.set_terminated(run_id, write.status)
+        noted(index, run_id, DONE)
+
+    def _create(self, write: RunWrite) -> str:
+        """A new run under its parent. Where an earlier call to create a trial's run failed, the store
+        is asked first (by trial id and store) for the run that call may have made all the same: that
+        one is used (and any more are deleted), not a second made."""
+        trial_id = write.tags.get("trial_id")
+        if trial_id is not None and trial_id in self.unsure:
+            made = [run for run in search_all(self.client, self.experiment_id,
+                                              f"tags.kind = 'trial' and tags.trial_id = '{trial_id}' and "
+                                              f"tags.store = '{write.tags.get('store')}' and "
+                                              "attributes.status = 'RUNNING'")
+                    if run.data.tags.get("mlflow.parentRunId") == write.parent_run_id]
+            for extra in made[1:]:
+                self.client.delete_run(extra.info.run_id)
+            if made:
+                self.unsure.discard(trial_id)
+                return made[0].info.run_id
+        if trial_id is not None:
+            self.unsure.add(trial_id)
+        parent = {"mlflow.parentRunId": write.parent_run_id} if write.parent_run_id else {}
+        run_id = self.client.create_run(self.experiment_id, run_name=write.name,
+                                        tags={**parent, **write.tags}).info.run_id
+        self.unsure.discard(trial_id)
+        return run_id
+
+
+def log_batch(client: MlflowClient, run_id: str, metrics: list[Metric] = (), params: dict[str, str] | None = None,
+              tags: dict[str, str] | None = None) -> None:
+    """One store call when everything fits in MLflow's limits, else as few as they allow (none when
+    there is nothing to log)."""
+    metrics = list(metrics)
+    params = [Param(k, v) for k, v in (params or {}).items()]
+    tags = [RunTag(k, v) for k, v in (tags or {}).items()]
+    while metrics or params or tags:
+        batch_params, params = params[:MAX_PARAMS_PER_BATCH], params[MAX_PARAMS_PER_BATCH:]
+        batch_tags, tags = tags[:MAX_TAGS_PER_BATCH], tags[MAX_TAGS_PER_BATCH:]
+        room = MAX_ENTITIES_PER_BATCH - len(batch_params) - len(batch_tags)
+        batch_metrics, metrics = metrics[:room], metrics[room:]
+        client.log_batch(run_id, metrics=batch_metrics, params=batch_params, tags=batch_tags)
