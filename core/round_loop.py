@@ -193,8 +193,9 @@ class RoundLoop(ABC):
         """Each trial's diagnostics at the end (environment and policy)."""
 
     @abstractmethod
-    def save(self, checkpoints: Checkpoints, key: str) -> None:
-        """Keep the state between two rounds under ``key`` (and its parts, ``key/...``)."""
+    def save(self, checkpoints: Checkpoints, key: str) -> bool:
+        """Keep the state between two rounds under ``key`` (and its parts, ``key/...``); False when
+        it could not be kept."""
 
     @classmethod
     def saved_attributes(cls, state: bytes, specs: Sequence[TrialSpec] | None, declared: bool = True) -> dict:
@@ -254,11 +255,14 @@ class RoundLoop(ABC):
         self.next_round += 1
 
     def advance(self, rounds: int | None = None, on_progress: ProgressCallback | None = None,
-                progress_every: int = 100) -> None:
+                progress_every: int = 100, should_stop: Callable[[], bool] | None = None) -> None:
         """Play ``rounds`` more rounds (all that are left by default). ``on_progress(trial, t,
-        cumulative regret)`` is called every ``progress_every`` rounds and at the last round."""
+        cumulative regret)`` is called every ``progress_every`` rounds and at the last round;
+        ``should_stop()``, asked after every round, ends the advance early when it says True."""
         last = self.horizon if rounds is None else min(self.horizon, self.next_round + rounds - 1)
         while self.next_round <= last:
+            if should_stop is not None and should_stop():
+                return
             self.play_round()
             t = self.next_round - 1
             if on_progress is not None and (t % progress_every == 0 or t == self.horizon):
@@ -348,6 +352,25 @@ class Checkpoints(Protocol):
         """The state under ``key`` cannot be used (damaged, another format, other trials): set it
         aside with a note; its loop starts from round 1."""
 
+    def stop_requested(self) -> bool:
+        """Whether the run asks its running trials to stop now (a scheduler's SIGTERM or a time
+        limit reached the driver): the loop saves its state at the round it has reached and raises
+        :class:`TrialStopped`, so that the next attempt loses no round. Optional: a store without
+        it is never asked."""
+
+
+class TrialStopped(Exception):
+    """A loop stopped before its end because its run asked it to (``Checkpoints.stop_requested``);
+    ``saved`` says whether its state at ``next_round`` was kept. Not a failure of the trial: it has
+    no result, and its next attempt resumes from the saved state."""
+
+    def __init__(self, key: str, next_round: int, saved: bool):
+        super().__init__(key, next_round, saved)   # the arguments, so that it pickles (Ray sends it back)
+        self.key, self.next_round, self.saved = key, next_round, saved
+
+    def __str__(self) -> str:
+        return f"{self.key}: stopped at round {self.next_round} (state {'saved' if self.saved else 'not saved'})"
+
 
 def play_out(start: Callable[[], RoundLoop], resume: Callable[[bytes], RoundLoop], key: str,
              checkpoints: Checkpoints | None = None, on_progress: ProgressCallback | None = None,
@@ -376,9 +399,10 @@ def play_out(start: Callable[[], RoundLoop], resume: Callable[[bytes], RoundLoop
         loop = start()
         loop.checkpoint_rejected = rejected
     step = checkpoints.every if checkpoints is not None else None
+    should_stop = getattr(checkpoints, "stop_requested", None)
     while not loop.done:
         try:
-            loop.advance(step, on_progress=on_progress, progress_every=progress_every)
+            loop.advance(step, on_progress=on_progress, progress_every=progress_every, should_stop=should_stop)
         except Exception as error:
             if not resumed:
                 raise
@@ -390,7 +414,9 @@ def play_out(start: Callable[[], RoundLoop], resume: Callable[[bytes], RoundLoop
             loop.checkpoint_rejected = True
             continue
         if checkpoints is not None and not loop.done:
-            loop.save(checkpoints, key)
+            saved = loop.save(checkpoints, key)
+            if should_stop is not None and should_stop():
+                raise TrialStopped(key, loop.next_round, saved)
     results = loop.results()
     if checkpoints is not None:
         checkpoints.discard(key)

@@ -246,8 +246,8 @@ class TrialRun(RoundLoop):
         the same results as never stopping."""
         return encode_state(attributes_to_save(self))
 
-    def save(self, checkpoints: Checkpoints, key: str) -> None:
-        checkpoints.save(key, self.snapshot())
+    def save(self, checkpoints: Checkpoints, key: str) -> bool:
+        return checkpoints.save(key, self.snapshot())
 
     @classmethod
     def restore(cls, state: bytes, specs: Sequence[TrialSpec] | None = None) -> "TrialRun":

@@ -1,7 +1,7 @@
 """Checkpoints written by an earlier release (tests/fixtures/checkpoints_7dd25d2: made by the tree
 at commit 7dd25d2 with tests/golden's cases, stopped after round 7, and a sharded RLS-Kernelized
-Exp3 trial on two shards saved at round 5) still resume on today's code and end bit-identical to an
-uninterrupted run: moving or renaming modules must not break a user's checkpoints."""
+Exp3 trial on two shards saved at round 5) still resume on today's code and end as an
+uninterrupted run does (the same arms; floats to 1e-12 of their scale on any CPU): moving or renaming modules must not break a user's checkpoints."""
 
 import sys
 from pathlib import Path
@@ -20,14 +20,21 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "checkpoints_7dd25d2"
 
 
 def _same(before, after, what):
-    for name in ("arm", "reward", "regret", "cum_regret"):
-        np.testing.assert_array_equal(getattr(after, name), getattr(before, name), err_msg=f"{what} {name}")
-    for name, values in before.extras.items():
-        np.testing.assert_array_equal(after.extras[name], values, err_msg=f"{what} {name}")
+    """The arms exactly; every float to 1e-12 of its scale. The fixtures' first rounds were computed on
+    another machine's CPU, whose vectorised exp and BLAS kernels may round the last bit differently
+    from this one's (a resume on the machine that saved the state is bit-identical:
+    tests/test_checkpoint_safety.py)."""
+    np.testing.assert_array_equal(after.arm, before.arm, err_msg=f"{what} arm")
+    floats = [(name, getattr(before, name), getattr(after, name)) for name in ("reward", "regret", "cum_regret")]
+    floats += [(name, values, after.extras[name]) for name, values in before.extras.items()]
+    for name, expected, actual in floats:
+        expected = np.asarray(expected, dtype=np.float64)
+        scale = float(np.max(np.abs(expected))) if expected.size else 0.0
+        np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-12 * scale, err_msg=f"{what} {name}")
 
 
 @pytest.mark.parametrize("case", ["ga_batch_shuttle", "ucb_mushroom", "kernel_exp3_batch", "rls_kernel_exp3"])
-def test_an_earlier_releases_checkpoint_resumes_bit_identical(case, monkeypatch):
+def test_an_earlier_releases_checkpoint_resumes_as_an_uninterrupted_run(case, monkeypatch):
     monkeypatch.setenv("BANDITSWEEP_DATA", str(DATA))
     whole = TrialRun(specs(case))
     whole.advance()
@@ -38,7 +45,7 @@ def test_an_earlier_releases_checkpoint_resumes_bit_identical(case, monkeypatch)
         assert after.diagnostics["resumed_from_round"] == 8.0
 
 
-def test_an_earlier_releases_sharded_checkpoint_resumes_bit_identical():
+def test_an_earlier_releases_sharded_checkpoint_resumes_as_an_uninterrupted_run():
     from test_sharding import MemoryCheckpoints, _local, _spec
 
     from banditsweep.core.sharded.coordinator import run_sharded

@@ -99,19 +99,20 @@ class ShardedKernelTrial(RoundLoop):
         return encode_state({**{name: getattr(self, name) for name in self.STATE},
                              "algorithm": self.algorithm.state()})
 
-    def save(self, checkpoints: Checkpoints, key: str) -> None:
+    def save(self, checkpoints: Checkpoints, key: str) -> bool:
         """Each shard saves its part of this round where it runs, then the coordinator its state: a
         round counts once the coordinator's state names it, and only then are the parts of the
         round saved before removed."""
         at = self.next_round - 1
         if not all(self.group.map(SavePart(checkpoints, key, at))):
-            return
+            return False
         previous, self.saved_round = self.saved_round, at
         if not checkpoints.save(key, self.snapshot()):
             self.saved_round = previous
-            return
+            return False
         if previous is not None and previous != at:
             self.group.map(DiscardPart(checkpoints, key, previous))
+        return True
 
     @classmethod
     def check_state(cls, state: bytes, spec: TrialSpec) -> dict:

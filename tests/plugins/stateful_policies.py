@@ -2,9 +2,13 @@
 state of their own beyond their base's: ``counting_random`` declares nothing (a plugin's class is
 then saved whole, every attribute it carries); ``declared_counting_random`` declares its state and is
 held to it (core.state_declaration). Both are ``random`` counting the rounds they learnt from.
+``paced_lints`` is LinTS slowed to a known pace.
 """
 
+import time
+
 from banditsweep.core import registry
+from banditsweep.core.algorithms.linear import LinTS
 from banditsweep.core.algorithms.random_policy import RandomPolicy
 
 
@@ -28,3 +32,17 @@ class DeclaredCountingRandom(RandomPolicy):
 
 registry.register_algorithm("counting_random", CountingRandom)
 registry.register_algorithm("declared_counting_random", DeclaredCountingRandom)
+
+
+class PacedLinTS(LinTS):
+    """LinTS that waits ``PACE`` seconds a round: the same choices, slow enough for a test to stop its
+    run mid-trial on any machine."""
+
+    PACE = 0.002
+
+    def select(self, t, contexts):
+        time.sleep(self.PACE)
+        return super().select(t, contexts)
+
+
+registry.register_algorithm("paced_lints", PacedLinTS)

@@ -15,6 +15,7 @@ import traceback
 
 import ray
 
+from banditsweep.core.round_loop import TrialStopped
 from banditsweep.core.trial import TrialSpec, run_trials
 from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
 from banditsweep.workers.provenance.code_identity import code_of
@@ -72,6 +73,8 @@ class TrialActor:
             self._configure_threads(specs[0])
             records = self._stamped(specs, records)
             return self._run_together(specs, records)
+        except TrialStopped:   # the run is stopping and asked for the state (not a failure: no result)
+            raise
         except Exception:
             if len(batch) == 1:
                 return [TrialOutcome.of(records[0].failed(*_describe_error(), at=time.time()))]
@@ -81,6 +84,8 @@ class TrialActor:
             try:
                 [record] = self._stamped([spec], [record])
                 outcomes.extend(self._run_together([spec], [record]))
+            except TrialStopped:
+                raise
             except Exception:
                 outcomes.append(TrialOutcome.of(record.failed(*_describe_error(), at=time.time())))
         return outcomes

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -36,6 +37,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from banditsweep.core.round_loop import TrialStopped
 from banditsweep.core.trial import TrialSpec, batch_key
 from banditsweep.workers.execution.actors import MirrorActor, drain_mirror
 from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
@@ -71,6 +73,9 @@ GPU_BATCH = 32
 # Rounds between the checkpoints of a sharded trial when the spec sets no checkpoint_every: a lost
 # node then costs at most this many rounds of a trial that may run for hours.
 SHARDED_CHECKPOINT_EVERY = 50
+# Seconds a stopping run waits for its running trials to save their state (SweepLoop.save_running):
+# well inside the stop's deadline (signals.STOP_DEADLINE, 20 s) and a scheduler's usual 30 s grace.
+STOP_SAVE_SECONDS = 8.0
 
 
 def preferred_batch_size(spec: TrialSpec, on_gpu: bool) -> int:
@@ -187,7 +192,10 @@ class SweepLoop:
         planned = max(1, min(placeable(cpus_each, gpus_each), options.max_workers or math.inf))
         self.batches = deque(make_batches(pooled, options.batch_trials, gpus_each > 0, planned))
         self.in_flight: dict[Any, InFlight] = {}   # ref -> batch, in the order handed out
-        self.checkpoints = (CheckpointFiles(store.checkpoints_dir, options.checkpoint_every)
+        # The stop marker is this run's own (workers.storage.checkpoint_files): one an earlier run
+        # left, had it been killed before removing it, asks nothing of this run.
+        self.checkpoints = (CheckpointFiles(store.checkpoints_dir, options.checkpoint_every,
+                                            stop_marker=f".stop-{uuid.uuid4().hex}")
                             if options.checkpoint_every else None)
 
     def _check_embedded_ray_fits(self, pooled: list[Job], cpus_each: float, gpus_each: float) -> None:
@@ -224,9 +232,33 @@ class SweepLoop:
         finally:
             self.ray_lost = self.connection.lost()
             if not self.ray_lost:   # else the actors are gone with their Ray
+                if status == "KILLED":
+                    self.save_running()
                 self.pool.shutdown()
+            if self.checkpoints is not None:
+                self.checkpoints.clear_stop()
             closed = self.close(status)
         return closed
+
+    def save_running(self) -> None:
+        """The run is stopping (SIGTERM, Ctrl-C): with ``checkpoint_every`` in the spec, its running
+        trials save their state at the round they have reached and stop (core.round_loop.play_out),
+        so that the next run loses no round of them, if they do within ``STOP_SAVE_SECONDS`` (a
+        scheduler's SIGKILL follows its SIGTERM after its grace time, 30 s by default; the stop's
+        own deadline is workers.execution.signals.STOP_DEADLINE). A trial whose round takes longer
+        is stopped as without it, losing the rounds since its last periodic checkpoint."""
+        if self.checkpoints is None or not self.in_flight or not self.checkpoints.request_stop():
+            return
+        waiting = list(self.in_flight)
+        try:
+            stopped, _ = ray.wait(waiting, num_returns=len(waiting), timeout=STOP_SAVE_SECONDS)
+        except BaseException:   # a second signal: stop at once
+            return
+        saved = sum(len(self.in_flight[ref].batch) for ref in stopped if _stopped_with_state(ref))
+        self.progress.messages.append(
+            f"saved the state of {saved} of {sum(len(f.batch) for f in self.in_flight.values())} running trial(s) "
+            "at the round they had reached: the next run resumes them there")
+        self.show()
 
     def step(self) -> None:
         """One turn: every phase once, in order."""
@@ -461,6 +493,16 @@ class SweepLoop:
         say("Ray's own processes ended with the run (a signal to every process of the job): the result sinks "
             "were brought up to date from the Parquet results")
         return MirrorStatus(notes=notes)
+
+
+def _stopped_with_state(ref) -> bool:
+    """Whether the batch behind ``ref`` stopped at the run's request with its state saved."""
+    try:
+        ray.get(ref)
+    except Exception as error:
+        stopped = error if isinstance(error, TrialStopped) else getattr(error, "cause", None)
+        return isinstance(stopped, TrialStopped) and stopped.saved
+    return False
 
 
 def sink_context(sweep_name: str, store: SweepStore, options: RunOptions) -> SinkContext:

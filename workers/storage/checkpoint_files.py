@@ -15,8 +15,10 @@ the same either way).
 from __future__ import annotations
 
 import logging
+import math
 import shutil
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # Checkpoint files are written as every result file is; workers.execution.sharded_trials writes its shards' states with it.
@@ -29,14 +31,55 @@ __all__ = ["CheckpointFiles", "write_atomically"]
 
 log = logging.getLogger(__name__)
 
+# Seconds between two looks for the stop marker: a round costs no file-system call, a stop is seen
+# within this (plus the round being played) of the driver's request.
+STOP_POLL = 0.2
+
 
 @dataclass
 class CheckpointFiles:
     directory: Path
     every: int
+    # The run's stop marker, ``.checkpoints/<stop_marker>`` (named by the run, so that one left by an
+    # earlier run asks nothing of this one): while it exists the run's trials save and stop.
+    stop_marker: str | None = None
+    _stop_checked: float = field(default=-math.inf, init=False, repr=False, compare=False)
+    _stopping: bool = field(default=False, init=False, repr=False, compare=False)
 
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.state"
+
+    def request_stop(self) -> bool:
+        """Ask the run's running trials to save their state now and stop (the driver, on a
+        SIGTERM or Ctrl-C); False when the marker cannot be written (they are then stopped as
+        before, losing the rounds since their last periodic checkpoint)."""
+        if self.stop_marker is None:
+            return False
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            write_atomically(self.directory / self.stop_marker, b"stop\n")
+            return True
+        except OSError as error:
+            log.warning("stop marker %s not written: %s", self.directory / self.stop_marker, error)
+            return False
+
+    def clear_stop(self) -> None:
+        if self.stop_marker is not None:
+            try:
+                (self.directory / self.stop_marker).unlink(missing_ok=True)
+            except OSError as error:
+                log.warning("stop marker %s not removed: %s", self.directory / self.stop_marker, error)
+
+    def stop_requested(self) -> bool:
+        """Whether the run's stop marker exists (core.round_loop.play_out asks after every round; the
+        file is looked at no more than every ``STOP_POLL`` seconds, and once seen the answer stays)."""
+        if self.stop_marker is None or self._stopping:
+            return self._stopping
+        now = time.monotonic()
+        if now - self._stop_checked >= STOP_POLL:
+            self._stop_checked = now
+            self._stopping = (self.directory / self.stop_marker).exists()
+        return self._stopping
 
     def load(self, key: str) -> bytes | None:
         """The state saved under ``key``, or None. One that is not a regular file (a link, a FIFO
