@@ -96,7 +96,7 @@ class Resources(_Strict):
     cpus_per_trial: Float = Field(1.0, gt=0)
     # None: one GPU per trial actor when the cluster has GPUs, none otherwise.
     gpus_per_trial: Float | None = Field(None, ge=0)
-    # None: chosen per device (see banditsweep.workers.execution.dispatcher.default_batch_size).
+    # None: chosen per device (see banditsweep.workers.execution.batches.default_batch_size).
     batch_trials: Int | None = Field(None, ge=1)
     # Each shard actor of a sharded trial (its placement-group bundle).
     cpus_per_shard: Float = Field(1.0, gt=0)

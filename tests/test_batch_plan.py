@@ -1,7 +1,8 @@
 """How the dispatcher cuts trials into lockstep batches."""
 
 from banditsweep.core.trial import TrialSpec
-from banditsweep.workers.execution.dispatcher import Job, make_batches
+from banditsweep.workers.execution.batches import make_batches
+from banditsweep.workers.execution.run_values import Job
 
 SYNTHETIC = {"kind": "synthetic", "function": "h1", "dim": 4}
 KERNEL = {"kind": "adversarial_kernel", "setting": 1, "kernel": "se"}

@@ -160,3 +160,34 @@ def test_runtime_names_the_machine_and_libraries():
     info = runtime_info("cpu", 3)
     assert {"banditsweep", "commit", "python", "torch", "numpy", "scipy", "cpu", "device"} <= set(info)
     assert info["cpu"] and info["device"] == "cpu"
+
+
+def test_digesting_imports_nothing(package, tmp_path):
+    """Names the closure meets are looked up on disk, never imported: ``importlib.util.find_spec``
+    of ``heavy.sub`` would run ``heavy/__init__.py`` (for torch, 1.2 s in every trial actor)."""
+    root, _ = package
+    heavy = tmp_path / "heavy"
+    (heavy / "sub").mkdir(parents=True)
+    (heavy / "__init__.py").write_text("raise RuntimeError('heavy was imported')\n")
+    (heavy / "sub" / "__init__.py").write_text("")
+    (root / "lazy.py").write_text("def helper(x):\n    return x * 3\n")
+    (root / "lazyalgos.py").write_text(textwrap.dedent('''
+        class Lazy:
+            def select(self, x):
+                import heavy.sub
+                from codepkg import lazy
+                return lazy.helper(heavy.sub.value(x))
+
+        class Env:
+            def step(self, x):
+                return x
+    '''))
+    algos = importlib.import_module("codepkg.lazyalgos")
+    code_identity._stamp[0] = -1e9
+    code = trial_code(algos.Lazy, algos.Env)
+    assert "heavy" not in sys.modules and "codepkg.lazy" not in sys.modules
+    assert not code.parts["codepkg/lazy.py"].startswith("unknown")
+    assert not any(part.startswith("heavy") for part in code.parts)   # not tracked: another package
+    (root / "lazy.py").write_text("def helper(x):\n    return x * 4\n")
+    code_identity._stamp[0] = -1e9
+    assert changed_parts(code.parts, trial_code(algos.Lazy, algos.Env).parts) == ["codepkg/lazy.py"]

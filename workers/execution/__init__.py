@@ -1,6 +1,7 @@
 """Execution on Ray: the only room that imports ``ray``.
 
-The driver's sweep loop (``dispatcher``) and its pool of trial actors (``pool``, ``actors``), the
+The driver's sweep loop (``dispatcher``), the lockstep batches it hands out (``batches``), its writer
+of outcomes (``result_writer``: durable first, then the mirror) and its pool of trial actors (``pool``, ``actors``), the
 Ray it connects to (``ray_connection``, ``ray_address``), sharded trials' shard actors
 (``sharded_trials``), the trial actor's device and threads (``trial_setup``), stopping on a signal
 (``signals``), and the values a run is given and gives back (``run_values``).

@@ -38,20 +38,21 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from banditsweep.core.round_loop import TrialStopped
-from banditsweep.core.trial import TrialSpec, batch_key
 from banditsweep.workers.execution.actors import MirrorActor, drain_mirror
+from banditsweep.workers.execution.batches import make_batches
 from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
 from banditsweep.workers.errors import ResourceRequestError, StoreWriteError
 from banditsweep.workers.storage.live_run import WRITE_EVERY, Heartbeat, RunningTrials
 from banditsweep.workers.execution.run_values import Job, Progress, RunOptions, SweepOutcome
 from banditsweep.workers.execution.pool import Slot, TrialPool, actor_resources, check_shards_fit, placeable
 from banditsweep.workers.execution.ray_connection import RayConnection
-from banditsweep.workers.storage.record import FINISHED, MAX_ATTEMPTS, TrialOutcome, thinned_curve
+from banditsweep.workers.execution.result_writer import ResultWriter
+from banditsweep.workers.storage.record import MAX_ATTEMPTS, TrialOutcome
 from banditsweep.workers.mirrors.prepare import finish_preparing, start_preparing
 from banditsweep.workers.mirrors.sinks import MirrorStatus, SinkContext
-from banditsweep.workers.storage.store import SweepStore, TrialsTable
+from banditsweep.workers.storage.store import SweepStore
 
-__all__ = ["Job", "Progress", "RunOptions", "SweepOutcome", "make_batches", "run_sweep"]
+__all__ = ["Job", "Progress", "RunOptions", "SweepOutcome", "run_sweep"]
 
 # Batches an actor holds at once: the one it runs and the next one, queued on the actor.
 ACTOR_QUEUE = 2
@@ -63,93 +64,12 @@ COLLECT_WAIT = 1.0
 # before the death, which may still be on its way).
 SETTLE_SECONDS = 10.0
 
-# Lockstep batch sizes when neither the spec (resources.batch_trials) nor the algorithm says otherwise.
-# On a GPU, batching trials is what fills the device. On a CPU slot it pays little for the neural
-# algorithms (0.8-2.1x throughput for 10 trials with both cores, docs/benchmarks.md: every trial has
-# its own weights, so a batch only saves per-operation overhead), and a one-CPU trial actor would
-# hold ten trials' results back until the slowest finishes, so trials run one at a time there.
-CPU_BATCH = 1
-GPU_BATCH = 32
 # Rounds between the checkpoints of a sharded trial when the spec sets no checkpoint_every: a lost
 # node then costs at most this many rounds of a trial that may run for hours.
 SHARDED_CHECKPOINT_EVERY = 50
 # Seconds a stopping run waits for its running trials to save their state (SweepLoop.save_running):
 # well inside the stop's deadline (signals.STOP_DEADLINE, 20 s) and a scheduler's usual 30 s grace.
 STOP_SAVE_SECONDS = 8.0
-
-
-def preferred_batch_size(spec: TrialSpec, on_gpu: bool) -> int:
-    """How many trials like ``spec`` to run in one lockstep batch on this kind of device: the
-    algorithm's ``preferred_batch_size`` where it states one, else the defaults above."""
-    preferred = spec.policy_class.preferred_batch_size(spec, on_gpu)
-    if preferred is None:
-        return GPU_BATCH if on_gpu else CPU_BATCH
-    return max(1, int(preferred))
-
-
-def default_batch_size(spec: TrialSpec, on_gpu: bool, group_size: int, workers: int) -> int:
-    """What the algorithm prefers on this device, but small enough that every worker gets a batch."""
-    return max(1, min(preferred_batch_size(spec, on_gpu), math.ceil(group_size / max(1, workers))))
-
-
-def make_batches(jobs: list[Job], batch_trials: int | None, on_gpu: bool, workers: int) -> list[list[Job]]:
-    groups: dict[Any, list[Job]] = {}
-    singles: list[list[Job]] = []
-    for job in jobs:
-        key = batch_key(job.spec)
-        if key is None:
-            singles.append([job])
-        else:
-            groups.setdefault(key, []).append(job)
-    batches = []
-    for group in groups.values():
-        size = batch_trials or default_batch_size(group[0].spec, on_gpu, len(group), workers)
-        batches.extend(group[i:i + size] for i in range(0, len(group), size))
-    return batches + singles
-
-
-class ResultWriter:
-    """The driver's side of the record of truth: durable groups of outcomes, the trials table, and
-    the mirror told once they are durable."""
-
-    def __init__(self, store: SweepStore, mirror, progress: Progress):
-        self.store, self.mirror, self.progress = store, mirror, progress
-        self.table = TrialsTable(store)
-
-    def write(self, outcomes: list[TrialOutcome]) -> None:
-        if not outcomes:
-            return
-        try:
-            self.store.write_outcomes(outcomes)
-        except OSError as error:
-            raise StoreWriteError(
-                f"cannot write results to {error.filename or self.store.root}: {error.strerror or error}; the "
-                f"{len(outcomes)} trial(s) just computed are not recorded (nothing half-written) and run again "
-                "with the next `run`") from None
-        try:
-            self.table.added()
-        except OSError as error:
-            raise self.unwritable(error) from None
-        self.mirror.ended.remote([(o.record, thinned_curve(o.arrays, o.record.log_every) if o.arrays else [])
-                                  for o in outcomes])
-        for outcome in outcomes:
-            if outcome.record.status == FINISHED:
-                self.progress.done += 1
-            else:
-                self.progress.failed += 1
-
-    def close(self) -> None:
-        try:
-            self.store.compact()
-            self.table.flush()
-        except OSError as error:
-            raise self.unwritable(error) from None
-
-    def unwritable(self, error: OSError) -> StoreWriteError:
-        """The results recorded so far are durable (the journal); what failed is derived from it."""
-        return StoreWriteError(
-            f"cannot write results to {error.filename or self.store.root}: {error.strerror or error}; the trials "
-            "recorded so far are kept (the journal), the next `run` finishes the rest")
 
 
 @dataclass

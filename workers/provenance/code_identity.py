@@ -34,14 +34,13 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import importlib.util
 import inspect
 import os
 import sys
 from dataclasses import dataclass
 from typing import Iterable
 
-from banditsweep.workers.provenance.source_index import _Parsed, _normal, _parsed_at, _parsed_text
+from banditsweep.workers.provenance.source_index import _Parsed, _normal, _parsed_at, _parsed_text, find_spec_unimported
 
 PACKAGE = "banditsweep"
 # A name table, not code that computes anything: the class it resolves to is each trial's code.
@@ -142,9 +141,11 @@ def _current_stamp() -> tuple:
 @functools.lru_cache(maxsize=512)
 def _trial_code(algorithm_class: type, environment_class: type, sharded: bool, stamp: tuple) -> CodeIdentity:
     roots: list[tuple[str, str | None]] = [*SHARED_ROOTS, *(SHARDED_ROOTS if sharded else ())]
-    from banditsweep.core.sharded.algorithm import sharded_half   # run by its sharded trials only
+    half = None
+    if sharded:   # imported here: core.sharded.algorithm loads scipy, which a pooled trial may never need
+        from banditsweep.core.sharded.algorithm import sharded_half
 
-    half = sharded_half(algorithm_class) if sharded else None
+        half = sharded_half(algorithm_class)
     classes = (algorithm_class, environment_class, *((half,) if half is not None else ()))
     tops = {PACKAGE} | {cls.__module__.split(".")[0] for cls in classes}
     parts: dict[str, str] = {}
@@ -165,17 +166,26 @@ def _trial_code(algorithm_class: type, environment_class: type, sharded: bool, s
 
 def _source_stamp() -> tuple:
     """Changes when a tracked source file changes (mtime and size), so that a long-lived process
-    (a notebook, a test) digests edited code anew; the digests themselves are of the source only."""
-    stamp = []
+    (a notebook, a test) digests edited code anew; the digests themselves are of the source only.
+    Tracked: the loaded modules of the package and its plugins, and every file a digest has read
+    (a module the closure reaches need not be imported)."""
+    files = dict(_READ_FILES)
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
         if path and (name == PACKAGE or name.startswith(PACKAGE + ".") or name.split(".")[0] in _PLUGIN_TOPS):
-            try:
-                info = os.stat(path)
-            except OSError:
-                continue
-            stamp.append((name, info.st_mtime_ns, info.st_size))
+            files[name] = path
+    stamp = []
+    for name, path in files.items():
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        stamp.append((name, info.st_mtime_ns, info.st_size))
     return tuple(sorted(stamp))
+
+
+# module -> the source file a digest read for it (see _source_stamp).
+_READ_FILES: dict[str, str] = {}
 
 
 # Top-level packages of classes digested so far besides banditsweep (plugins): their files are stamped too.
@@ -273,10 +283,7 @@ def _module_source(module: str) -> str | None:
     loaded = sys.modules.get(module)
     path = getattr(loaded, "__file__", None) if loaded is not None else None
     if path is None and loaded is None:
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError, AttributeError):
-            return None
+        spec = find_spec_unimported(module)
         path = spec.origin if spec is not None else None
     if path is None or not path.endswith(".py") or not os.path.isfile(path):
         return None
@@ -292,6 +299,7 @@ def _parsed(module: str) -> "_Parsed | str":
         loaded = sys.modules.get(module)
         origin = getattr(loaded, "__file__", None) or ""
         return "compiled extension" if origin.endswith((".so", ".pyd")) else "no source file"
+    _READ_FILES[module] = path
     info = os.stat(path)
     return _parsed_at(module, path, info.st_mtime_ns, info.st_size)
 

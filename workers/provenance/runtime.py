@@ -23,13 +23,10 @@ def runtime_info(device: str | None = None, threads: int | None = None) -> dict[
     Python, the CPU model (from the OS) and the machine's CPU count (``machine_cpus``, what
     provenance.load's load average is relative to), the device (``cpu`` or the GPU's name), torch's thread count
     and float settings (where torch is loaded)."""
-    info: dict[str, str | int] = {"banditsweep": _version(PACKAGE) or "unknown", "commit": _this_commit(),
-                                  "python": platform.python_version()}
-    for library in LIBRARIES:
-        info[library] = _version(library) or "not installed"
-    info["cpu"] = cpu_model()
+    info = dict(_process_runtime())
+    machine_cpus = info.pop("machine_cpus")
     info["device"] = device or "cpu"
-    info["machine_cpus"] = os.cpu_count() or 1   # what the load average is relative to (provenance.load)
+    info["machine_cpus"] = machine_cpus
     torch = sys.modules.get("torch")
     if torch is not None:
         info["threads"] = int(torch.get_num_threads())
@@ -41,8 +38,16 @@ def runtime_info(device: str | None = None, threads: int | None = None) -> dict[
 
 
 @functools.lru_cache(maxsize=1)
-def _this_commit() -> str:
-    return source_commit()
+def _process_runtime() -> dict[str, str | int]:
+    """What cannot change while this process lives, read once: each read of a distribution's version
+    scans the import path (~1 ms), and an actor stamps every batch it runs."""
+    info: dict[str, str | int] = {"banditsweep": _version(PACKAGE) or "unknown", "commit": source_commit(),
+                                  "python": platform.python_version()}
+    for library in LIBRARIES:
+        info[library] = _version(library) or "not installed"
+    info["cpu"] = cpu_model()
+    info["machine_cpus"] = os.cpu_count() or 1   # what the load average is relative to (provenance.load)
+    return info
 
 
 def _version(distribution: str) -> str | None:
