@@ -38,6 +38,7 @@ from banditsweep.sweeps.tables import (MISSING, label_slug, latex_table, latex_t
                                        separated_best, separation_rule)
 from banditsweep.workers import InputError
 from banditsweep.workers import FINISHED
+from banditsweep.workers import content_digest_of
 from banditsweep.workers import SweepStore
 from banditsweep.workers import trials_table
 
@@ -211,7 +212,9 @@ def code_marks(trials: pd.DataFrame, best: pd.DataFrame, other_code: dict[str, l
     unknown = 0
     for _, row in best.iterrows():
         ids = [tid for tid in row["trial_ids"] if tid in by_id.index]
-        digests = {by_id.loc[tid, "code_digest"] or "unknown" for tid in ids}
+        # A digest of the earlier, path-keyed kind counts as the content it stands for, where known.
+        digests = {content_digest_of(by_id.loc[tid, "code_digest"]) or by_id.loc[tid, "code_digest"] or "unknown"
+                   for tid in ids}
         parts = [json.loads(by_id.loc[tid, "code"] or "{}") for tid in ids]
         unknown += sum(1 for tid in ids if not by_id.loc[tid, "code_digest"])
         mark = ""

@@ -191,3 +191,100 @@ def test_digesting_imports_nothing(package, tmp_path):
     (root / "lazy.py").write_text("def helper(x):\n    return x * 4\n")
     code_identity._stamp[0] = -1e9
     assert changed_parts(code.parts, trial_code(algos.Lazy, algos.Env).parts) == ["codepkg/lazy.py"]
+
+
+def _reimported(module="codepkg.algos"):
+    for name in [m for m in sys.modules if m == "codepkg" or m.startswith("codepkg.")]:
+        del sys.modules[name]
+    code_identity._stamp[0] = -1e9
+    return importlib.import_module(module)
+
+
+def test_moving_and_renaming_modules_changes_no_digest(package):
+    """A module put into a new sub-package and one renamed, their imports rewritten (also the name a
+    module is used by): the content is the same, so is every trial's digest; the files are said to
+    have moved, not changed."""
+    root, algos = package
+    first, second = _digests(algos)
+    (root / "util").mkdir()
+    (root / "util" / "__init__.py").write_text("")
+    (root / "helpers.py").rename(root / "util" / "tools.py")
+    _edit(root / "algos.py", "from codepkg import helpers", "from codepkg.util import tools")
+    _edit(root / "algos.py", "helpers.score(x)", "tools.score(x)")
+    (root / "deep.py").rename(root / "depth.py")
+    _edit(root / "util" / "tools.py", "from codepkg.deep import deeper", "from codepkg.depth import deeper")
+    moved = _reimported()
+    first_after, second_after = _digests(moved)
+    assert (first_after.digest, second_after.digest) == (first.digest, second.digest)
+    assert "codepkg/util/tools.py" in first_after.parts and "codepkg/helpers.py" not in first_after.parts
+    assert changed_parts(first.parts, first_after.parts) == []
+    # The algorithms' own module moved too: still the same trials.
+    (root / "algos").mkdir()
+    (root / "algos" / "__init__.py").write_text("")
+    (root / "algos.py").rename(root / "algos" / "methods.py")
+    moved = _reimported("codepkg.algos.methods")
+    assert [code.digest for code in _digests(moved)] == [first.digest, second.digest]
+    # A real edit after the moves is seen, for the class it touches only.
+    _edit(root / "algos" / "methods.py", "return x - 1", "return x - 2")
+    first_edit, second_edit = _digests(_reimported("codepkg.algos.methods"))
+    assert first_edit.digest == first.digest and second_edit.digest != second.digest
+    assert changed_parts(second.parts, second_edit.parts) == ["codepkg/algos/methods.py"]
+    # So is an edit of a definition reached through the moved, renamed modules.
+    _edit(root / "depth.py", "SCALE = 2.0", "SCALE = 2.5")
+    first_deep, second_deep = _digests(_reimported("codepkg.algos.methods"))
+    assert first_deep.digest != first.digest and second_deep.digest == second_edit.digest
+    assert changed_parts(first_edit.parts, first_deep.parts) == ["codepkg/depth.py"]
+
+
+def test_which_definition_a_name_reaches_is_part_of_the_digest(package):
+    """Names are digested by what they resolve to: the same text calling another function (of equal
+    name, elsewhere) is other code, and two tables of where things live are not code at all."""
+    root, algos = package
+    first, _ = _digests(algos)
+    (root / "other.py").write_text("def deeper(x):\n    return x * 7\n")
+    _edit(root / "helpers.py", "from codepkg.deep import deeper", "from codepkg.other import deeper")
+    assert _digests(_reimported())[0].digest != first.digest
+    _edit(root / "helpers.py", "from codepkg.other import deeper", "from codepkg.deep import deeper")
+    _edit(root / "deep.py", "SCALE = 2.0", "SCALE = 2.0\nMOVED_CLASSES = {('a', 'B'): ('c', 'B')}")
+    _edit(root / "deep.py", "return x * SCALE", "return x * SCALE if MOVED_CLASSES else x * SCALE")
+    changed = _digests(_reimported())[0]
+    assert changed.digest != first.digest   # the function's text changed
+    _edit(root / "deep.py", "{('a', 'B'): ('c', 'B')}", "{('a', 'B'): ('c', 'B'), ('d', 'E'): ('f', 'E')}")
+    assert _digests(_reimported())[0].digest == changed.digest   # a new entry of the move table: no change
+
+
+def test_recursive_definitions_are_digested_together(package):
+    """Definitions that reach each other (a cycle has no order to hash in) get digests of the cycle's
+    content: an edit of either member changes both, a move neither."""
+    root, algos = package
+    (root / "cycle.py").write_text(textwrap.dedent('''
+        def even(n):
+            return True if n == 0 else odd(n - 1)
+
+        def odd(n):
+            return False if n == 0 else even(n - 1)
+    '''))
+    _edit(root / "algos.py", "return x - 1", "from codepkg.cycle import even\n        return even(x)")
+    second = _digests(_reimported())[1]
+    (root / "cycle.py").rename(root / "parity.py")
+    _edit(root / "algos.py", "from codepkg.cycle import even", "from codepkg.parity import even")
+    assert _digests(_reimported())[1].digest == second.digest
+    _edit(root / "parity.py", "return False if n == 0", "return True if n == 0")
+    assert _digests(_reimported())[1].digest != second.digest
+
+
+def test_digests_of_earlier_records_stand_for_their_content():
+    """Records stamped before digests were of content carry 16-digit path-keyed ones: the table made on
+    that tree maps every registered trial kind's to today's content digest, and today's code still
+    gives the path-keyed digest of code that has not moved."""
+    from banditsweep.workers.provenance.legacy_digests import LEGACY_DIGESTS
+    from banditsweep.workers.provenance.legacy_identity import content_digest_of, is_path_digest
+
+    code = trial_code(registry.algorithm_class("linucb"), registry.environment_class("synthetic"))
+    assert len(code.digest) == 24 and not is_path_digest(code.digest)
+    assert is_path_digest(code.path_digest) and code.same_code(code.path_digest)
+    assert LEGACY_DIGESTS.get(code.path_digest) == code.digest == content_digest_of(code.path_digest)
+    assert not code.same_code("0" * 16) and not code.same_code("0" * 24) and not code.same_code(None)
+    # A record of the earlier kind names the changed files in its own terms.
+    stale = {**code.path_parts, "core/algorithms/linear.py": "0" * 16}
+    assert code.changed_since(stale, "0" * 16) == ["core/algorithms/linear.py"]

@@ -42,6 +42,7 @@ _EXPORTS = {
     # provenance
     **dict.fromkeys(("CodeComparison", "compare_code", "current_code"), "provenance.code_check"),
     "code_of": "provenance.code_identity",
+    "content_digest_of": "provenance.legacy_identity",
     **dict.fromkeys(("ShippedClass", "ship", "shipped_classes"), "provenance.shipped"),
     **dict.fromkeys(("source_commit", "runtime_info"), "provenance.runtime"),
     **dict.fromkeys(("LoadSampler", "quiet_factor"), "provenance.load"),

@@ -4,7 +4,9 @@
 Each trial's record names the code it ran on (workers.provenance.code_identity); this compares that with what
 the same trial would run on now. A finished trial is then
 
-- **current**: its code digest is today's (also after `verify --accept` re-stamped it);
+- **current**: its code digest is today's (also after `verify --accept` re-stamped it); a digest of
+  content, which moving code does not change, or one of the earlier path-keyed kind that stands for
+  today's content (workers.provenance.legacy_identity);
 - **other code**: it was computed by code that differs now, with the modules that changed;
 - **code unknown**: recorded before trials carried their code.
 """
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from banditsweep.core.trial import TrialSpec
-from banditsweep.workers.provenance.code_identity import CodeIdentity, changed_parts, code_of
+from banditsweep.workers.provenance.code_identity import CodeIdentity, code_of
 from banditsweep.workers.storage.record import FINISHED, TrialRecord
 
 CURRENT, OTHER_CODE, CODE_UNKNOWN = "current", "other code", "code unknown"
@@ -96,6 +98,6 @@ def compare_code(trials: Iterable[tuple[TrialSpec, str]], records: dict[str, Tri
         comparison.labels[trial_id] = label
         if not record.code_digest:
             comparison.unknown.append(trial_id)
-        elif record.code_digest != code.digest:
-            comparison.other[trial_id] = changed_parts(record.code, code.parts) or ["(the digest)"]
+        elif not code.same_code(record.code_digest):
+            comparison.other[trial_id] = code.changed_since(record.code, record.code_digest) or ["(the digest)"]
     return comparison

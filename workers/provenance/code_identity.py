@@ -40,11 +40,33 @@ import sys
 from dataclasses import dataclass
 from typing import Iterable
 
-from banditsweep.workers.provenance.source_index import _Parsed, _normal, _parsed_at, _parsed_text, find_spec_unimported
+from banditsweep.workers.provenance.legacy_identity import content_digest_of, is_path_digest, path_digest, path_parts
+from banditsweep.workers.provenance.source_index import _Parsed, _bound_names, _normal, _parsed_at, _parsed_text, find_spec_unimported
 
 PACKAGE = "banditsweep"
-# A name table, not code that computes anything: the class it resolves to is each trial's code.
-NOT_CODE = frozenset({f"{PACKAGE}.core.registry"})
+# Not code that computes anything, so no trial's code: the registry (a name table: the class it resolves
+# to is each trial's code) and this room (what a trial records about its code and machine; the sharded
+# trials' module, a root whole, imports it).
+NOT_CODE = (f"{PACKAGE}.core.registry", f"{PACKAGE}.workers.provenance")
+# What the digests of earlier records left out (workers.provenance.legacy_identity): the registry only.
+_PATH_DIGEST_NOT_CODE = f"{PACKAGE}.core.registry"
+
+
+# Top-level names that are tables of where things live, not computation, wherever they are defined:
+# ``MOVED_CLASSES`` (core.state_codec) gains an entry with every move of a class a checkpoint may
+# hold, which must not make every trial that can checkpoint "other code".
+NOT_CODE_NAMES = frozenset({"MOVED_CLASSES"})
+
+
+def _is_not_code(parsed: _Parsed, index: int) -> bool:
+    """Whether a top-level statement only binds names of :data:`NOT_CODE_NAMES` (``MOVED_CLASSES = {}``,
+    ``MOVED_CLASSES[old] = new``)."""
+    names = set(_bound_names(parsed.statements[index])) if not parsed.is_import(index) else set()
+    return bool(names) and names <= NOT_CODE_NAMES
+
+
+def _not_code(module: str) -> bool:
+    return any(module == name or module.startswith(name + ".") for name in NOT_CODE)
 # What every trial runs, whatever its algorithm: (module, top-level name), or (module, None) whole.
 SHARED_ROOTS = (
     (f"{PACKAGE}.core.trial", "TrialRun"),
@@ -59,30 +81,61 @@ SHARDED_ROOTS = tuple((f"{PACKAGE}.{module}", None) for module in (
     "core.sharded.coordinator", "core.sharded.shard", "core.sharded.algorithm", "core.sharded.protocol",
     "core.sharded.partition", "workers.execution.sharded_trials"))
 UNKNOWN = "unknown"
-DIGEST_CHARS = 16
+DIGEST_CHARS = 24
 
 
 @dataclass(frozen=True)
 class CodeIdentity:
-    """The code of one trial: ``parts`` maps each module it reaches (``core/algorithms/linear.py``)
-    to the digest of what it uses there, or to ``"unknown: why"`` where the source could not be read."""
+    """The code of one trial: ``digest``, of its content (what the trial's roots reach, wherever it
+    lives), and for messages ``parts``, which maps each file it reaches (``core/algorithms/linear.py``)
+    to a digest of what it uses there, or to ``"unknown: why"`` where the source could not be read.
+    ``path_digest`` and ``path_parts`` (computed on demand) are the same code in the terms of records
+    stamped before digests were of content (workers.provenance.legacy_identity)."""
 
     parts: dict[str, str]
-
-    @functools.cached_property
-    def digest(self) -> str:
-        text = "\n".join(f"{name}={value}" for name, value in sorted(self.parts.items()))
-        return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
+    digest: str
+    _roots: tuple = ()
+    _tops: frozenset = frozenset()
 
     @property
     def unknown(self) -> list[str]:
         """The parts whose source could not be digested, with why."""
         return [f"{name} ({value})" for name, value in sorted(self.parts.items()) if value.startswith(UNKNOWN)]
 
+    @functools.cached_property
+    def path_parts(self) -> dict[str, str]:
+        # A class digested alone: the same hash, of which earlier records kept the first 16 digits.
+        extra = {name: value if value.startswith(UNKNOWN) else value[:16]
+                 for name, value in self.parts.items() if ":" in name}
+        def tracked(module: str) -> bool:
+            return module.split(".")[0] in self._tops and module != _PATH_DIGEST_NOT_CODE
+
+        return {**path_parts(self._roots, _parsed, tracked, _part_name), **extra}
+
+    @functools.cached_property
+    def path_digest(self) -> str:
+        return path_digest(self.path_parts)
+
+    def same_code(self, stored: str | None) -> bool:
+        """Whether a stored code digest (of either kind) is of this code."""
+        if not stored:
+            return False
+        if not is_path_digest(stored):
+            return stored == self.digest
+        return content_digest_of(stored) == self.digest or stored == self.path_digest
+
+    def changed_since(self, stored_parts: dict[str, str] | None, stored_digest: str | None) -> list[str]:
+        """The files whose code differs from a record's (``stored_parts``, by its kind)."""
+        today = self.path_parts if is_path_digest(stored_digest) else self.parts
+        return changed_parts(stored_parts or {}, today)
+
 
 def changed_parts(old: dict[str, str], new: dict[str, str]) -> list[str]:
-    """The modules whose digest differs between two identities (added and removed ones too)."""
-    return sorted(name for name in set(old) | set(new) if old.get(name) != new.get(name))
+    """The files of ``new`` whose code differs from ``old``'s, named where they are now: a file
+    added or edited; not one that moved unchanged (its digest is in ``old`` under another name), nor
+    one no longer reached (what stopped reaching it changed, and is named)."""
+    before = set(old.values())
+    return sorted(name for name, value in new.items() if old.get(name) != value and value not in before)
 
 
 def code_of(spec) -> CodeIdentity:
@@ -154,14 +207,17 @@ def _trial_code(algorithm_class: type, environment_class: type, sharded: bool, s
         shipped = _SHIPPED_SOURCES.get(module, {}).get(cls.__qualname__)
         if shipped is not None and shipped[0] is None:
             parts[f"{module}:{cls.__qualname__}"] = f"{UNKNOWN}: {shipped[1] or 'no source'}"
-        elif shipped is not None:
+        elif shipped is not None or _module_source(module) is not None:
             roots.append((module, cls.__qualname__.split(".")[0]))
-        elif _module_source(module) is None:
-            parts.update(_class_alone(cls))
         else:
-            roots.append((module, cls.__qualname__.split(".")[0]))
-    parts.update(_Closure(tops).digests(roots))
-    return CodeIdentity(parts)
+            parts.update(_class_alone(cls))
+    alone = sorted(f"{name}={value}" for name, value in parts.items())
+    root_digests, reached = _Closure(tops).digests(roots)
+    parts.update(reached)
+    # The trial's digest: its roots' content digests as a set (which module holds them plays no part),
+    # with the classes digested alone (no file behind them) by name and text.
+    digest = _hash(["trial", *sorted(root_digests), *alone])
+    return CodeIdentity(parts, digest, tuple(roots), frozenset(tops))
 
 
 def _source_stamp() -> tuple:
@@ -211,56 +267,150 @@ def _dedent(source: str) -> str:
 
 
 class _Closure:
-    """The definitions reached from some roots, followed through names and imports, digested per module."""
+    """The definitions reached from some roots, each digested by its content (Merkle-style).
+
+    A node is a top-level statement of a module (an import one per name it binds), the statements
+    binding one name of a module, a whole module, or a module's preamble (its statements that bind
+    nothing, run whenever it is imported: every statement of the module reaches it). Its own text is
+    its AST with the names it resolves written ``@`` (source_index's ``bare``); its digest covers
+    that text and, in order, the digests of what those names resolve to, so a definition's digest
+    is that of everything it reaches and of nothing else, and no file path enters any of them.
+    Definitions that reach each other (recursion, a class naming itself) are digested together as
+    one strongly connected component, each by its own text within the component's digest.
+    Names outside the tracked packages are leaves named by what they are (``numpy.linalg.solve``;
+    the libraries' versions are in the runtime), the name table of the registry a leaf of its own.
+    """
 
     def __init__(self, tops: set[str]):
         self.tops = tops
         _PLUGIN_TOPS.update(tops - {PACKAGE})
-        self.reached: dict[str, set[int]] = {}      # module -> indices of its top-level statements reached
-        self.whole: set[str] = set()
-        self.followed: set[tuple[str, int, str | None]] = set()
+        self.nodes: dict[tuple, tuple[str, list[tuple]]] = {}
+        self.digest: dict[tuple, str] = {}
         self.problems: dict[str, str] = {}
 
     def tracked(self, module: str) -> bool:
-        return module.split(".")[0] in self.tops and module not in NOT_CODE
+        return module.split(".")[0] in self.tops and not _not_code(module)
 
-    def digests(self, roots: Iterable[tuple[str, str | None]]) -> dict[str, str]:
-        work: list[tuple[str, str | None]] = list(roots)
-        while work:
-            module, name = work.pop()
-            if not self.tracked(module):
-                continue
-            parsed = _parsed(module)
-            if isinstance(parsed, str):
-                self.problems[module] = parsed
-                continue
-            if name is None:
-                if module in self.whole:
-                    continue
-                self.whole.add(module)
-                wanted = range(len(parsed.statements))
-            else:
-                wanted = parsed.binding.get(name, ())
-            seen = self.reached.setdefault(module, set())
-            for index in [*wanted, *parsed.preamble]:
-                # An import statement is followed per name it binds (each alias is its own definition).
-                alias = name if name is not None and parsed.is_import(index) else None
-                if (module, index, alias) in self.followed:
-                    continue
-                self.followed.add((module, index, alias))
-                seen.add(index)
-                work.extend(parsed.references(index, alias))
+    def root(self, module: str, name: str | None) -> tuple:
+        return ("module", module) if name is None else ("name", module, name)
+
+    def node(self, key: tuple) -> tuple[str, list[tuple]]:
+        """(own text, references in order) of a node."""
+        found = self.nodes.get(key)
+        if found is None:
+            found = self.nodes[key] = self._expand(key)
+        return found
+
+    def _expand(self, key: tuple) -> tuple[str, list[tuple]]:
+        kind, module = key[0], key[1]
+        if kind == "leaf":
+            return module, []
+        if _not_code(module):
+            return "", [("leaf", "not code")]
+        if not self.tracked(module):
+            return "", [("leaf", module if kind == "module" else f"{module}.{key[2]}")]
+        parsed = _parsed(module)
+        if isinstance(parsed, str):
+            self.problems[module] = parsed
+            return "", [("leaf", f"{UNKNOWN}: {parsed}")]
+        if kind == "module":
+            return "module", [("stmt", module, i, None) for i in range(len(parsed.statements))
+                              if not _is_not_code(parsed, i)]
+        if kind == "preamble":
+            return "preamble", [("stmt", module, i, None) for i in sorted(parsed.preamble)]
+        if kind == "name":
+            if key[2] in NOT_CODE_NAMES:
+                return "", [("leaf", "not code")]
+            indices = parsed.binding.get(key[2], ())
+            refs = [("stmt", module, i, key[2] if parsed.is_import(i) else None) for i in indices]
+            return ("name" if indices else f"name not bound: {key[2]}"), refs
+        index, alias = key[2], key[3]
+        refs = [self.root(target, name) for target, name in parsed.references(index, alias)]
+        if not parsed.is_import(index) and index not in parsed.preamble and parsed.preamble:
+            refs.append(("preamble", module))
+        return parsed.bare(index, alias), refs
+
+    def digests(self, roots: Iterable[tuple[str, str | None]]) -> tuple[list[str], dict[str, str]]:
+        """The digest of each root, and per module reached (named by its file) a digest of the own
+        texts of its reached statements, for saying which files changed: a file is named where its
+        own code changed, not where it merely reaches a change (that is in the roots' digests), and a
+        file moved unchanged keeps its value under its new name."""
+        keys = [self.root(module, name) for module, name in roots]
+        for key in keys:
+            if key not in self.digest:
+                self._components(key)
+        by_module: dict[str, list[str]] = {}
+        for key, (text, _) in self.nodes.items():
+            if key[0] == "stmt":
+                by_module.setdefault(key[1], []).append(text)
         parts = {}
-        for module, indices in self.reached.items():
-            parsed = _parsed(module)
-            if indices:
-                parts[_part_name(module, parsed.path)] = _hash(parsed.normal[i] for i in sorted(indices))
+        for module, digests in by_module.items():
+            parts[_part_name(module, _parsed(module).path)] = _hash(sorted(digests))
         for module, problem in self.problems.items():
             parts[_part_name(module, None)] = f"{UNKNOWN}: {problem}"
-        return parts
+        return [self.digest[key] for key in keys], parts
+
+    def _components(self, start: tuple) -> None:
+        """Tarjan's strongly connected components from ``start`` (without recursion: closures run
+        deep), digesting each component when it closes, after everything it reaches."""
+        index: dict[tuple, int] = {}
+        low: dict[tuple, int] = {}
+        stack: list[tuple] = []
+        on_stack: set[tuple] = set()
+
+        def enter(key):
+            index[key] = low[key] = len(index)
+            stack.append(key)
+            on_stack.add(key)
+            return key, iter(self.node(key)[1])
+
+        work = [enter(start)]
+        while work:
+            key, refs = work[-1]
+            for ref in refs:
+                if ref in self.digest:
+                    continue
+                if ref not in index:
+                    work.append(enter(ref))
+                    break
+                if ref in on_stack:
+                    low[key] = min(low[key], index[ref])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[key])
+                if low[key] == index[key]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == key:
+                            break
+                    self._digest_component(component)
+
+    def _digest_component(self, component: list[tuple]) -> None:
+        members = set(component)
+        if len(component) == 1 and component[0] not in self.node(component[0])[1]:
+            key = component[0]
+            text, refs = self.node(key)
+            self.digest[key] = _hash([text, *(self.digest[ref] for ref in refs)])
+            return
+        # Within a component a reference to a member is written by the member's own text: the
+        # component is digested as the sorted set of its members' signatures, each member by its text
+        # within that digest (where the members live and the order they were met in play no part).
+        own = {key: _hash([self.node(key)[0]]) for key in component}
+        signatures = sorted(_hash([own[key], *(f"@{own[ref]}" if ref in members else self.digest[ref]
+                                                for ref in self.node(key)[1])]) for key in component)
+        whole = _hash(signatures)
+        for key in component:
+            self.digest[key] = _hash([whole, own[key]])
 
 
 def _hash(texts: Iterable[str]) -> str:
+    """A content digest: DIGEST_CHARS hexadecimal digits (the path-keyed digests of earlier records
+    have 16, which is how the two are told apart)."""
     digest = hashlib.sha256()
     for text in texts:
         digest.update(text.encode())

@@ -52,32 +52,77 @@ class _Parsed:
     binding: dict[str, list[int]] = field(default_factory=dict)   # name -> statements binding it
     imports: dict[str, tuple[str, str | None]] = field(default_factory=dict)   # name -> (module, attr)
     preamble: set[int] = field(default_factory=set)  # statements binding nothing (run on import)
+    _bare: dict[tuple[int, str | None], str] = field(default_factory=dict)
+    _chain_cache: dict[tuple[int, str | None], list] = field(default_factory=dict)
 
     def is_import(self, index: int) -> bool:
         return isinstance(self.statements[index], (ast.Import, ast.ImportFrom))
 
+    def hidden(self, index: int) -> frozenset[str]:
+        """The names statement ``index`` resolves to definitions (of its module or imported, also by
+        imports inside it): :meth:`bare` writes them as ``@``, since what they name is digested as
+        a reference, wherever it lives."""
+        names = set(self.binding) | set(self.imports)
+        for inner in ast.walk(self.statements[index]):
+            if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                names.update(bound for bound, _ in _import_targets(inner, self.package))
+        return frozenset(names)
+
+    def bare(self, index: int, alias: str | None = None) -> str:
+        """Statement ``index`` as text that says what it does but not where anything it names lives:
+        its normal form with the names it resolves written ``@`` and every import (here or nested)
+        reduced to the names it binds (for an import reached through one name, that name alone).
+        Moving a module rewrites imports and nothing here."""
+        text = self._bare.get((index, alias))
+        if text is None:
+            node = self.statements[index]
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [bound for bound, _ in _import_targets(node, self.package) if alias is None or bound == alias]
+                text = f"Import({','.join(names)})"
+            else:
+                text = _normal(node, self.hidden(index))
+            self._bare[(index, alias)] = text
+        return text
+
     def references(self, index: int, name: str | None) -> list[tuple[str, str | None]]:
         """The definitions statement ``index`` names (for an import, only what binds ``name``)."""
-        node = self.statements[index]
-        local = dict(self.imports)
         found: list[tuple[str, str | None]] = []
+        for kind, target, rest in self._chains(index, name):
+            if kind == "import":
+                found.append(target)
+            elif kind == "imported":
+                found.extend(_resolve(target[0], target[1], rest))
+            else:
+                found.append((self.module, target))
+        return found
+
+    def _chains(self, index: int, name: str | None) -> list[tuple[str, Any, tuple[str, ...]]]:
+        """What :meth:`references` resolves, read off the AST once per statement: an import's targets,
+        or each name chain with where its head comes from (an import, or this module)."""
+        key = (index, name)
+        chains = self._chain_cache.get(key)
+        if chains is not None:
+            return chains
+        node = self.statements[index]
+        chains = []
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias_name, target in _import_targets(node, self.package):
                 if name is None or alias_name == name:
-                    found.append(target)
-            return found
-        for inner in ast.walk(node):   # imports inside functions bind names there
-            if isinstance(inner, (ast.Import, ast.ImportFrom)):
-                for alias_name, target in _import_targets(inner, self.package):
-                    local[alias_name] = target
-        for chain in _name_chains(node):
-            head = chain[0]
-            if head in local:
-                module, attr = local[head]
-                found.extend(_resolve(module, attr, chain[1:]))
-            elif head in self.binding:
-                found.append((self.module, head))
-        return found
+                    chains.append(("import", target, ()))
+        else:
+            local = dict(self.imports)
+            for inner in ast.walk(node):   # imports inside functions bind names there
+                if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                    for alias_name, target in _import_targets(inner, self.package):
+                        local[alias_name] = target
+            for chain in _name_chains(node):
+                head = chain[0]
+                if head in local:
+                    chains.append(("imported", local[head], chain[1:]))
+                elif head in self.binding:
+                    chains.append(("own", head, ()))
+        self._chain_cache[key] = chains
+        return chains
 
 
 def _resolve(module: str, attr: str | None, rest: tuple[str, ...]) -> list[tuple[str, str | None]]:
@@ -221,19 +266,25 @@ def _is_docstring(node: ast.AST) -> bool:
 _SKIPPED_FIELDS = frozenset({"ctx", "type_comment", "kind"})
 
 
-def _normal(node: Any) -> str:
+def _normal(node: Any, hidden: frozenset[str] = frozenset()) -> str:
     """A statement as text that changes only when its meaning does: the AST's node types and
     fields (no positions, comments or docstrings; empty fields left out, so that another Python's
-    new empty fields change nothing)."""
+    new empty fields change nothing). With ``hidden`` (see :meth:`_Parsed.bare`), a name in it is
+    written ``Name(@)`` and an import as the names it binds."""
     if isinstance(node, ast.AST):
+        if hidden:
+            if isinstance(node, ast.Name) and node.id in hidden:
+                return "Name(@)"
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                return f"Import({','.join(bound for bound, _ in _import_targets(node, ''))})"
         fields = []
         for name, value in ast.iter_fields(node):
             if name in _SKIPPED_FIELDS or value is None or value == []:
                 continue
             if isinstance(value, list) and name in ("body", "orelse", "finalbody"):
                 value = [item for item in value if not _is_docstring(item)]
-            fields.append(f"{name}={_normal(value)}")
+            fields.append(f"{name}={_normal(value, hidden)}")
         return f"{type(node).__name__}({','.join(fields)})"
     if isinstance(node, list):
-        return "[" + ",".join(_normal(item) for item in node) + "]"
+        return "[" + ",".join(_normal(item, hidden) for item in node) + "]"
     return repr(node)

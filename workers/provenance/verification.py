@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from banditsweep.workers.provenance.code_identity import CodeIdentity, changed_parts
+from banditsweep.workers.provenance.code_identity import CodeIdentity
 from banditsweep.workers.storage.record import FINISHED, TrialRecord
 
 RTOL = 1e-9
@@ -223,6 +223,6 @@ def accepted_records(records: list[TrialRecord], current: dict[str, CodeIdentity
     for record in records:
         code = current[record.trial_id]
         out.append(dataclasses.replace(record, code=dict(code.parts), code_digest=code.digest, code_accepted={
-            "from": record.code_digest or "unknown", "changed": changed_parts(record.code, code.parts) if record.code
+            "from": record.code_digest or "unknown", "changed": code.changed_since(record.code, record.code_digest) if record.code
             else ["(code unknown)"], "sample": sorted(sample), "seed": seed, "at": now}))
     return out
