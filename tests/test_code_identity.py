@@ -288,3 +288,24 @@ def test_digests_of_earlier_records_stand_for_their_content():
     # A record of the earlier kind names the changed files in its own terms.
     stale = {**code.path_parts, "core/algorithms/linear.py": "0" * 16}
     assert code.changed_since(stale, "0" * 16) == ["core/algorithms/linear.py"]
+
+
+def test_a_known_identity_is_taken_only_where_the_sources_are_the_same_bytes(package):
+    """A trial actor takes the driver's identity (code_of's ``known``) where every source it was
+    computed from has the same bytes here, and digests the code itself where one differs."""
+    from banditsweep.workers.provenance.code_identity import code_of
+
+    root, algos = package
+
+    class Spec:   # what code_of reads of a trial
+        policy_class, environment, sharded = algos.First, {"kind": "synthetic"}, False
+
+    known = trial_code(algos.First, registry.environment_class("synthetic"))
+    assert {module for module, _ in known.sources} >= {"codepkg.algos", "codepkg.helpers", "codepkg.deep"}
+    assert code_of(Spec, known) is known
+    forged = code_identity.CodeIdentity(known.parts, "f" * 24, known._roots, known._tops, known.sources)
+    assert code_of(Spec, forged) is forged   # taken on the strength of the bytes alone
+    _edit(root / "deep.py", "SCALE = 2.0", "SCALE = 2.5")
+    code_identity._stamp[0] = -1e9
+    mine = code_of(Spec, forged)
+    assert mine is not forged and mine.digest not in (known.digest, forged.digest)

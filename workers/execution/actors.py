@@ -59,12 +59,13 @@ class TrialActor:
         """Answers once the actor is placed and built; a warning about its device, if any."""
         return self.warning
 
-    def run(self, batch: list[tuple[TrialSpec, TrialRecord]], checkpoints: CheckpointFiles | None = None
-            ) -> list[TrialOutcome]:
+    def run(self, batch: list[tuple[TrialSpec, TrialRecord]], checkpoints: CheckpointFiles | None = None,
+            known_code=None) -> list[TrialOutcome]:
         """Run the batch (resuming from its checkpoint, if it has one); a trial that raises is
         recorded as failed (a batch that raised is run again one trial at a time, so that only the
         trial at fault fails)."""
         self.checkpoints = checkpoints
+        self.known_code = known_code   # the driver's code identity of the batch's trials (code_of)
         specs = [spec for spec, _ in batch]
         now = time.time()
         records = [record.started(record.attempts, self.node, self.node_id, self.device_label, now) for _, record in batch]
@@ -97,7 +98,7 @@ class TrialActor:
     def _stamped(self, specs: list[TrialSpec], records: list[TrialRecord]) -> list[TrialRecord]:
         """The records stamped with the code this process runs them on and where it runs them."""
         runtime = runtime_info(self.device_label, self.threads)
-        return [record.ran_on(code_of(spec), runtime) for spec, record in zip(specs, records)]
+        return [record.ran_on(code_of(spec, self.known_code), runtime) for spec, record in zip(specs, records)]
 
     def _run_together(self, specs: list[TrialSpec], records: list[TrialRecord]) -> list[TrialOutcome]:
         self.mirror.started.remote(records)

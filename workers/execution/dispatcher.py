@@ -46,6 +46,7 @@ from banditsweep.workers.storage.live_run import WRITE_EVERY, Heartbeat, Running
 from banditsweep.workers.execution.run_values import Job, Progress, RunOptions, SweepOutcome
 from banditsweep.workers.execution.pool import Slot, TrialPool, actor_resources, check_shards_fit, placeable
 from banditsweep.workers.execution.ray_connection import RayConnection
+from banditsweep.workers.provenance.code_identity import code_of
 from banditsweep.workers.execution.result_writer import ResultWriter
 from banditsweep.workers.storage.record import MAX_ATTEMPTS, TrialOutcome
 from banditsweep.workers.mirrors.prepare import finish_preparing, start_preparing
@@ -213,10 +214,20 @@ class SweepLoop:
                 if slot.queued < depth and not slot.isolated and not (isolated and slot.queued):
                     batch = self.batches.popleft()
                     items = [(job.spec, job.next_attempt()) for job in batch]
-                    self.in_flight[slot.actor.run.remote(items, self.checkpoints)] = InFlight(slot, batch)
+                    # The batch's code identity as the driver has it (one algorithm and environment kind a
+                    # batch): the actor takes it where its sources' bytes are the same (code_of).
+                    known = self._known_code(batch[0].spec)
+                    self.in_flight[slot.actor.run.remote(items, self.checkpoints, known)] = InFlight(slot, batch)
                     slot.queued += 1
                     slot.isolated = isolated
                     self.progress.running += len(batch)
+
+    @staticmethod
+    def _known_code(spec):
+        try:
+            return code_of(spec)
+        except Exception:   # the actor digests it itself, and fails the trial where it cannot
+            return None
 
     def watch_sinks(self) -> None:
         """The sinks' troubles, asked for without waiting: shown while the sweep goes on."""

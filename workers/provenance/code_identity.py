@@ -96,6 +96,9 @@ class CodeIdentity:
     digest: str
     _roots: tuple = ()
     _tops: frozenset = frozenset()
+    # (module, SHA-256 of its source's bytes) of every module the digest read: another process with
+    # the same bytes would compute the same identity (:func:`code_of`'s ``known``).
+    sources: tuple = ()
 
     @property
     def unknown(self) -> list[str]:
@@ -138,11 +141,33 @@ def changed_parts(old: dict[str, str], new: dict[str, str]) -> list[str]:
     return sorted(name for name, value in new.items() if old.get(name) != value and value not in before)
 
 
-def code_of(spec) -> CodeIdentity:
-    """The code identity of the trial ``spec`` (a core.trial.TrialSpec), through the registry."""
+def code_of(spec, known: CodeIdentity | None = None) -> CodeIdentity:
+    """The code identity of the trial ``spec`` (a core.trial.TrialSpec), through the registry.
+    ``known``: the identity another process (the driver) computed for it, taken where this process
+    reads the same bytes in every module it was computed from; a trial actor so spares the parse of
+    every source file (0.2 s of CPU per actor, 16 actors on 2 cores) and still records the code it runs."""
+    if known is not None and known.sources and all(_source_sha(module) == sha for module, sha in known.sources):
+        return known
     from banditsweep.core import registry
 
     return trial_code(spec.policy_class, registry.environment_class(spec.environment["kind"]), spec.sharded)
+
+
+def _source_sha(module: str) -> str | None:
+    if module in _SHIPPED_SOURCES:
+        text = _shipped_text(module)
+        return hashlib.sha256(text.encode()).hexdigest() if text is not None else None
+    path = _module_source(module)
+    if path is None:
+        return None
+    info = os.stat(path)
+    return _file_sha(path, info.st_mtime_ns, info.st_size)
+
+
+@functools.lru_cache(maxsize=1024)
+def _file_sha(path: str, mtime: int, size: int) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
 
 
 def trial_code(algorithm_class: type, environment_class: type, sharded: bool = False) -> CodeIdentity:
@@ -212,12 +237,16 @@ def _trial_code(algorithm_class: type, environment_class: type, sharded: bool, s
         else:
             parts.update(_class_alone(cls))
     alone = sorted(f"{name}={value}" for name, value in parts.items())
-    root_digests, reached = _Closure(tops).digests(roots)
+    closure = _Closure(tops)
+    root_digests, reached = closure.digests(roots)
+    reached_modules = {key[1] for key in closure.nodes if key[0] in ("stmt", "module", "preamble", "name")
+                       and closure.tracked(key[1])}
     parts.update(reached)
     # The trial's digest: its roots' content digests as a set (which module holds them plays no part),
     # with the classes digested alone (no file behind them) by name and text.
     digest = _hash(["trial", *sorted(root_digests), *alone])
-    return CodeIdentity(parts, digest, tuple(roots), frozenset(tops))
+    sources = () if alone else tuple(sorted((module, _source_sha(module)) for module in reached_modules))
+    return CodeIdentity(parts, digest, tuple(roots), frozenset(tops), sources)
 
 
 def _source_stamp() -> tuple:
