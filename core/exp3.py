@@ -35,6 +35,7 @@ from scipy.special import logsumexp
 
 from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Decision, Policy, PolicyBatch
 from banditsweep.core.kernels import growth_rate
+from banditsweep.core.ties import DESIGN_AWAY, seed_words, tie_key, tied_argmax
 
 
 class ExponentialWeights:
@@ -206,8 +207,8 @@ class DesignPoints(Protocol):
         """V(pi)^{-1} of the current design, computed afresh."""
 
     def largest(self, inverse: np.ndarray) -> tuple[float, int, np.ndarray]:
-        """g(x) = psi(x)^T V^{-1} psi(x) for every x from ``inverse``; the largest (ties to the smallest
-        index), its index and its features."""
+        """g(x) = psi(x)^T V^{-1} psi(x) for every x from ``inverse``; the largest (among tied ones by
+        core.ties' rule), its index and its features."""
 
     def move(self, step: DesignStep, pick: int) -> tuple[float, int, np.ndarray]:
         """Move the design and g by ``step`` towards ``pick``; the largest g as :meth:`largest`."""
@@ -238,8 +239,8 @@ def fedorov_wynn(points: DesignPoints, dim: int, epsilon: float, max_iterations:
 class _Features:
     """The points of :func:`g_optimal_design` (ridge 0): rows psi(x) of one array."""
 
-    def __init__(self, features: np.ndarray):
-        self.features = features
+    def __init__(self, features: np.ndarray, key: int | None):
+        self.features, self.key = features, key
         self.design = np.zeros(0)
         self.leverage = np.zeros(0)
 
@@ -260,7 +261,7 @@ class _Features:
         return self._candidate()
 
     def _candidate(self) -> tuple[float, int, np.ndarray]:
-        pick = int(np.argmax(self.leverage))
+        pick = tied_argmax(self.leverage, self.key)
         return self.leverage[pick], pick, self.features[pick]
 
 
@@ -301,7 +302,7 @@ def _log_det_step(values: np.ndarray, direction: np.ndarray, ridge: float, low: 
 
 
 def g_optimal_design(features: np.ndarray, epsilon: float, max_iterations: int,
-                     ridge: float = 0.0) -> tuple[np.ndarray, float, int]:
+                     ridge: float = 0.0, key: int | None = None) -> tuple[np.ndarray, float, int]:
     """Frank-Wolfe G-optimal design on the rows psi(x) of ``features`` from the uniform start:
     (pi, final max_x g(x), iterations), with g(x) = psi(x)^T V(pi)^{-1} psi(x) and
     V(pi) = sum_x pi(x) psi(x) psi(x)^T + ridge I.
@@ -322,9 +323,13 @@ def g_optimal_design(features: np.ndarray, epsilon: float, max_iterations: int,
       is the equivalence theorem of the regularised problem; max g - sum pi g is Frank-Wolfe's duality
       gap, which bounds the distance of log det V to its maximum. O(n r^2 + r^3) per iteration (one
       eigendecomposition of the r x r matrix V), r = number of features.
+
+    The point of largest g (and the away step's of smallest) is chosen among tied ones by core.ties'
+    rule, priorities keyed by ``key`` (the away step's by a key derived from it; None: the smallest index).
     """
+    away_key = None if key is None else tie_key((key,), DESIGN_AWAY)
     if ridge <= 0:
-        points = _Features(features)
+        points = _Features(features, key)
         g_max, iterations = fedorov_wynn(points, features.shape[1], epsilon, max_iterations)
         return points.design, g_max, iterations
     n = len(features)
@@ -332,13 +337,13 @@ def g_optimal_design(features: np.ndarray, epsilon: float, max_iterations: int,
     values, rotated, leverage = _regularised_state(features, design, ridge)
     iterations = 0
     while iterations < max_iterations:
-        pick = int(np.argmax(leverage))
+        pick = tied_argmax(leverage, key)
         g = leverage[pick]
         target = float(design @ leverage)
         if g <= (1.0 + epsilon) * target:
             break
         support = np.flatnonzero(design > 0)
-        away = int(support[np.argmin(leverage[support])])
+        away = int(support[tied_argmax(leverage[support], away_key, indices=support, lowest=True)])
         mass = design[away]
         step = 0.0
         if target - leverage[away] > g - target and mass < 1.0:
@@ -365,7 +370,7 @@ class Exp3Policy(Policy):
     ``select`` exposes P_t in the Decision: the adaptive adversary of SPEC 2.3 reads it.
     """
 
-    STATE = ("weights", "probabilities", "_domain")
+    STATE = ("weights", "probabilities", "_domain", "tie_words")
 
     supports = frozenset({ADVERSARIAL_DOMAIN})
     score_name = "sampling distribution P_t"
@@ -381,6 +386,13 @@ class Exp3Policy(Policy):
         self.weights: ExponentialWeights | None = None
         self.probabilities: np.ndarray | None = None  # P_t of the current round
         self._domain: np.ndarray | None = None
+        # The words the policy stream was seeded with (core.ties: the keys of the design's tie
+        # priorities), read now, without a draw: a stream restored from a checkpoint has no seed.
+        self.tie_words = seed_words(rng)
+
+    def tie_key(self, purpose: int) -> int:
+        """The key of this trial's tie priorities for ``purpose`` (core.ties)."""
+        return tie_key(self.tie_words, purpose)
 
     @abstractmethod
     def prepare(self, domain: np.ndarray) -> ExponentialWeights:

@@ -11,7 +11,9 @@ computed incrementally (a Cholesky factor of K_j + lambda I grown one row at a t
     sigma_j^2 = sigma_{j-1}^2 - v_j^2,
 
 O(n j) per step and O(n L) memory for a sequence of length L. Repeated points are allowed (the noise
-lambda keeps the system regular). Ties in the argmax go to the smallest index.
+lambda keeps the system regular). Which of several maximisers is chosen is core.ties' rule: values
+within RTOL of the largest (at the scale of the prior variance max_x k(x, x)) are tied, and the tie
+goes to the point of largest keyed priority (``key``; None: the smallest index).
 
 Approximated MVR (paper App. 14): the same greedy rule with the Nystrom posterior variance
 
@@ -27,18 +29,22 @@ from __future__ import annotations
 import numpy as np
 
 from banditsweep.core.kernels import Kernel
+from banditsweep.core.ties import tied_argmax
 
 
-def mvr_sequence(kernel: Kernel, domain: np.ndarray, length: int, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """The exact MVR sequence (indices into ``domain``) and the final posterior variance sigma_L^2."""
+def mvr_sequence(kernel: Kernel, domain: np.ndarray, length: int, lam: float,
+                 key: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The exact MVR sequence (indices into ``domain``) and the final posterior variance sigma_L^2;
+    ``key``: the tie priorities' (core.ties)."""
     if lam <= 0:
         raise ValueError(f"MVR noise lambda must be positive, got {lam}")
     n = len(domain)
     variance = kernel.diag(domain).astype(np.float64)
+    scale = float(variance.max()) if n else 0.0
     factors = np.empty((length, n))  # v_j(.) as rows
     sequence = np.empty(length, dtype=np.int64)
     for j in range(length):
-        pick = int(np.argmax(variance))
+        pick = tied_argmax(variance, key, scale)
         sequence[j] = pick
         column = kernel(domain, domain[pick:pick + 1])[:, 0]
         if j:
@@ -49,7 +55,7 @@ def mvr_sequence(kernel: Kernel, domain: np.ndarray, length: int, lam: float) ->
 
 
 def approximate_mvr_sequence(features: np.ndarray, diagonal: np.ndarray, length: int,
-                             lam: float) -> tuple[np.ndarray, np.ndarray]:
+                             lam: float, key: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """MVR on the Nystrom approximation: ``features`` is phi (n, s), ``diagonal`` is k(x, x).
 
     Keeps A_j^{-1} = (Phi_j^T Phi_j + lambda I)^{-1} by Sherman-Morrison and the quadratic forms
@@ -63,8 +69,9 @@ def approximate_mvr_sequence(features: np.ndarray, diagonal: np.ndarray, length:
     quadratic = np.einsum("ij,ij->i", features, features) / lam
     sequence = np.empty(length, dtype=np.int64)
     variance = residual + lam * quadratic
+    scale = float(variance.max()) if n else 0.0
     for j in range(length):
-        pick = int(np.argmax(variance))
+        pick = tied_argmax(variance, key, scale)
         sequence[j] = pick
         direction = inverse @ features[pick]                 # A^{-1} phi(x_j)
         denominator = 1.0 + features[pick] @ direction

@@ -54,6 +54,8 @@ from typing import Callable
 import numpy as np
 from scipy import linalg
 
+from banditsweep.core.ties import tied_argmax
+
 Block = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
@@ -68,12 +70,13 @@ class NystromSample:
 
 
 def keep_columns(points: np.ndarray, keep_probability: np.ndarray, scores: np.ndarray,
-                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Keep each point independently with its probability (at least the top-scored one), and the
+                 rng: np.random.Generator, tie_key: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Keep each point independently with its probability (at least the top-scored one: among tied
+    scores by core.ties' rule, priorities of the points' indices keyed by ``tie_key``), and the
     weights 1/sqrt(p) that make the sampled Nystrom approximation unbiased."""
     kept = np.flatnonzero(rng.random(len(points)) < keep_probability)
     if kept.size == 0:
-        kept = np.array([int(np.argmax(scores))])
+        kept = np.array([tied_argmax(scores, tie_key, indices=points)])
         keep_probability = keep_probability.copy()
         keep_probability[kept] = 1.0
     return points[kept], 1.0 / np.sqrt(keep_probability[kept])
@@ -104,7 +107,7 @@ def _adaptive_ridge(landmark_block: np.ndarray, weights: np.ndarray, size: int) 
 
 def recursive_rls_nystrom(block: Block, diagonal: np.ndarray, rng: np.random.Generator, *,
                           ridge: float | None = None, size: int | None = None, delta: float = 0.1,
-                          oversample: float = 1.0, base_size: int = 256) -> NystromSample:
+                          oversample: float = 1.0, base_size: int = 256, tie_key: int | None = None) -> NystromSample:
     """Recursive RLS-Nystrom landmarks for the kernel given by ``block`` and ``diagonal``.
 
     Give exactly one of ``ridge`` (fixed lam, data-driven number of landmarks) and ``size``
@@ -150,7 +153,7 @@ def recursive_rls_nystrom(block: Block, diagonal: np.ndarray, rng: np.random.Gen
             current, weights = points[chosen], np.ones(count)
             break
         q = math.log(size) if size is not None else oversample * max(1.0, math.log(max(effective, 1e-300) / delta))
-        current, weights = keep_columns(points, np.minimum(1.0, q * scores), scores, rng)
+        current, weights = keep_columns(points, np.minimum(1.0, q * scores), scores, rng, tie_key)
     return NystromSample(np.asarray(current), weights, lam, effective, len(sizes))
 
 
@@ -190,7 +193,7 @@ DELTA_SPLIT = 3.0
 
 
 def recursive_rls_nystrom_theory(block: Block, diagonal: np.ndarray, rng: np.random.Generator, *,
-                                 ridge: float, delta: float = 0.1) -> NystromSample:
+                                 ridge: float, delta: float = 0.1, tie_key: int | None = None) -> NystromSample:
     """Musco & Musco's Algorithm 2 with their factors (module docstring), for the kernel given by
     ``block`` and ``diagonal`` at ridge ``ridge`` with failure probability ``delta``.
 
@@ -224,5 +227,5 @@ def recursive_rls_nystrom_theory(block: Block, diagonal: np.ndarray, rng: np.ran
         scores = SCORE_FACTOR * scores
         effective = float(scores.sum())
         oversampling = OVERSAMPLING_FACTOR * math.log(effective / level_delta) if effective > 0 else 0.0
-        landmarks, weights = keep_columns(points, np.clip(oversampling * scores, 0.0, 1.0), scores, rng)
+        landmarks, weights = keep_columns(points, np.clip(oversampling * scores, 0.0, 1.0), scores, rng, tie_key)
     return NystromSample(np.asarray(landmarks), weights, float(ridge), effective, len(levels))

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from banditsweep.core import seeding
+from banditsweep.core import seeding, ties
+from banditsweep.core.ties import tied_argmax
 from banditsweep.core.algorithms.kernel_exp3 import RLS_BETA_FACTOR, kernel_features
 from banditsweep.core.contracts import Decision
 from banditsweep.core.exp3 import g_optimal_design, sample
@@ -83,8 +84,9 @@ def test_ridge_zero_is_the_fedorov_wynn_design_of_apg_exp3():
 
 # ---------------------------------------------------------------- Kernelized Exp3 with each exploration
 
-def dense_mvr_distribution(kernel_matrix, length, lam):
-    """MVR by dense posterior variances: x_{j+1} = argmax sigma_j^2 (smallest index on ties)."""
+def dense_mvr_distribution(kernel_matrix, length, lam, key=None):
+    """MVR by dense posterior variances: x_{j+1} = argmax sigma_j^2, ties by core.ties' rule (values
+    within 1e-9 of the prior variance's scale; the largest priority keyed by ``key``)."""
     chosen = []
     for _ in range(length):
         if chosen:
@@ -93,7 +95,7 @@ def dense_mvr_distribution(kernel_matrix, length, lam):
             variance = np.diag(kernel_matrix) - np.einsum("ij,ji->i", cross, np.linalg.solve(system, cross.T))
         else:
             variance = np.diag(kernel_matrix).copy()
-        chosen.append(int(np.argmax(np.round(variance, 12))))
+        chosen.append(tied_argmax(variance, key, float(np.diag(kernel_matrix).max())))
     return np.bincount(chosen, minlength=len(kernel_matrix)) / length
 
 
@@ -115,7 +117,8 @@ def test_exploration_distribution_against_its_dense_definition(exploration):
     if exploration == "uniform":
         np.testing.assert_array_equal(pi, np.full(n, 1 / n))
     elif exploration == "mvr":
-        np.testing.assert_allclose(pi, dense_mvr_distribution(kernel_matrix, schedule.design_length, 1.0))
+        np.testing.assert_allclose(pi, dense_mvr_distribution(kernel_matrix, schedule.design_length, 1.0,
+                                                              policy.tie_key(ties.MVR)))
     else:   # App. 16: ridge lambda / (T alpha), stopped by the equivalence theorem
         ridge = 1.0 / (60 * schedule.alpha)
         g = dense_leverage(kernel_matrix, pi, ridge)

@@ -1,7 +1,10 @@
 """Checkpoints written by an earlier release (tests/fixtures/checkpoints_7dd25d2: made by the tree
 at commit 7dd25d2 with tests/golden's cases, stopped after round 7, and a sharded RLS-Kernelized
 Exp3 trial on two shards saved at round 5) still resume on today's code and end as an
-uninterrupted run does (the same arms; floats to 1e-12 of their scale on any CPU): moving or renaming modules must not break a user's checkpoints."""
+uninterrupted run does (the same arms; floats to 1e-12 of their scale on any CPU): moving or renaming modules must not break a user's checkpoints.
+The kernel ones were saved before the design's ties were decided by core.ties' rule: they are refused,
+saying why, and their trials start again (resumed, they would go on under a design today's code does
+not choose)."""
 
 import sys
 from pathlib import Path
@@ -33,7 +36,7 @@ def _same(before, after, what):
         np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-12 * scale, err_msg=f"{what} {name}")
 
 
-@pytest.mark.parametrize("case", ["ga_batch_shuttle", "ucb_mushroom", "kernel_exp3_batch", "rls_kernel_exp3"])
+@pytest.mark.parametrize("case", ["ga_batch_shuttle", "ucb_mushroom"])
 def test_an_earlier_releases_checkpoint_resumes_as_an_uninterrupted_run(case, monkeypatch):
     monkeypatch.setenv("BANDITSWEEP_DATA", str(DATA))
     whole = TrialRun(specs(case))
@@ -45,7 +48,31 @@ def test_an_earlier_releases_checkpoint_resumes_as_an_uninterrupted_run(case, mo
         assert after.diagnostics["resumed_from_round"] == 8.0
 
 
-def test_an_earlier_releases_sharded_checkpoint_resumes_as_an_uninterrupted_run():
+@pytest.mark.parametrize("case", ["kernel_exp3_batch", "rls_kernel_exp3"])
+def test_a_kernel_checkpoint_saved_before_the_tie_rule_is_refused_and_the_trial_starts_again(case, monkeypatch,
+                                                                                              tmp_path):
+    """Its design was chosen by the smallest index among tied points (core.ties): resumed, the trial
+    would go on under a design today's code does not choose. It is refused, saying so, set aside,
+    and the trial runs from round 1 as an uninterrupted run does."""
+    from banditsweep.core.state_codec import StateFormatError
+    from banditsweep.core.trial import run_trials
+    from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
+
+    monkeypatch.setenv("BANDITSWEEP_DATA", str(DATA))
+    with pytest.raises(StateFormatError, match="lacks .*tie_words"):
+        TrialRun.restore((FIXTURES / f"{case}.state").read_bytes(), specs(case))
+    checkpoints = CheckpointFiles(tmp_path, every=5)
+    key = checkpoint_key(specs(case))
+    assert checkpoints.save(key, (FIXTURES / f"{case}.state").read_bytes())
+    restarted = run_trials(specs(case), checkpoints=checkpoints)
+    whole = TrialRun(specs(case))
+    whole.advance()
+    for before, after in zip(whole.results(), restarted):
+        _same(before, after, case)
+        assert after.diagnostics["checkpoint_rejected"] == 1.0 and "resumed_from_round" not in after.diagnostics
+
+
+def test_an_earlier_releases_sharded_checkpoint_is_refused_for_its_tie_rule():
     from test_sharding import MemoryCheckpoints, _local, _spec
 
     from banditsweep.core.sharded.coordinator import run_sharded
@@ -58,6 +85,7 @@ def test_an_earlier_releases_sharded_checkpoint_resumes_as_an_uninterrupted_run(
         checkpoints.states[name.replace("key", key, 1)] = path.read_bytes()
     assert len(checkpoints.states) == 3
     result = run_sharded(spec, _local(spec, 2), checkpoints=checkpoints)
-    assert result.diagnostics["resumed_from_round"] == 6 and "checkpoint_rejected" not in result.diagnostics
+    assert result.diagnostics["checkpoint_rejected"] == 1.0 and "resumed_from_round" not in result.diagnostics
+    assert any("before its design's ties were decided" in reason for reason in checkpoints.rejected)
     whole = run_sharded(spec, _local(spec, 2))
     _same(whole, result, "sharded")

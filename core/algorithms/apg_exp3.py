@@ -39,11 +39,12 @@ from banditsweep.core.exp3 import (APGSchedule, DesignStep, Exp3Policy, Exponent
                                    g_optimal_design, pgreedy_tolerance)
 from banditsweep.core.kernels import Kernel
 from banditsweep.core.sharded.algorithm import AlgorithmSlice, ShardedExp3, pivoted_cholesky
-from banditsweep.core.sharded.partition import (block_sums, fixed_bound, from_fixed, global_argmax, rowwise_dot,
+from banditsweep.core.sharded.partition import (block_sums, fixed_bound, from_fixed, global_choice, rowwise_dot,
                                                 rowwise_matmul)
 from banditsweep.core.sharded.protocol import (DesignDone, DesignInformation, DesignLeverage, DesignMove,
-                                               DesignStart, Leverage, LinearEstimate, PivotsDone, ShardGroup, Updated,
-                                               answers)
+                                               DesignStart, Leverage, LinearEstimate, PivotsDone, ShardGroup, Tied,
+                                               Ties, Updated, answers)
+from banditsweep.core.ties import DESIGN, P_GREEDY, design_digest, tie_key, tied_among, tied_argmax, trial_seed_words
 
 __all__ = ["APGExp3", "APGExp3Params", "g_optimal_design", "newton_basis"]
 
@@ -56,18 +57,20 @@ class APGExp3Params(Config):
     tolerance: float | None = Field(None, gt=0, description="P-greedy admissible error e; unset: log|X| / T")
 
 
-def newton_basis(kernel: Kernel, domain: np.ndarray, tolerance: float,
-                 max_size: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """P-greedy: (N (n, D), pivots, final power function P_D(x)). Ties go to the smallest index."""
+def newton_basis(kernel: Kernel, domain: np.ndarray, tolerance: float, max_size: int | None = None,
+                 key: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """P-greedy: (N (n, D), pivots, final power function P_D(x)). Ties: core.ties' rule at the scale
+    of max_x k(x, x), priorities keyed by ``key`` (None: the smallest index)."""
     n = len(domain)
     max_size = n if max_size is None else min(n, max_size)
     power = kernel.diag(domain).astype(np.float64)   # P_j^2(x)
+    scale = float(power.max()) if n else 0.0
     basis = np.empty((max_size, n))                  # N_j(.) as rows
     pivots = []
     for j in range(max_size):
-        pick = int(np.argmax(power))
-        if math.sqrt(max(power[pick], 0.0)) <= tolerance:
+        if math.sqrt(max(float(power.max()), 0.0)) <= tolerance:
             break
+        pick = tied_argmax(power, key, scale)
         pivots.append(pick)
         column = kernel(domain, domain[pick:pick + 1])[:, 0]
         if j:
@@ -104,10 +107,13 @@ class APGExp3(Exp3Policy):
     def prepare(self, domain: np.ndarray) -> ExponentialWeights:
         n, horizon = len(domain), self.problem.horizon
         tolerance = pgreedy_tolerance(self.params, n, horizon)
-        self.features, _, power = newton_basis(self.problem.kernel, domain, tolerance)
+        self.features, pivots, power = newton_basis(self.problem.kernel, domain, tolerance,
+                                                    key=self.tie_key(P_GREEDY))
         schedule = APGSchedule(self.params, n, horizon, self.features.shape[1], float(power.max()))
-        design, g_max, iterations = g_optimal_design(self.features, self.params.epsilon, self.params.max_iterations)
-        self.values = schedule.values(g_max, iterations, np.count_nonzero(design > 1e-12))
+        design, g_max, iterations = g_optimal_design(self.features, self.params.epsilon, self.params.max_iterations,
+                                                     key=self.tie_key(DESIGN))
+        self.values = {**schedule.values(g_max, iterations, np.count_nonzero(design > 1e-12)),
+                       "design_digest": design_digest(pivots, np.flatnonzero(design > 1e-12))}
         return ExponentialWeights(n, schedule.eta, schedule.alpha, design)
 
     def estimate(self, probabilities: np.ndarray, arm: int, reward: float) -> np.ndarray:
@@ -169,12 +175,24 @@ class APGExp3Slice(AlgorithmSlice):
         local = int(np.argmax(self.leverage))
         return Leverage(float(self.leverage[local]), self.shard.start + local, self.shard.factors[local].copy())
 
+    @answers(Ties)
+    def ties(self, request: Ties) -> Tied | None:
+        """The slice's part of the design's choice among the points of largest g (core.ties)."""
+        if request.quantity != "leverage":
+            raise TypeError(f"APG-Exp3's slice has no {request.quantity!r}")
+        shard = self.shard
+        found = tied_among(self.leverage, request.edge, request.key, np.arange(shard.start, shard.stop))
+        if found is None:
+            return None
+        priority, local = found
+        return Tied(priority, shard.start + local, float(self.leverage[local]), shard.factors[local].copy())
+
     @answers(DesignDone)
-    def done(self, request: DesignDone) -> int:
-        """pi = the design; the number of its support points on the slice."""
+    def done(self, request: DesignDone) -> np.ndarray:
+        """pi = the design; the global indices of its support points on the slice."""
         self.shard.exploration = self.design.copy()
         self.design = np.zeros(0)
-        return int(np.count_nonzero(self.shard.exploration > 1e-12))
+        return self.shard.start + np.flatnonzero(self.shard.exploration > 1e-12)
 
     @answers(LinearEstimate)
     def estimate(self, request: LinearEstimate) -> Updated:
@@ -186,8 +204,8 @@ class ShardedDesign:
     """The G-optimal design's points on the shards (core.exp3.DesignPoints): V(pi) as an exact
     fixed-point sum over the shards' blocks (scale ``bound``), g(x) and the design's moves on each slice."""
 
-    def __init__(self, group: ShardGroup, bound: float):
-        self.group, self.bound = group, bound
+    def __init__(self, group: ShardGroup, bound: float, key: int):
+        self.group, self.bound, self.key = group, bound, key
 
     def _inverse(self, words: list[np.ndarray]) -> np.ndarray:
         return np.linalg.inv(from_fixed(np.sum(np.stack(words), axis=0), self.bound))
@@ -204,9 +222,8 @@ class ShardedDesign:
     def move(self, step: DesignStep, pick: int) -> tuple[float, int, np.ndarray]:
         return self._largest(self.group.map(DesignMove(step, pick)))
 
-    @staticmethod
-    def _largest(parts: list[Leverage]) -> tuple[float, int, np.ndarray]:
-        best = global_argmax(parts)
+    def _largest(self, parts: list[Leverage]) -> tuple[float, int, np.ndarray]:
+        best = global_choice(self.group, parts, "leverage", self.key)
         return best.value, best.index, best.features
 
 
@@ -222,17 +239,21 @@ class ShardedAPGExp3(ShardedExp3, shards=APGExp3):
     def explore(self, trial) -> None:
         """Newton basis by P-greedy, G-optimal design by Fedorov-Wynn (SPEC 3.5)."""
         params, group = trial.params, trial.group
-        basis, max_power = pivoted_cholesky(group, trial.n, None, pgreedy_tolerance(params, trial.n, trial.horizon))
+        words = trial_seed_words(trial)
+        basis, max_power = pivoted_cholesky(group, trial.n, None, pgreedy_tolerance(params, trial.n, trial.horizon),
+                                            tie_key(words, P_GREEDY))
         group.map(PivotsDone(keep_factors=True))
         schedule = APGSchedule(params, trial.n, trial.horizon, len(basis), math.sqrt(max(max_power, 0.0)))
         kernel = trial.kernel
         # |V(pi)'s entries| <= max_x k(x, x): k(0, 0) for a stationary kernel, d / l^2 for the linear one on [0, 1]^d.
         bound = fixed_bound(max(float(np.max(kernel.diag(np.zeros((1, trial.dim))))), 1.0)
                             if kernel.name != "linear" else float(trial.dim) / kernel.lengthscale ** 2)
-        g_max, iterations = fedorov_wynn(ShardedDesign(group, bound), len(basis), params.epsilon, params.max_iterations)
-        support = sum(group.map(DesignDone()))
+        g_max, iterations = fedorov_wynn(ShardedDesign(group, bound, tie_key(words, DESIGN)), len(basis),
+                                         params.epsilon, params.max_iterations)
+        support = np.concatenate(group.map(DesignDone()))
         self.eta, self.alpha = schedule.eta, schedule.alpha
-        self.values = schedule.values(g_max, iterations, support)
+        self.values = {**schedule.values(g_max, iterations, len(support)),
+                       "design_digest": design_digest(np.asarray(basis), support)}
 
     def update(self, trial, t, parts, located, candidate, reward) -> list[Updated]:
         information = np.sum(np.stack([part.information for part in parts]), axis=0)   # Q_t

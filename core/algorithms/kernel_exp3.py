@@ -43,6 +43,7 @@ from banditsweep.core.exp3 import (RLS_BETA_FACTOR, Exp3Policy, Exp3Schedule, Ex
                                    empirical_distribution, g_optimal_design)
 from banditsweep.core.kernels import check_memory
 from banditsweep.core.mvr import mvr_sequence
+from banditsweep.core.ties import DESIGN, MVR, design_digest
 from banditsweep.core.canonical import canonical_json
 
 # n x n float64 arrays alive at the peak of a round: K, D^{1/2} K, the system and its factor.
@@ -163,17 +164,21 @@ class KernelExp3(Exp3Policy):
             ridge = self.params.lam / (self.problem.horizon * self.schedule.alpha)
             features = kernel_features(self.kernel_matrix.cpu().numpy())
             design, g_max, iterations = g_optimal_design(features, self.params.design_epsilon,
-                                                         self.params.design_max_iterations, ridge=ridge)
+                                                         self.params.design_max_iterations, ridge=ridge,
+                                                         key=self.tie_key(DESIGN))
             effective = float(design @ np.einsum(
                 "ij,ij->i", features, np.linalg.solve(features.T @ (design[:, None] * features)
                                                       + ridge * np.eye(features.shape[1]), features.T).T))
             self.design_values = {"design_ridge": ridge, "design_features": float(features.shape[1]),
                                   "design_g_max": g_max, "design_effective_dimension": effective,
                                   "design_iterations": float(iterations),
-                                  "design_support": float(np.count_nonzero(design > 1e-12))}
+                                  "design_support": float(np.count_nonzero(design > 1e-12)),
+                                  "design_digest": design_digest(np.flatnonzero(design > 1e-12))}
             return design
-        sequence, _ = mvr_sequence(self.problem.kernel, domain, self.schedule.design_length, self.params.lam)
+        sequence, _ = mvr_sequence(self.problem.kernel, domain, self.schedule.design_length, self.params.lam,
+                                   self.tie_key(MVR))
         self.mvr_distinct = len(np.unique(sequence))
+        self.design_values = {"design_digest": design_digest(sequence)}
         return empirical_distribution(sequence, n)
 
     def estimate(self, probabilities: np.ndarray, arm: int, reward: float) -> np.ndarray:

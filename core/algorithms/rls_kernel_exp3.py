@@ -62,10 +62,12 @@ from banditsweep.core.mvr import approximate_mvr_sequence, mvr_sequence
 from banditsweep.core.nystrom import (NystromSample, leverage_scores, nystrom_embedding, nystrom_projection,
                                       recursive_rls_nystrom, recursive_rls_nystrom_theory, weighted_kernel_block)
 from banditsweep.core.sharded.algorithm import AlgorithmSlice, ShardedExp3, pivoted_cholesky
-from banditsweep.core.sharded.partition import derive_key, global_argmax, keyed_uniforms, owner
+from banditsweep.core.sharded.partition import derive_key, global_choice, keyed_uniforms, owner
 from banditsweep.core.sharded.protocol import (Candidate, Embed, Embedded, LevelCounts, LevelKeep,
                                                LevelMembers, LevelScores, Members, NystromEstimate, PivotsDone,
-                                               PointAt, Scores, SetExploration, Updated, answers)
+                                               PointAt, Scores, SetExploration, Tied, Ties, Updated, answers)
+from banditsweep.core.ties import (APPROXIMATE_MVR, LANDMARK, MVR, design_digest, tie_key, tied_among,
+                                   trial_seed_words)
 
 BETA_FACTOR = RLS_BETA_FACTOR  # Theorem 3: beta = B (1 + sqrt 2) sqrt(lambda / T)
 # The seeding stream of the sharded sampler's keyed draws (core.seeding has 0: environment, 1: policy).
@@ -112,7 +114,7 @@ def nystrom_variance(embedding: np.ndarray, solved: np.ndarray, diagonal: np.nda
 class RLSKernelExp3(Exp3Policy):
     """RLS-Kernelized Exp3 (kernel paper, Alg. 5): Kernelized Exp3 on a Nystrom approximation."""
 
-    STATE = ("schedule", "landmark_counts", "effective_dimensions", "mvr_distinct", "mvr_landmarks")
+    STATE = ("schedule", "landmark_counts", "effective_dimensions", "mvr_distinct", "mvr_landmarks", "design")
 
     Params = RLSKernelExp3Params
     label = "RLS-Kernelized Exp3"
@@ -124,24 +126,29 @@ class RLSKernelExp3(Exp3Policy):
         self.effective_dimensions: list[float] = []
         self.mvr_distinct = 0
         self.mvr_landmarks = 0
+        self.design = float("nan")   # design_digest of the exploration sequence (core.ties)
 
     def exploration_sequence(self, domain: np.ndarray) -> np.ndarray:
         """The exact MVR sequence (SPEC 3.2), as in Kernelized Exp3."""
-        sequence, _ = mvr_sequence(self.problem.kernel, domain, self.schedule.design_length, self.params.lam)
+        sequence, _ = mvr_sequence(self.problem.kernel, domain, self.schedule.design_length, self.params.lam,
+                                   self.tie_key(MVR))
         return sequence
 
     def prepare(self, domain: np.ndarray) -> ExponentialWeights:
         sequence = self.exploration_sequence(domain)
         self.mvr_distinct = len(np.unique(sequence))
+        self.design = design_digest(sequence)
         n = len(domain)
         return ExponentialWeights(n, self.schedule.eta, self.schedule.alpha, empirical_distribution(sequence, n))
 
     def sample_landmarks(self, block, diagonal: np.ndarray, ridge: float) -> NystromSample:
         """Recursive RLS-Nystrom by ``sampler`` (practical or Musco & Musco's Alg. 2) at ``ridge``."""
         if self.params.sampler == "theory":
-            return recursive_rls_nystrom_theory(block, diagonal, self.rng, ridge=ridge, delta=self.params.delta)
+            return recursive_rls_nystrom_theory(block, diagonal, self.rng, ridge=ridge, delta=self.params.delta,
+                                                tie_key=self.tie_key(LANDMARK))
         return recursive_rls_nystrom(block, diagonal, self.rng, ridge=ridge, delta=self.params.delta,
-                                     oversample=self.params.oversample, base_size=self.params.base_size)
+                                     oversample=self.params.oversample, base_size=self.params.base_size,
+                                     tie_key=self.tie_key(LANDMARK))
 
     def landmarks(self, probabilities: np.ndarray) -> np.ndarray:
         """S_t: recursive RLS-Nystrom on the P_t-weighted kernel with ridge mu (SPEC 3.3)."""
@@ -181,6 +188,7 @@ class RLSKernelExp3(Exp3Policy):
             "effective_dimension_mean": float(finite.mean()) if finite.size else float("nan"),
             "mvr_distinct_points": float(self.mvr_distinct),
             "mvr_landmarks": float(self.mvr_landmarks),
+            "design_digest": self.design,
         }
 
 
@@ -204,7 +212,8 @@ class RLSKernelExp3AMVR(RLSKernelExp3):
         self.mvr_landmarks = len(landmarks)
         columns = kernel.columns(domain, landmarks)
         features = nystrom_embedding(columns, columns[landmarks])
-        sequence, _ = approximate_mvr_sequence(features, diagonal, self.schedule.design_length, lam)
+        sequence, _ = approximate_mvr_sequence(features, diagonal, self.schedule.design_length, lam,
+                                               self.tie_key(APPROXIMATE_MVR))
         return sequence
 
 
@@ -286,6 +295,18 @@ class RLSKernelExp3Slice(AlgorithmSlice):
         return Scores(float(self.scores.sum()), Candidate(float(self.scores[local]),
                                                           shard.start + int(self.level_index[local])))
 
+    @answers(Ties)
+    def ties(self, request: Ties) -> Tied | None:
+        """The slice's part of the choice among the level's points of largest score (core.ties)."""
+        if request.quantity != "scores":
+            raise TypeError(f"RLS-Kernelized Exp3's slice has no {request.quantity!r}")
+        indices = self.shard.start + np.asarray(self.level_index)
+        found = tied_among(self.scores, request.edge, request.key, indices) if len(self.scores) else None
+        if found is None:
+            return None
+        priority, local = found
+        return Tied(priority, int(indices[local]), float(self.scores[local]))
+
     @answers(LevelKeep)
     def keep(self, request: LevelKeep) -> Members:
         shard = self.shard
@@ -322,7 +343,7 @@ class ShardedRLSKernelExp3(ShardedExp3, shards=RLSKernelExp3):
 
     Slice = RLSKernelExp3Slice
     STATE = ("values", "landmark_counts", "effective_dimensions")
-    TRANSIENT = ("params", "schedule", "sampler_key")   # rebuilt from the spec by __init__
+    TRANSIENT = ("params", "schedule", "sampler_key", "tie_words")   # rebuilt from the spec by __init__
 
     values: dict[str, float]
     landmark_counts: list[int]
@@ -334,6 +355,7 @@ class ShardedRLSKernelExp3(ShardedExp3, shards=RLSKernelExp3):
         problem = kernel_problem(trial.n, trial.dim, trial.horizon, trial.kernel, trial.norm_bound)
         self.schedule = Exp3Schedule(self.params, problem, beta_factor=BETA_FACTOR)
         self.sampler_key = derive_key(trial.spec.seed, SAMPLER_STREAM)
+        self.tie_words = trial_seed_words(trial)
         self.landmark_counts, self.effective_dimensions = [], []
 
     @classmethod
@@ -343,12 +365,14 @@ class ShardedRLSKernelExp3(ShardedExp3, shards=RLSKernelExp3):
                              "(sampler: practical, landmarks: rls)")
 
     def explore(self, trial) -> None:
-        sequence, _ = pivoted_cholesky(trial.group, self.schedule.design_length, self.params.lam, None)
+        sequence, _ = pivoted_cholesky(trial.group, self.schedule.design_length, self.params.lam, None,
+                                       tie_key(self.tie_words, MVR))
         trial.group.map(PivotsDone(keep_factors=False))
         trial.group.map(SetExploration(np.asarray(sequence, dtype=np.int64)))
         self.eta, self.alpha = self.schedule.eta, self.schedule.alpha
         self.values = {**self.schedule.as_dict(), "delta": self.params.delta,
-                       "mvr_distinct_points": float(len(set(sequence))), "mvr_landmarks": 0.0}
+                       "mvr_distinct_points": float(len(set(sequence))), "mvr_landmarks": 0.0,
+                       "design_digest": design_digest(sequence)}
 
     def landmarks(self, trial, t: int) -> Landmarks:
         """S_t: recursive RLS-Nystrom (the practical fixed-ridge variant, core.nystrom) with the
@@ -367,7 +391,8 @@ class ShardedRLSKernelExp3(ShardedExp3, shards=RLSKernelExp3):
             kept = Landmarks.gather(group.map(LevelKeep(derive_key(self.sampler_key, t, level + 1), q)))
             if not len(kept.index):
                 # Project choice (core.nystrom.keep_columns): keep the point of largest score.
-                where = global_argmax([part.largest for part in parts]).index
+                where = global_choice(group, [part.largest for part in parts], "scores",
+                                      tie_key(self.tie_words, LANDMARK)).index
                 point = group.ask(owner(group.ranges, where), PointAt(where))
                 kept = Landmarks(np.array([where]), point.coordinates[None], np.array([math.sqrt(point.probability)]),
                                  np.ones(1))

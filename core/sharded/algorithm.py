@@ -35,7 +35,8 @@ import numpy as np
 
 from banditsweep.core.exp3 import draw
 from banditsweep.core.round_loop import check_values
-from banditsweep.core.sharded.partition import global_argmax, owner
+from banditsweep.core.sharded.partition import global_argmax, global_choice, owner
+from banditsweep.core.ties import RULE
 from banditsweep.core.sharded.protocol import (Answering, Distributed, Distribution, Locate, Located, LogPartition,
                                                Partition, PivotAdd, PivotCandidate, PivotRow, ShardGroup, Updated)
 from banditsweep.core.state_declaration import declaration
@@ -126,30 +127,38 @@ def sharded_half(policy_class: type) -> type[ShardedAlgorithm] | None:
 
 
 def pivoted_cholesky(group: ShardGroup, length: int, noise: float | None,
-                     tolerance: float | None) -> tuple[list[int], float]:
+                     tolerance: float | None, key: int) -> tuple[list[int], float]:
     """Pivoted Cholesky on the shards: MVR (SPEC 3.2: ``noise`` = lambda, ``length`` pivots) or
     P-greedy (SPEC 3.5: no noise, stop when max_x sqrt(power(x)) <= ``tolerance``), with
     v_{j+1}(.) = [k(., x_pick) - sum_i v_i(.) v_i(x_pick)] / sqrt(power(x_pick) + noise) and
-    power -= v_{j+1}^2. The pivots and the final largest power."""
-    candidate = global_argmax(group.map(PivotCandidate()))
+    power -= v_{j+1}^2. The pivots and the final largest power. Each pivot among the points of
+    largest power by core.ties' rule at the scale of the first (max_x k(x, x)), priorities keyed by
+    ``key``: the same choice as core.mvr's and core.algorithms.apg_exp3's
+    on the whole of X."""
+    maxima = group.map(PivotCandidate())
+    scale = global_argmax(maxima).value
     sequence: list[int] = []
-    while len(sequence) < length:
-        if tolerance is not None and math.sqrt(max(candidate.value, 0.0)) <= tolerance:
-            break
-        sequence.append(candidate.index)
-        row = group.ask(owner(group.ranges, candidate.index), PivotRow(candidate.index))
-        denominator = math.sqrt(candidate.value + noise) if noise is not None else math.sqrt(candidate.value)
-        candidate = global_argmax(group.map(PivotAdd(row.point, row.factors, denominator)))
-    return sequence, candidate.value
+    while True:
+        largest = global_argmax(maxima)
+        if len(sequence) >= length or tolerance is not None and math.sqrt(max(largest.value, 0.0)) <= tolerance:
+            return sequence, largest.value
+        chosen = global_choice(group, maxima, "power", key, scale)
+        sequence.append(chosen.index)
+        row = group.ask(owner(group.ranges, chosen.index), PivotRow(chosen.index))
+        denominator = math.sqrt(chosen.value + noise) if noise is not None else math.sqrt(chosen.value)
+        maxima = group.map(PivotAdd(row.point, row.factors, denominator))
 
 
 class ShardedExp3(ShardedAlgorithm):
     """The Exp3 round on shards (module docstring); a subclass sets the exploration design and the
     step sizes (:meth:`explore`) and adds its estimate (:meth:`update`)."""
 
-    STATE = ("eta", "alpha", "log_totals")
+    STATE = ("eta", "alpha", "log_totals", "tie_rule")
     # The round asks the shards for Q_t's parts and N(x_t) (APG-Exp3's linear estimate).
     linear: ClassVar[bool] = False
+    # Which rule decided the design's ties (core.ties.RULE), saved: a state saved under another (the
+    # smallest index before it) lacks it or differs, and is refused rather than resumed under this one.
+    tie_rule: int
 
     eta: float
     alpha: float
@@ -165,6 +174,7 @@ class ShardedExp3(ShardedAlgorithm):
         """u_t added to the shards' log-weights, f_t played there; each shard's reply."""
 
     def prepare(self, trial: ShardedKernelTrial) -> None:
+        self.tie_rule = RULE
         self.explore(trial)
         self.log_totals = trial.group.map(LogPartition())
 
@@ -187,7 +197,9 @@ class ShardedExp3(ShardedAlgorithm):
 
     @classmethod
     def from_landed(cls, attributes: dict) -> dict:
-        values = super().from_landed(attributes)
+        # The landed release decided ties by the smallest index and saved no rule: refused by
+        # core.sharded.coordinator's check, saying so.
+        values = super().from_landed({**attributes, "tie_rule": attributes.get("tie_rule")})
         # The landed release kept the partials as (top, total) pairs.
         values["log_totals"] = [Partition(float(top), float(total)) for top, total in values["log_totals"]]
         return values

@@ -31,6 +31,7 @@ from banditsweep.core.sharded.algorithm import ShardedAlgorithm, sharded_half
 from banditsweep.core.sharded.protocol import CheckPart, Describe, DiscardPart, LoadPart, SavePart, ShardGroup, Value
 from banditsweep.core.sharded.shard import check_shardable
 from banditsweep.core.state_codec import StateFormatError, encode_state
+from banditsweep.core.ties import RULE
 from banditsweep.core.trial import TrialSpec, checkpoint_key, resolve_algorithm, resolve_environment
 
 # The attributes a checkpoint of the landed release could hold (it kept the coordinator's whole, the
@@ -131,6 +132,9 @@ class ShardedKernelTrial(RoundLoop):
             raise StateFormatError("not the state of a sharded trial")
         if not isinstance(values["algorithm"], dict) or set(values["algorithm"]) != set(half.saved()):
             raise StateFormatError(f"not the state of a sharded {spec.algorithm}")
+        if values["algorithm"].get("tie_rule") != RULE:
+            raise StateFormatError("the state was saved before its design's ties were decided by core.ties' rule "
+                                   "(its design would not be this code's): the trial starts again")
         if values["saved_round"] != values["next_round"] - 1:
             raise StateFormatError("the state names no shard parts of its round")
         return values

@@ -18,7 +18,8 @@ the last bit on identical machines (and to rounding across different CPUs):
   ``keyed_uniforms(key, i, i + 1)``, SplitMix64 at counter i of the draw's key, so any slice of a
   draw is computed without the rest (:func:`keyed_uniforms`).
 
-A maximum over X is the largest of the shards' maxima (:func:`global_argmax`), with np.argmax's ties.
+A maximum over X is the largest of the shards' maxima (:func:`global_argmax`); a choice among the
+points tied at it is core.ties' rule, decided against the global maximum (:func:`global_choice`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import math
 from typing import Sequence, TypeVar
 
 import numpy as np
+
+from banditsweep.core.ties import derive_key, splitmix, threshold  # noqa: F401 (derive_key: the sampler's keys)
 
 # Reduction blocks: at least MIN_BLOCKS per domain, each a power of two of at most MAX_BLOCK points.
 MIN_BLOCKS = 64
@@ -140,26 +143,10 @@ def rowwise_matmul(rows: np.ndarray, matrix: np.ndarray) -> np.ndarray:
 
 # ---- keyed random numbers ------------------------------------------------------------------------
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-
-
-def derive_key(*words: int) -> int:
-    """A 64-bit key from integers (a trial's seed, a stream number, a round, a level)."""
-    return int(np.random.SeedSequence([int(w) for w in words]).generate_state(1, np.uint64)[0])
-
-
 def keyed_uniforms(key: int, start: int, stop: int) -> np.ndarray:
     """Uniform numbers in [0, 1) for the points start..stop-1 of the draw ``key``: SplitMix64's output
     at counter i + 1, so the value of point i does not depend on the slice asked for."""
-    with np.errstate(over="ignore"):
-        counter = np.arange(start + 1, stop + 1, dtype=np.uint64)
-        z = np.uint64(key) + counter * _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
-        z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    return splitmix(key, np.arange(start + 1, stop + 1, dtype=np.uint64))
 
 
 # ---- where a point is, and maxima over X -------------------------------------------------------
@@ -178,5 +165,18 @@ Maximum = TypeVar("Maximum")
 
 def global_argmax(partials: Sequence[Maximum]) -> Maximum:
     """The largest of the shards' maxima (replies with a ``value`` and a global ``index``, such as
-    core.sharded.protocol.Candidate); ties go to the smallest index, as np.argmax does on the whole of X."""
+    core.sharded.protocol.Candidate), ties to the smallest index: where the largest value is all that
+    is wanted (a choice among tied points is :func:`global_choice`'s)."""
     return max(partials, key=lambda item: (item.value, -item.index))
+
+
+def global_choice(group, partials: Sequence, quantity: str, key: int, scale: float = 0.0):
+    """The choice over X by core.ties' rule, from the shards' maxima ``partials`` of ``quantity``:
+    the tied set's edge from the global maximum (a first reduction), then every shard's most
+    prioritised point at or beyond it (a second): a core.sharded.protocol.Tied. The same choice as
+    core.ties.tied_argmax on the whole of X, whatever the shards."""
+    from banditsweep.core.sharded.protocol import Ties
+
+    top = max(part.value for part in partials)
+    tied = [part for part in group.map(Ties(quantity, threshold(top, scale), key)) if part is not None]
+    return max(tied, key=lambda part: (part.priority, -part.index))

@@ -98,10 +98,34 @@ class LocalShards:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A slice's largest value of a quantity and its global index (ties: the smallest, as np.argmax)."""
+    """A slice's largest value of a quantity and its global index (where several are largest, the
+    smallest: which of them is chosen is decided over X by core.ties' rule, :class:`Tied`)."""
 
     value: float
     index: int
+
+
+@dataclass(frozen=True)
+class Tied:
+    """A slice's part of a choice over X by the tie rule (core.ties): among its points at or beyond the
+    tied set's edge, the one of largest priority: the priority, its global index, its value and, where
+    the choice needs them, its features. The choice is the largest priority over the slices."""
+
+    priority: float
+    index: int
+    value: float
+    features: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Ties(Request["Tied | None"]):
+    """The slice's :class:`Tied` of ``quantity`` ("power": the pivots' residual variance; "leverage":
+    the design's g(x); "scores": the Nystrom level's ridge leverage scores) at ``edge``, priorities
+    keyed by ``key``; None where no point of the slice is tied."""
+
+    quantity: str
+    edge: float
+    key: int
 
 
 @dataclass(frozen=True)
@@ -265,8 +289,8 @@ class DesignMove(Request[Leverage]):
 
 
 @dataclass(frozen=True)
-class DesignDone(Request[int]):
-    """pi = the design; how many of the slice's points carry mass."""
+class DesignDone(Request[np.ndarray]):
+    """pi = the design; the global indices of the slice's points that carry mass."""
 
 
 # ---- Exp3 rounds (core.exp3, SPEC 3.1) -------------------------------------------------------------

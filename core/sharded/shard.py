@@ -9,7 +9,8 @@ are those of the unsharded table, bit for bit.
 
 It answers the requests of core.sharded.protocol that any algorithm's round needs (the environment,
 the pivots, P_t and the draw, its part of the checkpoint); its algorithm's slice
-(the ``Slice`` of the algorithm's sharded half, core.sharded.algorithm) answers the rest. Every argmax over the slice
+(the ``Slice`` of the algorithm's sharded half, core.sharded.algorithm) answers the rest. Every choice
+among tied points is decided over X by core.ties' rule (:class:`Ties`). Every argmax over the slice
 that may tie by the domain's symmetry is computed elementwise per point (core.sharded.partition), so
 1, 2, 3 or 4 shards give bit-identical results.
 
@@ -31,8 +32,9 @@ from banditsweep.core.sharded.partition import blocks_in, rowwise_dot
 from banditsweep.core.sharded.protocol import (Answering, Candidate, CheckPart, Describe, Description, DiscardPart,
                                                Distributed, Distribution, Located, LoadPart, Locate, LogPartition,
                                                Moved, Partition, PivotAdd, PivotCandidate, PivotRow, PivotsDone, Play,
-                                               Point, PointAt, Request, Row, SavePart, SetExploration, UniformSums,
-                                               Updated, Value, answers)
+                                               Point, PointAt, Request, Row, SavePart, SetExploration, Tied, Ties,
+                                               UniformSums, Updated, Value, answers)
+from banditsweep.core.ties import tied_among
 from banditsweep.core.state_codec import StateFormatError, decode_state, encode_state
 from banditsweep.core.trial import TrialSpec, resolve_algorithm, resolve_environment
 
@@ -158,6 +160,18 @@ class KernelShard(Answering):
     def pivot_candidate(self, request: PivotCandidate | None = None) -> Candidate:
         local = int(np.argmax(self.power))
         return Candidate(float(self.power[local]), self.start + local)
+
+    @answers(Ties)
+    def ties(self, request: Ties) -> Tied | None:
+        """The slice's part of a pivot's choice among the points of largest power (core.ties); another
+        quantity is its algorithm slice's."""
+        if request.quantity != "power":
+            return self.algorithm.handle(request)
+        found = tied_among(self.power, request.edge, request.key, np.arange(self.start, self.stop))
+        if found is None:
+            return None
+        priority, local = found
+        return Tied(priority, self.start + local, float(self.power[local]))
 
     @answers(PivotRow)
     def pivot_row(self, request: PivotRow) -> Row:
