@@ -271,6 +271,8 @@ class KernelExp3(Exp3Policy):
         return super().footprint(params, arms, dim, horizon) + work_bytes(arms) + design
 
     def diagnostics(self) -> dict[str, float]:
+        # design_values: the design's record (design_digest; the G-optimal design's figures too); the
+        # uniform exploration has no design.
         if self.params.exploration == "mvr":
-            return {**self.schedule.as_dict(), "mvr_distinct_points": float(self.mvr_distinct)}
+            return {**self.schedule.as_dict(), "mvr_distinct_points": float(self.mvr_distinct), **self.design_values}
         return {**self.schedule.as_dict(), **self.design_values}
