@@ -50,10 +50,10 @@ def pair_verdict(comparison: Comparison) -> str:
 
 PAIRS_CAPTION = ("final regret of each pair of algorithms, a - b at their chosen grid points, mean difference "
                  "with its 95% interval; paired by seed (the trials of one seed share the environment's random "
-                 "stream): paired t-test below 10 pairs (it assumes roughly normal differences), Wilcoxon's "
-                 "signed-rank test from 10, Welch's test where the seeds do not match; p Holm-adjusted over the "
-                 "pairs of each environment; seeds_needed: the seeds a paired t-test needs for 80% power at 5% "
-                 "against the observed difference and spread")
+                 "stream): the paired t-test, which gives both the interval and p (it assumes roughly normal "
+                 "differences), Welch's test where the seeds do not match; p Holm-adjusted over the "
+                 "pairs of each environment; seeds_needed: the seeds a paired t-test would need for 80% power "
+                 "at 5%, as the range over the difference's and the spread's 95% intervals (none below 3 pairs)")
 SAME_SEEDS = ("The grid points were chosen on the same seeds they are judged on, which flatters the chosen "
               "points")
 
@@ -77,7 +77,8 @@ def pair_table(trials: pd.DataFrame, best: pd.DataFrame, columns: dict[str, str]
                          "b": comparison.b, "n": comparison.n, "difference": comparison.difference,
                          "ci_low": comparison.interval.low, "ci_high": comparison.interval.high,
                          "test": comparison.test, "p": comparison.p, "p_holm": comparison.p_adjusted,
-                         "seeds_needed": comparison.seeds, "verdict": pair_verdict(comparison)})
+                         "seeds_needed": comparison.seeds.text() if comparison.seeds is not None else "",
+                         "verdict": pair_verdict(comparison)})
     return pd.DataFrame(rows, columns=["environment", "a", "b", "n", "difference", "ci_low", "ci_high", "test", "p",
                                        "p_holm", "seeds_needed", "verdict"])
 
@@ -109,8 +110,7 @@ def significant_best(pairs: pd.DataFrame, mean: pd.DataFrame) -> dict[str, str]:
 def significance_rule(seeds: str) -> str:
     """The bold rule of :func:`significant_best` in words, for a caption."""
     return (f"bold: lower than every other algorithm of its column at 5% after Holm's adjustment over the "
-            f"column's pairs (paired by seed: paired t-test below 10 seeds, Wilcoxon's signed-rank test from 10; "
-            f"{seeds})")
+            f"column's pairs (paired by seed: the paired t-test; {seeds})")
 
 
 # ---- across environments ------------------------------------------------------------------------
@@ -132,7 +132,7 @@ class AcrossEnvironments:
 
     scores: dict[str, dict[str, np.ndarray]]   # label -> environment -> normalised final regrets (its seeds)
     references: pd.DataFrame   # environment, reference regret, how it was found
-    iqm: pd.DataFrame          # label, environments, runs, iqm, ci_low, ci_high, mean
+    iqm: pd.DataFrame          # label, environments, runs, iqm, ci_low, ci_high, interval (its method), mean
     improvement: pd.DataFrame  # P(row's regret < column's) on a random environment
     notes: list[str] = field(default_factory=list)
 
@@ -194,7 +194,7 @@ def across_environments(trials: pd.DataFrame, best: pd.DataFrame, columns: dict[
         runs = np.concatenate(list(scores[label].values()))
         iqm_rows.append({"algorithm": label, "environments": len(scores[label]), "runs": len(runs),
                          "iqm": iqm(runs), "ci_low": interval.low, "ci_high": interval.high,
-                         "mean": float(runs.mean())})
+                         "interval": interval.method, "mean": float(runs.mean())})
     improvement = pd.DataFrame([[probability_of_improvement(scores[x], scores[y]) if x != y else math.nan
                                  for y in labels] for x in labels],
                                index=pd.Index(labels, name="P(row < column)"), columns=labels)

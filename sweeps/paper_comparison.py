@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from banditsweep.sweeps.claims import RULES, UNJUDGED, judge_environment, verdict_text
+from banditsweep.sweeps.claims import FAMILY_RULE, RULES, UNJUDGED, judge_environment, verdict_text
 from banditsweep.sweeps.statistics import compare
 from banditsweep.sweeps.tables import MISSING, markdown_table, slug
 
@@ -403,9 +403,10 @@ def paper_comparison_markdown(comparison: PaperComparison, sweep: str) -> str:
         lines += ["", "### The paper's claims", "",
                   "Each judged on our trials and on the paper's numbers, over the environments and algorithms run "
                   "here: `ours` and `paper` with statistics (the mean's difference with its 95% interval, paired by "
-                  "seed on our trials, Welch from the paper's means, stds and seeds; a standard deviation by the "
-                  "F-interval of the ratio; seconds as numbers; \"on every dataset\" holds where every dataset's "
-                  "verdict holds), `ours_means` and `paper_means` comparing the means alone, as the paper does.",
+                  "seed on our trials, Welch from the paper's means, stds and seeds; a spread by the Brown-Forsythe "
+                  "test on our per-seed values, which needs at least 5 seeds of each and cannot be judged from a "
+                  "table's summaries without assuming normal data; seconds as numbers; " + FAMILY_RULE + "), "
+                  "`ours_means` and `paper_means` comparing the means alone, as the paper does.",
                   "", markdown_table(claims[["claim", "text", "environments", "ours", "paper", "ours_means",
                                              "paper_means"]], index=False), ""]
         for row in claims.itertuples(index=False):

@@ -212,11 +212,13 @@ def code_marks(trials: pd.DataFrame, best: pd.DataFrame, other_code: dict[str, l
     unknown = 0
     for _, row in best.iterrows():
         ids = [tid for tid in row["trial_ids"] if tid in by_id.index]
-        # A digest of the earlier, path-keyed kind counts as the content it stands for, where known.
-        digests = {content_digest_of(by_id.loc[tid, "code_digest"]) or by_id.loc[tid, "code_digest"] or "unknown"
-                   for tid in ids}
+        # A digest of the earlier, path-keyed kind counts as the content it stands for, where known; a
+        # trial recorded before trials carried their code has none (None, or NaN in the table).
+        stored = {tid: by_id.loc[tid, "code_digest"] for tid in ids}
+        stored = {tid: value if isinstance(value, str) and value else None for tid, value in stored.items()}
+        digests = {content_digest_of(value) or value or "unknown" for value in stored.values()}
         parts = [json.loads(by_id.loc[tid, "code"] or "{}") for tid in ids]
-        unknown += sum(1 for tid in ids if not by_id.loc[tid, "code_digest"])
+        unknown += sum(1 for value in stored.values() if value is None)
         mark = ""
         if len(digests) > 1:
             differ = sorted(m for m in {m for code in parts for m in code}

@@ -12,7 +12,7 @@ import pandas as pd
 
 from banditsweep.sweeps.comparisons import PAIRS_CAPTION, SAME_SEEDS, AcrossEnvironments
 from banditsweep.sweeps.figures import LINE_STYLES, MARKERS, WIDTH_INCHES, figure_style
-from banditsweep.sweeps.statistics import SEED
+from banditsweep.sweeps.statistics import IQM_INTERVAL_FROM, SEED
 from banditsweep.sweeps.tables import MISSING, label_slug, latex_escape, latex_text_table, markdown_table
 
 PROFILE_RESAMPLES = 500   # stratified-bootstrap resamples behind the profile's bands
@@ -52,7 +52,7 @@ def write_pairs(directory: Path, pairs: pd.DataFrame, sweep: str, names: dict[st
     says on which seeds the grid points were chosen."""
     shown = pairs.assign(**{column: [_shown(value) for value in pairs[column]]
                             for column in ("difference", "ci_low", "ci_high", "p", "p_holm")},
-                         seeds_needed=[MISSING if pd.isna(v) else f"{int(v)}" for v in pairs["seeds_needed"]])
+                         seeds_needed=[MISSING if not isinstance(v, str) or not v else v for v in pairs["seeds_needed"]])
     caption = f"{sweep}: {PAIRS_CAPTION}. {chosen}"
     (directory / "pairs.md").write_text(f"{caption}\n\n{markdown_table(shown, index=False)}\n")
     pairs.to_csv(directory / "pairs.csv", index=False)
@@ -66,7 +66,11 @@ def across_caption(sweep: str, across: AcrossEnvironments) -> str:
     return (f"{sweep}: interquartile mean (IQM: the mean of the middle 50% of runs) of the final regret "
             f"normalised per environment by the uniformly random policy's (0: no regret, 1: no better than random), "
             f"over {envs} environments and every seed of each, with its 95% stratified-bootstrap interval (seeds "
-            f"resampled within each environment; Agarwal et al., NeurIPS 2021)")
+            f"resampled within each environment, Agarwal et al., NeurIPS 2021; each resample's spread corrected "
+            f"and t quantiles: measured to cover 95% on normal and 92% on skewed scores at {IQM_INTERVAL_FROM} runs "
+            f"per environment; with fewer runs none is given, the uncorrected percentile interval having covered "
+            f"86% at 3). Two intervals that do not "
+            f"overlap are no test: pairs.md compares algorithms")
 
 
 def write_across(directory: Path, across: AcrossEnvironments, sweep: str, names: dict[str, str]) -> list[Path]:

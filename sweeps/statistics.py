@@ -13,14 +13,17 @@ Choices, each said where it is used:
 - **Paired comparison** (:func:`compare`): trials of one seed on one environment see the same data
   order (classification) or candidate table (adversarial kernel), so two algorithms are compared on
   the differences of their seeds, which removes the environment's share of the variance. The paired
-  t-test below :data:`RANK_TEST_FROM` pairs (it assumes the differences are roughly normal; the
-  Wilcoxon signed-rank test cannot reach 5% with 5 pairs or fewer: its smallest two-sided p at n = 3
-  is 0.25), the Wilcoxon signed-rank test from there on. Seeds that do not match: Welch's test on
-  the two samples, said so. Identical results on every seed: a difference of 0, "identical on every
-  seed" (not NaN).
+  t-test at every n, its interval the t-interval of the differences: one test gives both the
+  verdict and the p-value, so they cannot disagree (a Wilcoxon p beside a t-interval could). Seeds
+  that do not match: Welch's test on the two samples, said so. Identical results on every seed: a
+  difference of 0, "identical on every seed" (not NaN).
 - **Holm's step-down adjustment** (:func:`holm`) over the comparisons of one environment.
-- **Seeds needed** (:func:`seeds_needed`): the smallest n at which a paired t-test at level 5% has
-  80% power against the observed mean difference, with the observed spread of the differences.
+- **Seeds needed** (:func:`seeds_range`): not a number but the range the data allow. The power of a
+  paired t-test (80% at level 5%, noncentral t) is evaluated at the ends of the observed difference's
+  95% interval and of the spread's (chi-square) 95% interval: "12 to 40 seeds would", "at least 9
+  (the difference may be 0)" where the interval holds 0, nothing below 3 pairs. Plugging the observed
+  difference and spread in as true values (as :func:`seeds_needed` alone does) claims a precision
+  that 3 seeds do not have.
 - **Verdict** (:func:`verdict`): ``holds`` where the interval of the difference lies wholly on the
   claimed side, ``does not hold`` where it lies wholly on the other, else ``cannot be told apart at
   n = 3 (about 14 seeds would)``.
@@ -39,7 +42,6 @@ LEVEL = 0.95
 ALPHA = 0.05
 POWER = 0.80
 BOOTSTRAP_FROM = 30      # values from which a mean's interval is a BCa bootstrap (t-interval below)
-RANK_TEST_FROM = 10      # pairs from which the paired test is Wilcoxon's signed-rank test (paired t below)
 BOOTSTRAP_RESAMPLES = 9999
 MOST_SEEDS = 100_000     # seeds_needed answers "more than this" above it
 SIGN_TEST = "sign test (the same difference on every seed)"
@@ -90,13 +92,13 @@ class Comparison:
     n: int                       # pairs (paired) or the smaller sample (unpaired)
     difference: float            # mean of a - b (paired), or mean(a) - mean(b)
     interval: Interval
-    test: str                    # "paired t", "Wilcoxon signed-rank", "Welch (unpaired)", "identical on every seed",
+    test: str                    # "paired t", "Welch (unpaired)", "identical on every seed",
                                  # "sign test (the same difference on every seed)"
     p: float
     p_adjusted: float = math.nan
     spread: float = math.nan     # std of the paired differences (the unpaired: pooled)
-    seeds: int | None = None     # seeds a t-test (paired, or unpaired where the test is) needs at this difference
-                                 # and spread (None: no difference)
+    seeds: "SeedsNeeded | None" = None   # the seeds a t-test (paired, or unpaired where the test is) would
+                                         # need, as the range the data allow (None: no difference)
 
     @property
     def paired(self) -> bool:
@@ -118,12 +120,8 @@ def compare(a_name: str, a: Mapping[int, float], b_name: str, b: Mapping[int, fl
             return Comparison(a_name, b_name, n, 0.0, Interval(0.0, 0.0, "identical values"),
                               "identical on every seed", 1.0, spread=0.0, seeds=None)
         spread = float(diff.std(ddof=1)) if n > 1 else math.nan
-        if n < 2:
-            p, test = math.nan, "paired t"
-        elif n < RANK_TEST_FROM:
-            p, test = float(stats.ttest_rel(list(a[s] for s in seeds), list(b[s] for s in seeds)).pvalue), "paired t"
-        else:
-            p, test = float(stats.wilcoxon(diff).pvalue), "Wilcoxon signed-rank"
+        test = "paired t"
+        p = float(stats.ttest_1samp(diff, 0.0).pvalue) if n > 1 and spread > 0 else math.nan
         if n > 1 and spread == 0:
             # The same non-zero difference on every seed (integer regrets make it likely at few seeds):
             # the t statistic is undefined, and n signs that agree are all the evidence there is. The
@@ -131,9 +129,10 @@ def compare(a_name: str, a: Mapping[int, float], b_name: str, b: Mapping[int, fl
             p, test = float(stats.binomtest(n, n, 0.5).pvalue), SIGN_TEST
             needed = max(n, math.ceil(math.log2(2 / (1 - level))))   # seeds whose agreeing signs reach the level
             return Comparison(a_name, b_name, n, float(diff[0]), mean_interval(diff, level), test, p,
-                              spread=0.0, seeds=needed if p >= 1 - level else None)
-        return Comparison(a_name, b_name, n, float(diff.mean()), mean_interval(diff, level), test, p,
-                          spread=spread, seeds=seeds_needed(float(diff.mean()), spread))
+                              spread=0.0, seeds=SeedsNeeded(needed, needed) if p >= 1 - level else None)
+        interval = t_interval(diff, level)
+        return Comparison(a_name, b_name, n, float(diff.mean()), interval, test, p,
+                          spread=spread, seeds=seeds_range(interval, spread, n))
     x, y = np.asarray(list(a.values()), float), np.asarray(list(b.values()), float)
     n = min(len(x), len(y))
     if n < 2:
@@ -143,9 +142,9 @@ def compare(a_name: str, a: Mapping[int, float], b_name: str, b: Mapping[int, fl
     low, high = test.confidence_interval(level)
     pooled = math.sqrt((x.var(ddof=1) + y.var(ddof=1)) / 2)
     difference = float(x.mean() - y.mean())
-    return Comparison(a_name, b_name, n, difference, Interval(float(low), float(high), "Welch"),
-                      "Welch (unpaired)", float(test.pvalue), spread=pooled,
-                      seeds=seeds_needed(difference, pooled, paired=False))
+    interval = Interval(float(low), float(high), "Welch")
+    return Comparison(a_name, b_name, n, difference, interval, "Welch (unpaired)", float(test.pvalue), spread=pooled,
+                      seeds=seeds_range(interval, pooled, n, paired=False))
 
 
 def welch_from_summaries(mean_a: float, std_a: float, n_a: int, mean_b: float, std_b: float, n_b: int,
@@ -199,11 +198,85 @@ def seeds_needed(difference: float, spread: float, alpha: float = ALPHA, power: 
 
     def power_at(n: int) -> float:
         dof = n - 1 if paired else 2 * n - 2
-        critical = stats.t.ppf(1 - alpha / 2, dof)
+        critical = float(stats.t.ppf(1 - alpha / 2, dof))
         shift = effect * math.sqrt(n if paired else n / 2)
-        return float(stats.nct.sf(critical, dof, shift) + stats.nct.cdf(-critical, dof, shift))
+        return _two_sided_power(critical, dof, shift)
 
     return _smallest_n(power_at, power)
+
+
+def _two_sided_power(critical: float, dof: int, shift: float) -> float:
+    """P(|T'| > critical) for T' noncentral t. scipy's nct gives NaN far in a tail (scipy 1.17:
+    ``nct.cdf(-c, 1, 8 sqrt 2)``), which a comparison takes for "too little": a tail it cannot
+    compute is far from the centre, 0 below it, 1 above it."""
+    upper = float(stats.nct.sf(critical, dof, shift))
+    lower = float(stats.nct.cdf(-critical, dof, shift))
+    if not math.isfinite(upper):
+        upper = 1.0 if shift > critical else 0.0
+    if not math.isfinite(lower):
+        lower = 1.0 if shift < -critical else 0.0
+    return min(1.0, upper + lower)
+
+
+@dataclass(frozen=True)
+class SeedsNeeded:
+    """The seeds a comparison would need (80% power at 5%), as the range its data allow: ``low`` at the
+    most favourable ends of the difference's and the spread's intervals, ``high`` at the least
+    favourable (None: unbounded, the difference may be 0); ``withheld`` says why there is no range."""
+
+    low: int | None
+    high: int | None
+    withheld: str = ""
+
+    def text(self) -> str:
+        if self.withheld:
+            return self.withheld
+        if self.low is None:
+            return "no difference to detect"
+        low = _seed_count(self.low)
+        if self.high is None:
+            return f"at least {low} seeds would (the difference may be 0)"
+        return f"about {low} seeds would" if self.high == self.low else f"{low} to {_seed_count(self.high)} seeds would"
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def _seed_count(n: int) -> str:
+    return f"more than {MOST_SEEDS:,}" if n > MOST_SEEDS else str(n)
+
+
+MIN_PAIRS_FOR_SEEDS = 3   # below, the spread of 2 differences says nothing: no range is given
+
+
+def seeds_range(interval: Interval, spread: float, n: int, paired: bool = True, level: float = LEVEL
+                ) -> SeedsNeeded | None:
+    """The seeds needed (:func:`seeds_needed`) over the plausible differences (``interval``) and spreads
+    (the chi-square ``level`` interval of ``spread`` from n - 1 degrees of freedom): module docstring."""
+    if not np.isfinite(interval.low) or not np.isfinite(spread):
+        return None
+    if n < MIN_PAIRS_FOR_SEEDS:
+        return SeedsNeeded(None, None, f"n = {n} cannot say how many seeds would")
+    if interval.low == interval.high == 0:
+        return None
+    dof = n - 1 if paired else 2 * n - 2
+    spread_low = spread * math.sqrt(dof / float(stats.chi2.ppf(0.5 + level / 2, dof)))
+    spread_high = spread * math.sqrt(dof / float(stats.chi2.ppf(0.5 - level / 2, dof)))
+    largest = max(abs(interval.low), abs(interval.high))
+    smallest = 0.0 if interval.low <= 0 <= interval.high else min(abs(interval.low), abs(interval.high))
+    low = seeds_needed(largest, spread_low, paired=paired)
+    high = seeds_needed(smallest, spread_high, paired=paired) if smallest > 0 else None
+    return SeedsNeeded(low, high)
+
+
+def t_interval(values: np.ndarray, level: float = LEVEL) -> Interval:
+    """The ``level`` t-interval of the mean of ``values`` (the paired comparison's, at every n)."""
+    n = len(values)
+    if n < 2:
+        return Interval(math.nan, math.nan, "n < 2")
+    mean, sem = float(np.mean(values)), float(np.std(values, ddof=1) / math.sqrt(n))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sem
+    return Interval(mean - half, mean + half, "t")
 
 
 def _smallest_n(power_at, power: float) -> int:
@@ -230,8 +303,8 @@ def verdict(comparison: Comparison, claim: str = "a < b") -> str:
     if comparison.test == "identical on every seed":
         return f"cannot be told apart: identical on every seed (n = {comparison.n})"
     if comparison.test == SIGN_TEST and not comparison.p < ALPHA:
-        return (f"cannot be told apart at n = {comparison.n} (the same difference on every seed; about "
-                f"{comparison.seeds} seeds would)")
+        return (f"cannot be told apart at n = {comparison.n} (the same difference on every seed; "
+                f"{comparison.seeds.text()})")
     if not np.isfinite(interval.low):
         return f"cannot be judged at n = {comparison.n}"
     below, above = interval.high < 0, interval.low > 0
@@ -239,13 +312,7 @@ def verdict(comparison: Comparison, claim: str = "a < b") -> str:
         return "holds"
     if (claim == "a < b" and above) or (claim == "a > b" and below):
         return "does not hold"
-    needed = comparison.seeds
-    if needed is None:
-        more = "no difference to detect"
-    elif needed > MOST_SEEDS:
-        more = f"more than {MOST_SEEDS:,} seeds would"
-    else:
-        more = f"about {needed} seeds would"
+    more = comparison.seeds.text() if comparison.seeds is not None else "no difference to detect"
     return f"cannot be told apart at n = {comparison.n} ({more})"
 
 
@@ -257,19 +324,41 @@ def iqm(values: Sequence[float]) -> float:
     return float(stats.trim_mean(x, 0.25)) if len(x) else math.nan
 
 
+IQM_INTERVAL_FROM = 10   # runs per environment from which the across-environment interval is given
+
+
 def stratified_bootstrap(scores: Mapping[str, Sequence[float]], statistic, level: float = LEVEL,
-                         resamples: int = 2000, seed: int = SEED) -> Interval:
-    """A percentile interval of ``statistic`` over all runs, resampling seeds within each environment
-    (the strata), so that every environment keeps its weight."""
-    rng = np.random.default_rng(seed)
+                         resamples: int = 2000, seed: int = SEED, fewest: int = IQM_INTERVAL_FROM) -> Interval:
+    """A ``level`` interval of ``statistic`` over all runs, resampling seeds within each environment
+    (the strata), so that every environment keeps its weight.
+
+    Agarwal et al.'s percentile interval covered the interquartile mean 86% of the time at 3 runs per
+    environment and 88.5% at 5 (6 environments, normal scores, 200 data sets). Here each stratum's
+    resample is spread by sqrt(n / (n - 1)) about the stratum's mean (a resample's spread is (n - 1) / n
+    of the data's) and the interval is the estimate +- the t quantile with k (n - 1) degrees of freedom
+    times the resamples' standard deviation. Measured (6 environments, 200-400 data sets each; the test
+    in tests/test_statistics.py repeats it): at 10 runs per environment 95% on normal and 92% on skewed
+    (lognormal) scores, at 20 runs 94% on both; at 3 and 5 runs 95 / 91.5% and 94.5 / 89.5%, too unsure
+    on skewed scores: below ``fewest`` runs per environment no interval is given ("too few runs for an
+    interval")."""
     strata = [np.asarray(v, dtype=float) for v in scores.values() if len(v)]
     if not strata:
         return Interval(math.nan, math.nan, "no runs")
-    values = []
-    for _ in range(resamples):
-        values.append(statistic(np.concatenate([s[rng.integers(0, len(s), len(s))] for s in strata])))
-    low, high = np.quantile(values, [0.5 - level / 2, 0.5 + level / 2])
-    return Interval(float(low), float(high), "stratified bootstrap")
+    n = min(len(s) for s in strata)
+    if n < max(fewest, 2):
+        return Interval(math.nan, math.nan, f"too few runs for an interval ({n} per environment, {fewest} needed)")
+    rng = np.random.default_rng(seed)
+    inflate = [math.sqrt(len(s) / (len(s) - 1)) for s in strata]
+    values = np.empty(resamples)
+    for r in range(resamples):
+        parts = []
+        for s, k in zip(strata, inflate):
+            drawn = s[rng.integers(0, len(s), len(s))]
+            parts.append(s.mean() + (drawn - s.mean()) * k)
+        values[r] = statistic(np.concatenate(parts))
+    estimate = float(statistic(np.concatenate(strata)))
+    half = float(stats.t.ppf(0.5 + level / 2, len(strata) * (n - 1))) * float(values.std(ddof=1))
+    return Interval(estimate - half, estimate + half, "stratified bootstrap (t)")
 
 
 def probability_of_improvement(x: Mapping[str, Sequence[float]], y: Mapping[str, Sequence[float]]) -> float:
@@ -297,7 +386,7 @@ def random_policy_regret(horizon: int, arms: int) -> float:
     return horizon * (1.0 - 1.0 / arms)
 
 
-# ---- from a paper's summaries, and standard deviations ---------------------------------------------
+# ---- from a paper's summaries ------------------------------------------------------------------
 
 def compare_summaries(a_name: str, mean_a: float, std_a: float, n_a: int, b_name: str, mean_b: float, std_b: float,
                       n_b: int, level: float = LEVEL) -> Comparison:
@@ -309,30 +398,4 @@ def compare_summaries(a_name: str, mean_a: float, std_a: float, n_a: int, b_name
     difference, interval, p = welch_from_summaries(mean_a, std_a, n_a, mean_b, std_b, n_b, level)
     spread = math.sqrt((std_a ** 2 + std_b ** 2) / 2)
     return Comparison(a_name, b_name, min(n_a, n_b), difference, interval, "Welch from summaries", p,
-                      spread=spread, seeds=seeds_needed(difference, spread, paired=False))
-
-
-def std_ratio_interval(std_a: float, n_a: int, std_b: float, n_b: int, level: float = LEVEL) -> Interval:
-    """A ``level`` interval of the ratio of standard deviations sigma_a / sigma_b, from the F
-    distribution of (s_a / s_b)^2 (sigma_b / sigma_a)^2 with (n_a - 1, n_b - 1) degrees of freedom.
-    It treats the samples as independent; seeds that share an environment's stream correlate
-    positively, which makes it conservative there."""
-    if min(n_a, n_b) < 2 or not np.isfinite(std_a) or not np.isfinite(std_b) or std_b == 0:
-        return Interval(math.nan, math.nan, "n < 2" if min(n_a, n_b) < 2 else "no spread")
-    ratio = (std_a / std_b) ** 2
-    low = ratio / float(stats.f.ppf(0.5 + level / 2, n_a - 1, n_b - 1))
-    high = ratio / float(stats.f.ppf(0.5 - level / 2, n_a - 1, n_b - 1))
-    return Interval(math.sqrt(low), math.sqrt(high), "F")
-
-
-def seeds_needed_for_std_ratio(ratio: float, alpha: float = ALPHA, power: float = POWER) -> int | None:
-    """The seeds per algorithm at which a two-sided F-test at level ``alpha`` tells a ratio of
-    standard deviations ``ratio`` from 1 with ``power``; None for a ratio of 1."""
-    if not np.isfinite(ratio) or ratio <= 0 or ratio == 1:
-        return None
-    variance = min(ratio, 1 / ratio) ** 2
-
-    def power_at(n: int) -> float:   # reject when (s_small / s_large)^2 falls below the lower critical value
-        return float(stats.f.cdf(stats.f.ppf(alpha / 2, n - 1, n - 1) / variance, n - 1, n - 1))
-
-    return _smallest_n(power_at, power)
+                      spread=spread, seeds=seeds_range(interval, spread, min(n_a, n_b), paired=False))

@@ -72,7 +72,7 @@ def test_bold_only_where_significantly_below_every_other_of_its_column(store):
     assert shuttle.loc[("A", "C"), "p"] == pytest.approx(test.pvalue)
     assert shuttle.loc[("A", "C"), "verdict"] == "A lower"
     mushroom = pairs[pairs["environment"] == "mushroom"].set_index(["a", "b"])
-    assert mushroom.loc[("A", "C"), "verdict"].startswith("cannot be told apart at n = 6 (about ")
+    assert mushroom.loc[("A", "C"), "verdict"].startswith("cannot be told apart at n = 6 (at least ")
     mean = (store.report_dir / "final_regret_mean.md").read_text()
     # C has the lowest mean on Mushroom (11.08 against A's 11.17) but is not told apart from A: no bold there.
     assert "**11.1**" not in mean and "| 11.1 " in mean
@@ -89,8 +89,9 @@ def test_across_environments_normalised_by_the_random_policy(store):
     runs = np.concatenate([np.array(A_MUSHROOM) / (HORIZON / 2), np.array(A_SHUTTLE) / (HORIZON * 6 / 7)])
     assert iqm.loc["A", "iqm"] == pytest.approx(stats.trim_mean(runs, 0.25))
     assert iqm.loc["A", "runs"] == 12 and iqm.loc["A", "environments"] == 2
-    assert iqm.loc["A", "ci_low"] <= iqm.loc["A", "iqm"] <= iqm.loc["A", "ci_high"]
-    assert iqm.loc["A", "ci_high"] < iqm.loc["B", "ci_low"]
+    # 6 runs per environment: fewer than the interval was measured to cover at (sweeps.statistics).
+    assert iqm["ci_low"].isna().all() and iqm.loc["A", "interval"].startswith("too few runs for an interval")
+    assert "Two intervals that do not overlap are no test" in (store.report_dir / "across_environments.md").read_text()
     improvement = pd.read_csv(store.report_dir / "improvement.csv", index_col=0)
     assert improvement.loc["A", "B"] == 1.0 and improvement.loc["B", "A"] == 0.0
     # A against C: Shuttle 1 (every run of A below every run of C); Mushroom counted pair by pair.

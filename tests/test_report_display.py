@@ -151,7 +151,7 @@ def test_report_bolds_the_best_only_where_a_paired_test_separates_it(tmp_path, m
     assert r"LinTS & $11.0$ & $7.0$ \\" in mean and r"Random & $21.0$ & $31.0$ \\" in mean
     assert r"\mathbf" not in mean
     rule = "bold: lower than every other algorithm of its column at 5\\% after Holm's adjustment over the column's " \
-           "pairs (paired by seed: paired t-test below 10 seeds, Wilcoxon's signed-rank test from 10; 3 seeds)"
+           "pairs (paired by seed: the paired t-test; 3 seeds)"
     assert rule in mean
     both = (report / "final_regret_mean_std.tex").read_text()
     assert r"LinUCB & $2.0 \pm 1.0$ & $6.0 \pm 1.0$ \\" in both and rule in both

@@ -49,8 +49,12 @@ def test_pairs_are_compared_by_seed_with_holm_and_seeds_needed(report):
     test = stats.ttest_rel(finals[row["a"]], finals[row["b"]])
     assert row["difference"] == pytest.approx((finals[row["a"]] - finals[row["b"]]).mean())
     assert row["p"] == pytest.approx(test.pvalue)
-    assert row["ci_low"] < 0 < row["ci_high"]
-    assert row["verdict"] == f"cannot be told apart at n = 5 (about {int(row['seeds_needed'])} seeds would)"
+    if row["ci_low"] < 0 < row["ci_high"]:
+        assert row["verdict"] == f"cannot be told apart at n = 5 ({row['seeds_needed']})"
+        assert row["seeds_needed"].endswith("seeds would (the difference may be 0)")
+    else:
+        assert row["verdict"].startswith(row["a"] if row["ci_high"] < 0 else row["b"])
+    assert (row["p"] < 0.05) == (not row["ci_low"] < 0 < row["ci_high"])   # one test gives both
     # Holm over the environment's six pairs: the smallest p times 6, and never below a smaller one's.
     ordered = pairs.sort_values("p")
     assert ordered["p_holm"].iloc[0] == pytest.approx(min(1.0, 6 * ordered["p"].iloc[0]))

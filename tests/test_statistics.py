@@ -5,6 +5,7 @@ verdicts, the seeds a comparison needs, and the across-environment aggregates.""
 import math
 
 import numpy as np
+from scipy import stats
 import pytest
 
 from banditsweep.sweeps import statistics as S
@@ -43,12 +44,17 @@ def test_pairing_by_seed_tells_apart_what_unpaired_cannot():
     assert unpaired.verdict().startswith("cannot be told apart")
 
 
-def test_a_rank_test_where_n_allows():
-    rng = np.random.default_rng(3)
-    a = {seed: float(rng.normal(10, 1)) for seed in range(12)}
-    b = {seed: value + 2.0 + float(rng.normal(0, 0.5)) for seed, value in a.items()}
-    comparison = S.compare("A", a, "B", b)
-    assert comparison.test == "Wilcoxon signed-rank" and comparison.p < 0.01
+@pytest.mark.parametrize("n", [3, 5, 12, 40])
+def test_a_pairs_verdict_and_its_p_value_come_from_one_test(n):
+    """At every n the interval and the p-value are the paired t-test's: the interval excludes 0 exactly
+    where p < 5% (a Wilcoxon p beside a t-interval could disagree from 10 pairs on)."""
+    rng = np.random.default_rng(n)
+    for shift in (0.0, 0.3, 1.0, 3.0):
+        a = {seed: float(rng.normal(10, 1)) for seed in range(n)}
+        b = {seed: value + shift + float(rng.normal(0, 1)) for seed, value in a.items()}
+        comparison = S.compare("A", a, "B", b)
+        assert comparison.test == "paired t" and comparison.interval.method == "t"
+        assert comparison.interval.excludes(0.0) == (comparison.p < 0.05), (n, shift, comparison)
 
 
 def test_holm_against_a_hand_computed_case():
@@ -65,8 +71,11 @@ def test_the_three_verdicts():
     assert loss.verdict("a < b") == "does not hold"
     # Mushroom at T = 2000 as docs/reproduction.md had it: GA 125.0 +- 25.2 against NeuralUCB 121.0.
     few = S.compare("GA", {0: 100.0, 1: 150.0, 2: 125.0}, "UCB", {0: 90.0, 1: 160.0, 2: 113.0})
-    assert few.verdict() == f"cannot be told apart at n = 3 (about {few.seeds} seeds would)"
-    assert few.seeds == S.seeds_needed(4.0, few.spread) and few.seeds > 3
+    # Not "about 3,134 seeds": at n = 3 the difference may be 0, and the most favourable plausible
+    # difference and spread still need this many.
+    assert few.seeds.high is None and few.seeds.low >= 2
+    assert few.verdict() == (f"cannot be told apart at n = 3 (at least {few.seeds.low} seeds would (the difference "
+                             f"may be 0))")
 
 
 def test_identical_on_every_seed_is_an_answer_not_an_error():
@@ -92,7 +101,9 @@ def test_welch_from_a_papers_summaries():
 def test_across_environments():
     assert S.iqm([0, 1, 2, 3, 4, 5, 6, 100]) == pytest.approx(3.5)   # the outlier is trimmed
     scores = {"mushroom": [0.2, 0.3, 0.25], "shuttle": [0.5, 0.6, 0.55]}
-    interval = S.stratified_bootstrap(scores, S.iqm)
+    few = S.stratified_bootstrap(scores, S.iqm)
+    assert not np.isfinite(few.low) and few.method.startswith("too few runs for an interval")
+    interval = S.stratified_bootstrap(scores, S.iqm, fewest=3)
     assert interval.low <= S.iqm([v for values in scores.values() for v in values]) <= interval.high
     better = {"mushroom": [0.1, 0.1], "shuttle": [0.2, 0.2]}
     assert S.probability_of_improvement(better, scores) == 1.0
@@ -100,3 +111,87 @@ def test_across_environments():
     assert S.probability_of_improvement(scores, scores) == pytest.approx(0.5)
     assert S.performance_profile([0.1, 0.2, 0.5, 0.9], [0.15, 0.5, 1.0]).tolist() == [0.25, 0.75, 1.0]
     assert S.random_policy_regret(500, 2) == 250.0
+
+
+def _simulated_power(effect: float, n: int, draws: int, rng) -> float:
+    differences = rng.normal(effect, 1.0, size=(draws, n))
+    t = differences.mean(axis=1) / (differences.std(axis=1, ddof=1) / np.sqrt(n))
+    return float(np.mean(np.abs(t) > stats.t.ppf(0.975, n - 1)))
+
+
+@pytest.mark.parametrize("effect", [8.0, 2.0, 0.5])
+def test_seeds_needed_against_a_brute_force_power_simulation(effect):
+    """The smallest n with 80% power, checked by simulating paired t-tests at n and n - 1 (scipy's
+    noncentral t gives NaN far in a tail: at a standardised effect of 8 the answer is 3, not 2)."""
+    rng = np.random.default_rng(int(effect * 10))
+    n = S.seeds_needed(effect, 1.0)
+    if effect == 8.0:
+        assert n == 3
+    assert _simulated_power(effect, n, 20000, rng) >= 0.78
+    if n > 2:
+        assert _simulated_power(effect, n - 1, 20000, rng) < 0.82
+
+
+def test_seeds_needed_is_a_range_the_data_allow_or_withheld():
+    sure = S.compare("A", {s: 10.0 + s for s in range(6)}, "B", {s: 12.5 + s + 0.3 * (s % 2) for s in range(6)})
+    assert sure.verdict() == "holds"
+    unsure = S.compare("A", {0: 10.0, 1: 14.0, 2: 9.0, 3: 12.0}, "B", {0: 11.0, 1: 13.0, 2: 11.0, 3: 13.5})
+    assert unsure.seeds.high is None and unsure.seeds.low is not None   # the interval holds 0: no upper end
+    # A difference the interval keeps away from 0 but not decided at 5%: both ends, low below high.
+    interval = S.Interval(0.5, 3.0, "t")
+    seeds = S.seeds_range(interval, 2.0, 8)
+    assert seeds.low < seeds.high and seeds.text() == f"{seeds.low} to {seeds.high} seeds would"
+    assert S.seeds_range(interval, 2.0, 2).withheld   # two pairs say nothing about the spread
+
+
+@pytest.mark.parametrize("shape", ["normal", "skewed"])
+def test_the_across_environment_interval_covers_at_the_runs_it_is_given_for(shape):
+    """Coverage of the interquartile mean's interval at IQM_INTERVAL_FROM runs on each of 6
+    environments (the population IQM from 10^6 draws), over 120 data sets: measured elsewhere at 95%
+    (normal) and 92% (skewed) over 400; here at least 90% and 86% (about two standard errors below).
+    The uncorrected percentile interval of 3 runs (86%) would fail the normal case."""
+    rng = np.random.default_rng(7 if shape == "normal" else 8)
+    means, spreads = rng.uniform(0.1, 0.6, 6), rng.uniform(0.02, 0.15, 6)
+
+    def draw(i, k):
+        if shape == "normal":
+            return rng.normal(means[i], spreads[i], k)
+        return means[i] + spreads[i] * (rng.lognormal(0.0, 0.75, k) - math.exp(0.28))
+
+    truth = S.iqm(np.concatenate([draw(i, 170_000) for i in range(6)]))
+    n, hits, sets = S.IQM_INTERVAL_FROM, 0, 120
+    for d in range(sets):
+        interval = S.stratified_bootstrap({f"e{i}": draw(i, n) for i in range(6)}, S.iqm, resamples=300, seed=d)
+        hits += interval.low <= truth <= interval.high
+    assert hits / sets >= (0.90 if shape == "normal" else 0.86), hits / sets
+
+
+def test_does_not_hold_is_decided_for_the_claims_family_after_holm():
+    """A claim over 6 environments with one part on the wrong side at p = 0.03 used to read "does not
+    hold"; over a family of 6 parts that p is 0.18 after Holm's adjustment: it cannot be told apart.
+    A part at p = 0.001 (0.006 adjusted) still decides it. "Holds" needs every part at 5%."""
+    from banditsweep.sweeps.claims import FAILS, HOLDS, UNDECIDED, Part, combine, verdict_text
+
+    undecided = [Part(UNDECIDED, 3, S.SeedsNeeded(5, None), "", 0.5, False) for _ in range(5)]
+    weak = Part(FAILS, 3, S.SeedsNeeded(4, 9), "", 0.03, True)
+    assert combine([weak, *undecided]).outcome == UNDECIDED
+    text = verdict_text([weak, *undecided])
+    assert text.startswith("cannot be told apart at n = 3 (on 6 of 6; 1 on the other side at 5% before Holm")
+    strong = Part(FAILS, 3, None, "", 0.001, True)
+    assert combine([strong, *undecided]).outcome == FAILS
+    assert verdict_text([strong, *undecided]) == "does not hold (fails on 1 of 6 after Holm; 5 cannot be told apart)"
+    holding = [Part(HOLDS, 3, None, "", 0.01, False) for _ in range(6)]
+    assert combine(holding).outcome == HOLDS and verdict_text(holding) == "holds (on 6 of 6)"
+
+
+def test_a_spread_is_compared_without_assuming_normal_data_or_not_at_all():
+    from banditsweep.sweeps.claims import FAILS, HOLDS, UNJUDGED, std_part
+
+    three = std_part({0: 91.0, 1: 417.0, 2: 432.0}, {0: 300.0, 1: 310.0, 2: 305.0}, 1.0, lower=True)
+    assert three.outcome == UNJUDGED and "at least 5 seeds" in three.text
+    assert std_part(None, {0: 1.0}, 1.0, lower=True).outcome == UNJUDGED   # summaries alone
+    rng = np.random.default_rng(4)
+    tight = {s: float(v) for s, v in enumerate(rng.normal(100, 1, 30))}
+    wide = {s: float(v) for s, v in enumerate(rng.normal(100, 20, 30))}
+    assert std_part(tight, wide, 1.0, lower=True).outcome == HOLDS
+    assert std_part(wide, tight, 1.0, lower=True).outcome == FAILS

@@ -29,12 +29,14 @@ PATH_DIGEST_CHARS = 16
 
 def is_path_digest(digest: str | None) -> bool:
     """Whether a stored code digest is of the earlier, path-keyed kind."""
-    return bool(digest) and len(digest) == PATH_DIGEST_CHARS
+    return isinstance(digest, str) and len(digest) == PATH_DIGEST_CHARS
 
 
 def content_digest_of(stored: str | None) -> str | None:
     """The content digest a stored digest stands for: itself if it is one, the table's entry for a
-    path-keyed one (None where the table does not know it)."""
+    path-keyed one (None where the table does not know it, or nothing is stored: None, or a table's NaN)."""
+    if not isinstance(stored, str) or not stored:
+        return None
     if not is_path_digest(stored):
         return stored
     return LEGACY_DIGESTS.get(stored)
