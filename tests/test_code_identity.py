@@ -309,3 +309,30 @@ def test_a_known_identity_is_taken_only_where_the_sources_are_the_same_bytes(pac
     code_identity._stamp[0] = -1e9
     mine = code_of(Spec, forged)
     assert mine is not forged and mine.digest not in (known.digest, forged.digest)
+
+
+def test_a_trial_run_by_code_edited_after_it_was_loaded_is_recorded_unknown(package):
+    """A process stamps the code it runs, not the files on disk: where a loaded module's source changed
+    after the process imported it (an edit while a sweep runs), the trial's code is unknown, naming
+    the file, and a fresh import is digested as usual."""
+    from banditsweep.workers.provenance.code_identity import note_loaded, running_code
+
+    root, algos = package
+
+    class Spec:
+        policy_class, environment, sharded = algos.Second, {"kind": "synthetic"}, False
+
+    note_loaded()
+    assert running_code(Spec).digest == trial_code(algos.Second, registry.environment_class("synthetic")).digest
+    _edit(root / "algos.py", "return x - 1", "return x - 2")
+    code_identity._stamp[0] = -1e9
+    stale = running_code(Spec)
+    assert stale.digest is None and "codepkg/algos.py changed on disk after this process loaded it" in \
+        stale.parts["codepkg/algos.py"]
+    fresh = _reimported()
+
+    class Again:
+        policy_class, environment, sharded = fresh.Second, {"kind": "synthetic"}, False
+
+    note_loaded()
+    assert running_code(Again).digest is not None

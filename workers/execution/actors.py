@@ -18,7 +18,7 @@ import ray
 from banditsweep.core.round_loop import TrialStopped
 from banditsweep.core.trial import TrialSpec, run_trials
 from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
-from banditsweep.workers.provenance.code_identity import code_of
+from banditsweep.workers.provenance.code_identity import note_loaded, running_code
 from banditsweep.workers.provenance.load import LoadSampler
 from banditsweep.workers.provenance.runtime import runtime_info
 from banditsweep.workers.provenance.shipped import install_all
@@ -93,12 +93,13 @@ class TrialActor:
 
     def _configure_threads(self, spec: TrialSpec) -> None:
         spec.policy_class   # imports the algorithm's module (and torch, where it uses it) first
+        note_loaded()       # the sources of what this process has loaded, as loaded (running_code)
         configure_threads(self.threads)
 
     def _stamped(self, specs: list[TrialSpec], records: list[TrialRecord]) -> list[TrialRecord]:
         """The records stamped with the code this process runs them on and where it runs them."""
         runtime = runtime_info(self.device_label, self.threads)
-        return [record.ran_on(code_of(spec, self.known_code), runtime) for spec, record in zip(specs, records)]
+        return [record.ran_on(running_code(spec, self.known_code), runtime) for spec, record in zip(specs, records)]
 
     def _run_together(self, specs: list[TrialSpec], records: list[TrialRecord]) -> list[TrialOutcome]:
         self.mirror.started.remote(records)

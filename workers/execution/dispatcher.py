@@ -46,7 +46,7 @@ from banditsweep.workers.storage.live_run import WRITE_EVERY, Heartbeat, Running
 from banditsweep.workers.execution.run_values import Job, Progress, RunOptions, SweepOutcome
 from banditsweep.workers.execution.pool import Slot, TrialPool, actor_resources, check_shards_fit, placeable
 from banditsweep.workers.execution.ray_connection import RayConnection
-from banditsweep.workers.provenance.code_identity import code_of
+from banditsweep.workers.provenance.code_identity import code_of, note_loaded
 from banditsweep.workers.execution.result_writer import ResultWriter
 from banditsweep.workers.storage.record import MAX_ATTEMPTS, TrialOutcome
 from banditsweep.workers.mirrors.prepare import finish_preparing, start_preparing
@@ -88,6 +88,7 @@ class SweepLoop:
     def __init__(self, jobs: list[Job], options: RunOptions, store: SweepStore, context: SinkContext,
                  connection: RayConnection, on_progress: Callable[[Progress], None] | None):
         self.options, self.store, self.on_progress = options, store, on_progress
+        note_loaded()   # a sharded trial runs here: its code is what this process loaded (running_code)
         self.context = context
         self.sharded = [job for job in jobs if job.shards]
         pooled = [job for job in jobs if not job.shards]

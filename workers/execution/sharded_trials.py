@@ -31,7 +31,7 @@ from banditsweep.core.sharded.partition import shard_ranges
 from banditsweep.core.sharded.protocol import Request
 from banditsweep.core.sharded.shard import KernelShard, domain_shape
 from banditsweep.core.trial import TrialSpec
-from banditsweep.workers.provenance.code_identity import code_of
+from banditsweep.workers.provenance.code_identity import running_code
 from banditsweep.workers.provenance.load import LoadSampler
 from banditsweep.workers.provenance.runtime import runtime_info
 from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
@@ -117,7 +117,7 @@ def run_sharded_trial(spec: TrialSpec, record: TrialRecord, shards: int, cpus: f
     node_id = ray.get_runtime_context().get_node_id()
     checkpoints = CheckpointFiles(checkpoint_root, checkpoint_every) if checkpoint_every else None
     last_error = ""
-    code, runtime = code_of(spec), runtime_info("cpu", max(1, int(cpus)))
+    code, runtime = running_code(spec), runtime_info("cpu", max(1, int(cpus)))
     for attempt in range(1, MAX_ATTEMPTS + 1):
         started = record.started(record.attempts + attempt - 1, node, node_id, "cpu", time.time()).ran_on(code, runtime)
         group = None

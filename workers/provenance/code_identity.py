@@ -93,7 +93,7 @@ class CodeIdentity:
     stamped before digests were of content (workers.provenance.legacy_identity)."""
 
     parts: dict[str, str]
-    digest: str
+    digest: str | None           # None: not known (running_code: the loaded code is not the files')
     _roots: tuple = ()
     _tops: frozenset = frozenset()
     # (module, SHA-256 of its source's bytes) of every module the digest read: another process with
@@ -151,6 +151,50 @@ def code_of(spec, known: CodeIdentity | None = None) -> CodeIdentity:
     from banditsweep.core import registry
 
     return trial_code(spec.policy_class, registry.environment_class(spec.environment["kind"]), spec.sharded)
+
+
+def running_code(spec, known: CodeIdentity | None = None) -> CodeIdentity:
+    """The code identity to stamp on a trial this process runs: :func:`code_of`, unless a source file
+    of a module this process has loaded changed on disk since it was loaded (an edit while a sweep
+    runs): the file then says what the process would load, not what it runs, and the trial's code is
+    recorded unknown, naming the file (``status`` counts it, ``run --rerun-changed`` runs it again)."""
+    code = code_of(spec, known)
+    changed = [name for name in _changed_since_loaded() if name in {module for module, _ in code.sources}]
+    if not changed:
+        return code
+    files = ", ".join(_part_name(name, sys.modules[name].__file__) for name in sorted(changed)[:4])
+    return CodeIdentity({name: f"{UNKNOWN}: {files} changed on disk after this process loaded it" for name in
+                         (_part_name(m, sys.modules[m].__file__) for m in changed)}, None, code._roots, code._tops)
+
+
+# module -> (id of the module object, mtime, size) of its source when this process first saw it loaded:
+# what it runs. A module imported anew (another object) is noted anew.
+_LOADED: dict[str, tuple[int, int, int]] = {}
+
+
+def note_loaded() -> None:
+    """Note the source files of the package's (and digested plugins') modules loaded now: called when
+    a trial actor starts and before each batch, close to when each module was imported."""
+    _changed_since_loaded()
+
+
+def _changed_since_loaded() -> list[str]:
+    changed = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if not path or not (name == PACKAGE or name.startswith(PACKAGE + ".") or name.split(".")[0] in _PLUGIN_TOPS):
+            continue
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        now = (id(module), info.st_mtime_ns, info.st_size)
+        before = _LOADED.setdefault(name, now)
+        if before[0] != id(module):
+            _LOADED[name] = now
+        elif before != now:
+            changed.append(name)
+    return changed
 
 
 def _source_sha(module: str) -> str | None:
