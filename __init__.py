@@ -53,11 +53,12 @@ def load(results_root, sweep=None):
     return load_results(results_root, sweep)
 
 
-def compare(results_root, sweep=None, choose_on_seeds=None):
-    """The report's statistics of a sweep's finished trials; see :func:`banditsweep.sweeps.analysis.compare`."""
+def compare(results_root, sweep=None, choose_on_seeds=None, same_seeds=False):
+    """The report's statistics of a sweep's finished trials (grid points chosen on half the seeds and
+    judged on the others where there are seeds to spare); see :func:`banditsweep.sweeps.analysis.compare`."""
     from banditsweep.sweeps.analysis import compare as compare_results
 
-    return compare_results(results_root, sweep, choose_on_seeds)
+    return compare_results(results_root, sweep, choose_on_seeds, same_seeds)
 
 
 def run(spec, **options):

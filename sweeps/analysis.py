@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from banditsweep.sweeps.comparisons import AcrossEnvironments
-from banditsweep.sweeps.report import recorded_trials, summarise, summarise_held_out
+from banditsweep.sweeps.report import default_choose_on, recorded_trials, summarise, summarise_held_out
 from banditsweep.workers import FAILED, FINISHED, SweepStore
 
 
@@ -34,11 +34,13 @@ class SweepStatistics:
     notes: list[str]
 
 
-def compare(results_root: str | os.PathLike, sweep: str | None = None, choose_on_seeds: int | None = None
-            ) -> SweepStatistics:
+def compare(results_root: str | os.PathLike, sweep: str | None = None, choose_on_seeds: int | None = None,
+            same_seeds: bool = False) -> SweepStatistics:
     """The statistics of the finished trials of one sweep folder (``results_root/sweep``; without
     ``sweep``, ``results_root`` is the sweep folder). ``choose_on_seeds``: choose each cell's grid
-    point on the first that many seeds and judge on the others."""
+    point on the first that many seeds and judge on the others (default: half of them where a cell
+    has a grid and there are 4 seeds or more, sweeps.report.default_choose_on); ``same_seeds``:
+    choose and judge on every seed (optimistic, ``chosen`` says so)."""
     root = Path(results_root).expanduser()
     folder = (root / sweep if sweep is not None else root).resolve()
     store = SweepStore(folder)
@@ -48,11 +50,11 @@ def compare(results_root: str | os.PathLike, sweep: str | None = None, choose_on
     trials = recorded_trials(store)
     if trials.empty or not (trials["status"] == FINISHED).any():
         raise ValueError(f"{folder}: no finished trials")
-    return statistics_of(trials, choose_on_seeds=choose_on_seeds)
+    return statistics_of(trials, choose_on_seeds=choose_on_seeds, same_seeds=same_seeds)
 
 
 def statistics_of(trials: pd.DataFrame, labels: list[str] | None = None, envs: list[str] | None = None,
-                  choose_on_seeds: int | None = None) -> SweepStatistics:
+                  choose_on_seeds: int | None = None, same_seeds: bool = False) -> SweepStatistics:
     """The statistics of ``trials`` (rows of a sweep's recorded trials, sweeps.report.recorded_trials;
     its finished ones are compared), algorithms and environments in the order given (else as the
     rows hold them)."""
@@ -60,6 +62,8 @@ def statistics_of(trials: pd.DataFrame, labels: list[str] | None = None, envs: l
     present_labels, present_envs = set(finished["label"]), set(finished["environment"])
     labels = [label for label in (labels or dict.fromkeys(finished["label"])) if label in present_labels]
     envs = [env for env in (envs or dict.fromkeys(finished["environment"])) if env in present_envs]
+    if not choose_on_seeds and not same_seeds:
+        choose_on_seeds = default_choose_on(finished)
     if choose_on_seeds:
         summary = summarise_held_out(finished, labels, envs, choose_on_seeds, failed)
     else:

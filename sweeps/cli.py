@@ -128,9 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--band", choices=["ci", "std"], default="ci",
                         help="what the regret figures' bands show: the 95%% confidence interval of the mean (ci, the "
                              "default) or ±1 standard deviation over the seeds (std)")
-    report.add_argument("--choose-on-seeds", type=_sample_size, default=None, metavar="N",
+    chosen = report.add_mutually_exclusive_group()
+    chosen.add_argument("--choose-on-seeds", type=_sample_size, default=None, metavar="N",
                         help="choose each cell's grid point on the first N seeds and judge every number on the "
-                             "others (default: choose and judge on all seeds, which flatters the chosen points)")
+                             "others (default: half of them where a cell has a grid and there are 4 seeds or more)")
+    chosen.add_argument("--same-seeds", action="store_true",
+                        help="choose and judge on every seed (an optimistic reading: it flatters the chosen points)")
     sync = commands.add_parser("sync-mlflow", help="bring MLflow up to date with the Parquet results "
                                                     "(after an outage, or a run with --sink none)")
     _common(sync)

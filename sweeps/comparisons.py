@@ -53,9 +53,12 @@ PAIRS_CAPTION = ("final regret of each pair of algorithms, a - b at their chosen
                  "stream): the paired t-test, which gives both the interval and p (it assumes roughly normal "
                  "differences), Welch's test where the seeds do not match; p Holm-adjusted over the "
                  "pairs of each environment; seeds_needed: the seeds a paired t-test would need for 80% power "
-                 "at 5%, as the range over the difference's and the spread's 95% intervals (none below 3 pairs)")
+                 "at 5%, as the range over the difference's and the spread's 95% intervals (none below 3 pairs); "
+                 "candidates_a / _b: the grid points each chose among (where chosen and judged on the same seeds, "
+                 "the one with more is flattered more)")
 SAME_SEEDS = ("The grid points were chosen on the same seeds they are judged on, which flatters the chosen "
-              "points")
+              "points: an optimistic reading (with seeds to spare a report holds half of them out by default)")
+ONE_POINT = "Each cell has one configuration: no grid point was chosen, and no seed flatters a choice"
 
 
 def pair_table(trials: pd.DataFrame, best: pd.DataFrame, columns: dict[str, str] | None = None,
@@ -69,6 +72,8 @@ def pair_table(trials: pd.DataFrame, best: pd.DataFrame, columns: dict[str, str]
     for environment in dict.fromkeys(best["environment"]):
         cells = best[best["environment"] == environment]
         finals = {row["label"]: final_by_seed(trials, row["trial_ids"]) for _, row in cells.iterrows()}
+        among = {row["label"]: int(row["candidates"]) if "candidates" in cells.columns else 1
+                 for _, row in cells.iterrows()}
         labels = sorted(finals, key=lambda label: (order or []).index(label) if label in (order or []) else len(finals))
         pairs = [compare(a, finals[a].to_dict(), b, finals[b].to_dict())
                  for i, a in enumerate(labels) for b in labels[i + 1:]]
@@ -78,9 +83,10 @@ def pair_table(trials: pd.DataFrame, best: pd.DataFrame, columns: dict[str, str]
                          "ci_low": comparison.interval.low, "ci_high": comparison.interval.high,
                          "test": comparison.test, "p": comparison.p, "p_holm": comparison.p_adjusted,
                          "seeds_needed": comparison.seeds.text() if comparison.seeds is not None else "",
-                         "verdict": pair_verdict(comparison)})
+                         "verdict": pair_verdict(comparison), "candidates_a": among[comparison.a],
+                         "candidates_b": among[comparison.b]})
     return pd.DataFrame(rows, columns=["environment", "a", "b", "n", "difference", "ci_low", "ci_high", "test", "p",
-                                       "p_holm", "seeds_needed", "verdict"])
+                                       "p_holm", "seeds_needed", "verdict", "candidates_a", "candidates_b"])
 
 
 def significant_best(pairs: pd.DataFrame, mean: pd.DataFrame) -> dict[str, str]:

@@ -30,7 +30,7 @@ from banditsweep.sweeps.by_setting import setting_table  # noqa: F401 (API: test
 from banditsweep.sweeps.display import DISPLAY_NAMES, display_name, grid_point_latex  # noqa: F401 (DISPLAY_NAMES: API)
 from banditsweep.sweeps.figures import plot_curves
 from banditsweep.sweeps.paper_comparison import compare_with_papers, write_paper_comparisons
-from banditsweep.sweeps.comparisons import (SAME_SEEDS, AcrossEnvironments, across_environments, final_by_seed,
+from banditsweep.sweeps.comparisons import (ONE_POINT, SAME_SEEDS, AcrossEnvironments, across_environments, final_by_seed,
                                             pair_table, significance_rule, significant_best)
 from banditsweep.sweeps.report_comparisons import write_across, write_intervals, write_pairs
 from banditsweep.sweeps.statistics import mean_interval
@@ -120,6 +120,10 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
     has_complete = grouped.groupby(cell, sort=False)["failed"].transform("min") == 0
     candidates = grouped[((grouped["failed"] == 0) | ~has_complete) & grouped["mean"].notna()]
     best = candidates.loc[candidates.groupby(cell, sort=False)["mean"].idxmin()].reset_index(drop=True)
+    # How many grid points each cell chose among: a choice among more is flattered more by the seeds it
+    # was chosen on (pairs say whose choice had more candidates).
+    counts = grouped.groupby(cell, sort=False)["params"].nunique()
+    best["candidates"] = [int(counts[(row["label"], row["environment"])]) for _, row in best.iterrows()]
     notes = []
     for (label, environment), left_out in grouped[grouped["failed"] > 0].groupby(cell, sort=False):
         points = "; ".join(_point_text(grouped, label, environment, row) for _, row in left_out.iterrows())
@@ -162,7 +166,22 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
     return Summary(best, layout("mean"), layout("std"), layout("seconds_per_round"), pd.DataFrame(diag_rows),
                    setting_table(trials, best, labels, envs), layout("seconds_std"), titles, columns, notes,
                    {(short.get(env, env), label): mark for (env, label), mark in marks.items()}, code_notes,
-                   pair_table(trials, best, columns, labels), across_environments(trials, best, columns))
+                   pair_table(trials, best, columns, labels), across_environments(trials, best, columns),
+                   ONE_POINT if (best["candidates"] <= 1).all() else SAME_SEEDS)
+
+
+HOLD_OUT_FROM = 4   # seeds from which a report holds some out by default (half chooses, half judges)
+
+
+def default_choose_on(trials: pd.DataFrame) -> int | None:
+    """The seeds a report chooses grid points on by default: the first half where some cell has more
+    than one grid point and the trials have at least :data:`HOLD_OUT_FROM` seeds; None (choose and
+    judge on every seed, said to flatter the choice) where there are fewer, or nothing to choose."""
+    if trials.empty:
+        return None
+    seeds = trials["seed"].nunique()
+    grid = trials.groupby(["label", "environment"])["params"].nunique().max()
+    return seeds // 2 if grid > 1 and seeds >= HOLD_OUT_FROM else None
 
 
 def summarise_held_out(trials: pd.DataFrame, label_order: list[str], env_order: list[str], choose_on: int,
@@ -184,9 +203,11 @@ def summarise_held_out(trials: pd.DataFrame, label_order: list[str], env_order: 
     judged = judged[[key in points for key in zip(judged["label"], judged["environment"], judged["params"])]]
     summary = summarise(judged, label_order, env_order, None, other_code)
     named = chosen.best.set_index(["label", "environment"])
-    for column in ("grid_values", "grid_point"):
+    for column in ("grid_values", "grid_point", "candidates"):
         summary.best[column] = [named.loc[(row["label"], row["environment"]), column]
                                 for _, row in summary.best.iterrows()]
+    labels = [label for label in label_order if label in set(summary.best["label"])]
+    summary.pairs = pair_table(judged, summary.best, summary.columns, labels)   # with the choices' candidates
     summary.notes = chosen.notes + summary.notes
     summary.chosen = (f"The grid points were chosen on seeds {_seed_list(seeds[:choose_on])} and are judged on seeds "
                       f"{_seed_list(seeds[choose_on:])}")

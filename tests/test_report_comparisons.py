@@ -134,7 +134,7 @@ def test_figure_bands_are_the_interval_of_the_mean_unless_asked(store):
 
 
 def test_the_same_statistics_from_python(store):
-    result = banditsweep.compare(store.root.parent, "compared")
+    result = banditsweep.compare(store.root.parent, "compared", same_seeds=True)
     cells = result.cells.set_index(["algorithm", "environment"])
     a = cells.loc[("A", environment_label(SHUTTLE))]
     half = stats.t.ppf(0.975, 5) * np.std(A_SHUTTLE, ddof=1) / np.sqrt(6)
@@ -144,6 +144,39 @@ def test_the_same_statistics_from_python(store):
     assert list(result.across.iqm["algorithm"]) == ["A", "B", "C"]
     held_out = banditsweep.compare(store.root, choose_on_seeds=3)
     assert held_out.cells.set_index(["algorithm", "environment"]).loc[("A", environment_label(MUSHROOM)), "mean"] == 30
+    # By default (6 seeds, a grid) the same: half the seeds choose, the others judge.
+    default = banditsweep.compare(store.root)
+    assert default.chosen == held_out.chosen and default.cells.equals(held_out.cells)
     with pytest.raises(FileNotFoundError, match="no sweep results here"):
         banditsweep.compare(store.root.parent, "nothing")
     assert json.loads(json.dumps(result.chosen))   # a sentence, for a caption
+
+
+def test_held_out_by_default_where_the_same_seed_choice_is_optimistic(tmp_path):
+    """A constructed store: algorithm G chooses among 8 grid points whose true regrets are all 10 (its
+    best on some seeds is luck), algorithm F has one configuration at 9.5. Judged on the seeds it was
+    chosen on, G's chosen point looks better than it is; by default the report chooses on half the
+    seeds and judges on the others, which shows the optimism."""
+    from banditsweep.sweeps.analysis import statistics_of
+
+    rng = np.random.default_rng(11)
+    rows = []
+    seeds = range(8)
+    for point in range(8):
+        for seed in seeds:
+            rows.append({"label": "G", "environment": "env", "params": f'{{"lr": {point}}}', "seed": seed,
+                         "final_regret": 10.0 + float(rng.normal(0, 2)), "trial_id": f"g{point}-{seed}"})
+    for seed in seeds:
+        rows.append({"label": "F", "environment": "env", "params": "{}", "seed": seed,
+                     "final_regret": 9.5 + float(rng.normal(0, 0.1)), "trial_id": f"f-{seed}"})
+    trials = pd.DataFrame(rows).assign(status="finished", seconds_per_round=0.01, algorithm=lambda f: f["label"],
+                                       horizon=100, diagnostics="{}", environment_config="{}")
+    same = statistics_of(trials, same_seeds=True)
+    held = statistics_of(trials)
+    g_same = same.cells.set_index("algorithm").loc["G", "mean"]
+    g_held = held.cells.set_index("algorithm").loc["G", "mean"]
+    assert g_same < g_held   # chosen and judged on the same seeds: the luck of the choice is counted
+    assert held.chosen.startswith("The grid points were chosen on seeds 0, 1, 2, 3 and are judged on seeds 4, 5, 6, 7")
+    assert "optimistic" in same.chosen
+    pair = held.pairs.iloc[0]
+    assert {pair["candidates_a"], pair["candidates_b"]} == {8, 1}

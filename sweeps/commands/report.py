@@ -10,8 +10,8 @@ from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS, EXIT_INCONSISTENT
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
 from banditsweep.sweeps.commands.shared import (env_order, label_order, other_code_of, say_code_notes, say_health,
                                                 say_selection, selected_sweep, store_of)
-from banditsweep.sweeps.report import (finished_trials, markdown_table, recorded_trials, summarise, summarise_held_out,
-                                       write_report)
+from banditsweep.sweeps.report import (default_choose_on, finished_trials, markdown_table, recorded_trials, summarise,
+                                       summarise_held_out, write_report)
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.workers import attach_report
 from banditsweep.workers import FAILED
@@ -31,9 +31,14 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
               file=sys.stderr)
         return EXIT_FAILED_TRIALS
     failed = finished_trials(recorded, sweep.trials, FAILED)
-    if args.choose_on_seeds:
-        summary = summarise_held_out(trials, label_order(sweep), env_order(sweep), args.choose_on_seeds, failed,
+    choose_on = args.choose_on_seeds if args.choose_on_seeds else None if args.same_seeds else \
+        default_choose_on(trials)
+    if choose_on:
+        summary = summarise_held_out(trials, label_order(sweep), env_order(sweep), choose_on, failed,
                                      other_code_of(store, sweep))
+        if not args.choose_on_seeds:
+            print(f"note: {summary.chosen} (held out by default; --same-seeds chooses and judges on every seed, "
+                  f"an optimistic reading)")
     else:
         summary = summarise(trials, label_order(sweep), env_order(sweep), failed, other_code_of(store, sweep))
     files = write_report(store, summary, sweep.name, band=args.band)
