@@ -141,7 +141,8 @@ def test_a_sharded_checkpoint_with_a_foreign_part_starts_anew_on_untouched_shard
 def test_a_coordinator_state_in_the_landed_layout_resumes(algorithm):
     """The landed release saved the coordinator's attributes whole (its shard group None among them;
     tests/test_landed_checkpoints.py holds an RLS one): such a state is read into today's declared
-    fields, and the trial ends as it does resumed from today's layout."""
+    fields, and the trial ends as it does resumed from today's layout; where the state holds a design
+    chosen under the earlier tie rule (APG-Exp3's), it is refused and the trial starts again."""
     spec = _spec(algorithm, "setting1", horizon=20)
     checkpoints = _stopped(spec, 5, 7)
     key = checkpoint_key([spec])
@@ -152,14 +153,20 @@ def test_a_coordinator_state_in_the_landed_layout_resumes(algorithm):
     built = ShardedKernelTrial(spec, _local(spec, 2))
     landed = {**today, **half, "group": None, "resumed_from": None, "landmark_counts": [], "effective_dimensions": [],
               **{name: getattr(built, name) for name in ("n", "dim", "kernel", "norm_bound", "params", "table_max")}}
+    landed.pop("tie_rule", None)   # the landed release saved no tie rule (core.ties)
     if algorithm == "random":
         landed["dots"] = landed.pop("uniform_sums")
     else:
         landed["log_totals"] = [(part.top, part.total) for part in landed["log_totals"]]
     checkpoints.states[key] = encode_state(landed)
     result = run_sharded(spec, _local(spec, 2), checkpoints=checkpoints)
-    assert result.diagnostics["resumed_from_round"] == 6 and checkpoints.rejected == []
-    np.testing.assert_array_equal(_curves(result), _curves(run_sharded(spec, _local(spec, 2), checkpoints=todays)))
+    if algorithm == "random":   # no design: nothing a tie decided, and it resumes
+        assert result.diagnostics["resumed_from_round"] == 6 and checkpoints.rejected == []
+        np.testing.assert_array_equal(_curves(result), _curves(run_sharded(spec, _local(spec, 2), checkpoints=todays)))
+    else:   # its design's ties were the smallest index's: refused, saying so, and run again from round 1
+        assert "resumed_from_round" not in result.diagnostics and result.diagnostics["checkpoint_rejected"] == 1.0
+        assert "before its design's ties were decided" in checkpoints.rejected[0]
+        np.testing.assert_array_equal(_curves(result), _curves(run_sharded(spec, _local(spec, 2))))
 
 
 def test_partition_keyed_draws_and_exact_sums_do_not_depend_on_the_split():

@@ -301,7 +301,7 @@ def test_the_sharded_engine_declares_its_state_as_the_rest_does():
     assert declaration(ShardedKernelTrial).saved == set(ShardedKernelTrial.STATE)
     assert "group" in declaration(ShardedKernelTrial).transient   # the process's handle, never saved
     assert ShardedRLSKernelExp3.saved() == sorted({"eta", "alpha", "log_totals", "values", "landmark_counts",
-                                                   "effective_dimensions"})
+                                                   "effective_dimensions", "tie_rule"})
     assert {"table", "points"} <= declaration(KernelShard).transient
     assert declaration(Landmarks).saved == {field.name for field in dataclasses.fields(Landmarks)}
 

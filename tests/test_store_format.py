@@ -20,11 +20,14 @@ def _shipped(tmp_path: Path) -> Path:
 
 
 def test_records_without_their_code_are_code_unknown(tmp_path, capsys):
-    results = _shipped(tmp_path)
-    assert main(["status", str(SPEC), "--results", str(results)]) == 0
+    # Figure 2's folder: 36 trials recorded before trials carried their code.
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "docs" / "results" / "neural_fig2_likelihoods_cpu", results / "neural_fig2_likelihoods_cpu")
+    spec = REPO / "sweeps" / "neural_rbmle" / "fig2_likelihoods_cpu.yaml"
+    assert main(["status", str(spec), "--results", str(results)]) == 0
     out = capsys.readouterr().out
     assert out.count("recorded before trials carried their code (code unknown)") == 1, out
-    # (The 5 trials re-run with their code are "other code" once the code they ran on has changed.)
+    assert "36 finished trial(s) were recorded before" in out
 
 
 def test_a_newer_store_is_refused_whole(tmp_path, capsys):

@@ -132,7 +132,7 @@ class ShardedKernelTrial(RoundLoop):
             raise StateFormatError("not the state of a sharded trial")
         if not isinstance(values["algorithm"], dict) or set(values["algorithm"]) != set(half.saved()):
             raise StateFormatError(f"not the state of a sharded {spec.algorithm}")
-        if values["algorithm"].get("tie_rule") != RULE:
+        if "tie_rule" in half.saved() and values["algorithm"].get("tie_rule") != RULE:
             raise StateFormatError("the state was saved before its design's ties were decided by core.ties' rule "
                                    "(its design would not be this code's): the trial starts again")
         if values["saved_round"] != values["next_round"] - 1:

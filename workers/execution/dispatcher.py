@@ -46,7 +46,7 @@ from banditsweep.workers.storage.live_run import WRITE_EVERY, Heartbeat, Running
 from banditsweep.workers.execution.run_values import Job, Progress, RunOptions, SweepOutcome
 from banditsweep.workers.execution.pool import Slot, TrialPool, actor_resources, check_shards_fit, placeable
 from banditsweep.workers.execution.ray_connection import RayConnection
-from banditsweep.workers.provenance.code_identity import code_of, note_loaded
+from banditsweep.workers.provenance.code_identity import known_code
 from banditsweep.workers.execution.result_writer import ResultWriter
 from banditsweep.workers.storage.record import MAX_ATTEMPTS, TrialOutcome
 from banditsweep.workers.mirrors.prepare import finish_preparing, start_preparing
@@ -88,7 +88,6 @@ class SweepLoop:
     def __init__(self, jobs: list[Job], options: RunOptions, store: SweepStore, context: SinkContext,
                  connection: RayConnection, on_progress: Callable[[Progress], None] | None):
         self.options, self.store, self.on_progress = options, store, on_progress
-        note_loaded()   # a sharded trial runs here: its code is what this process loaded (running_code)
         self.context = context
         self.sharded = [job for job in jobs if job.shards]
         pooled = [job for job in jobs if not job.shards]
@@ -214,21 +213,11 @@ class SweepLoop:
                 isolated = self.batches[0][0].isolated
                 if slot.queued < depth and not slot.isolated and not (isolated and slot.queued):
                     batch = self.batches.popleft()
-                    items = [(job.spec, job.next_attempt()) for job in batch]
-                    # The batch's code identity as the driver has it (one algorithm and environment kind a
-                    # batch): the actor takes it where its sources' bytes are the same (code_of).
-                    known = self._known_code(batch[0].spec)
+                    items, known = [(job.spec, job.next_attempt()) for job in batch], known_code(batch[0].spec)
                     self.in_flight[slot.actor.run.remote(items, self.checkpoints, known)] = InFlight(slot, batch)
                     slot.queued += 1
                     slot.isolated = isolated
                     self.progress.running += len(batch)
-
-    @staticmethod
-    def _known_code(spec):
-        try:
-            return code_of(spec)
-        except Exception:   # the actor digests it itself, and fails the trial where it cannot
-            return None
 
     def watch_sinks(self) -> None:
         """The sinks' troubles, asked for without waiting: shown while the sweep goes on."""

@@ -31,11 +31,14 @@ from banditsweep.core.sharded.partition import shard_ranges
 from banditsweep.core.sharded.protocol import Request
 from banditsweep.core.sharded.shard import KernelShard, domain_shape
 from banditsweep.core.trial import TrialSpec
-from banditsweep.workers.provenance.code_identity import running_code
+from banditsweep.workers.provenance.code_identity import note_loaded, running_code
 from banditsweep.workers.provenance.load import LoadSampler
 from banditsweep.workers.provenance.runtime import runtime_info
 from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
 from banditsweep.workers.storage.record import MAX_ATTEMPTS, TrialOutcome, TrialRecord
+
+# A sharded trial runs in the driver: its code is what the driver loaded (running_code), noted now.
+note_loaded()
 
 # Seconds to wait for the shards' placement group before saying that no node can hold it.
 PLACEMENT_NOTICE = 30.0
