@@ -144,6 +144,7 @@ def test_seeds_needed_is_a_range_the_data_allow_or_withheld():
     assert S.seeds_range(interval, 2.0, 2).withheld   # two pairs say nothing about the spread
 
 
+@pytest.mark.slow   # 240 simulated data sets x 300 resamples: about a minute
 @pytest.mark.parametrize("shape", ["normal", "skewed"])
 def test_the_across_environment_interval_covers_at_the_runs_it_is_given_for(shape):
     """Coverage of the interquartile mean's interval at IQM_INTERVAL_FROM runs on each of 6
