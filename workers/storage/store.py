@@ -49,6 +49,7 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from collections.abc import Iterable
 from contextlib import contextmanager
@@ -125,6 +126,7 @@ class SweepStore(SweepFolder):
             handle.truncate()
             handle.write(f"pid {os.getpid()} on {socket.gethostname()}".encode())
             self.mark_format()
+            self.remove_unfinished_writes()
             self.describe()
             handle.flush()
             try:
@@ -135,6 +137,20 @@ class SweepStore(SweepFolder):
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     # -- writing (only the driver of a run calls these) ------------------------------------------
+
+    def remove_unfinished_writes(self) -> list[Path]:
+        """Remove the hidden temporary files of writes that never finished (``.<name>.<random>.tmp``,
+        workers.storage.atomic): a write stopped by a file system that turned read-only could not remove
+        its own. Called with the run's lock held, so no write of another run is in flight; regular files
+        only, found without following links (a planted link leads nowhere else)."""
+        removed = []
+        for folder, dirs, files in os.walk(self.root, followlinks=False):
+            for name in files:
+                path = Path(folder) / name
+                if name.startswith(".") and name.endswith(".tmp") and stat.S_ISREG(os.lstat(path).st_mode):
+                    path.unlink()
+                    removed.append(path)
+        return removed
 
     def describe(self) -> None:
         """Write ``README.txt``: what the folder holds and how to read it. Not being Parquet, it also
