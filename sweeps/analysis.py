@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from banditsweep.sweeps.comparisons import AcrossEnvironments
-from banditsweep.sweeps.report import default_choose_on, recorded_trials, summarise, summarise_held_out
+from banditsweep.sweeps.report import judged_summary, recorded_trials
 from banditsweep.workers import FAILED, FINISHED, SweepStore
 
 
@@ -54,7 +54,8 @@ def compare(results_root: str | os.PathLike, sweep: str | None = None, choose_on
 
 
 def statistics_of(trials: pd.DataFrame, labels: list[str] | None = None, envs: list[str] | None = None,
-                  choose_on_seeds: int | None = None, same_seeds: bool = False) -> SweepStatistics:
+                  choose_on_seeds: int | None = None, same_seeds: bool = False,
+                  choosing_seeds: list[int] | None = None, confirm_seeds: list[int] | None = None) -> SweepStatistics:
     """The statistics of ``trials`` (rows of a sweep's recorded trials, sweeps.report.recorded_trials;
     its finished ones are compared), algorithms and environments in the order given (else as the
     rows hold them)."""
@@ -62,12 +63,8 @@ def statistics_of(trials: pd.DataFrame, labels: list[str] | None = None, envs: l
     present_labels, present_envs = set(finished["label"]), set(finished["environment"])
     labels = [label for label in (labels or dict.fromkeys(finished["label"])) if label in present_labels]
     envs = [env for env in (envs or dict.fromkeys(finished["environment"])) if env in present_envs]
-    if not choose_on_seeds and not same_seeds:
-        choose_on_seeds = default_choose_on(finished)
-    if choose_on_seeds:
-        summary = summarise_held_out(finished, labels, envs, choose_on_seeds, failed)
-    else:
-        summary = summarise(finished, labels, envs, failed)
+    summary, _ = judged_summary(finished, labels, envs, failed, choose_on_seeds=choose_on_seeds, same_seeds=same_seeds,
+                                choosing_seeds=choosing_seeds, confirm_seeds=confirm_seeds)
     cells = summary.best.rename(columns={"label": "algorithm_label", "seeds": "n"})
     keep = ["algorithm_label", "environment", "grid_point", "mean", "std", "n", "ci_low", "ci_high", "ci_method",
             "seconds_per_round", "trial_ids"]

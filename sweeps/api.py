@@ -87,7 +87,9 @@ class _SweepResults:
         if finished.empty:
             return None
         failed = finished_trials(recorded, self._planned.trials, "failed")
-        return statistics_of(pd.concat([finished, failed]), label_order(self._planned), env_order(self._planned))
+        spec = self._planned.spec
+        return statistics_of(pd.concat([finished, failed]), label_order(self._planned), env_order(self._planned),
+                             choosing_seeds=spec.seed_list, confirm_seeds=spec.confirm_seeds)
 
     def plot(self, band: str = "ci", environments: list[str] | None = None):
         """A matplotlib figure of the mean cumulative regret per round, a panel per environment, each

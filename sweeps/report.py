@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,28 +88,50 @@ def finished_trials(trials: pd.DataFrame, planned, status: str = FINISHED) -> pd
     it in the report without running anything again. (With ``status``, its trials of that status
     instead: the failed ones.)"""
     names = {trial.trial_id: (trial.label, trial.environment) for trial in planned}
+    order = {trial_id: index for index, trial_id in enumerate(names)}
     if trials.empty:
         return trials
     trials = trials[trials["trial_id"].isin(names.keys()) & (trials["status"] == status)].copy()
     trials["label"] = [names[tid][0] for tid in trials["trial_id"]]
     trials["environment"] = [names[tid][1] for tid in trials["trial_id"]]
-    return trials
+    # In the spec's order (its grid order within a cell), not the journal's (the order trials ended
+    # in): a tie between grid points is decided by it (choose_grid_points).
+    trials["plan_order"] = [order[tid] for tid in trials["trial_id"]]
+    return trials.sort_values("plan_order", kind="stable")
 
 
-def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str],
-              failed: pd.DataFrame | None = None, other_code: dict[str, list[str]] | None = None) -> Summary:
+# Grid points whose mean final regrets lie within this relative distance of the lowest are tied: the
+# earliest of them in the spec's grid order is chosen, on every CPU (a tie, not the last bits of a sum of
+# floats or the order trials finished in, decides the choice).
+CHOICE_RTOL = 1e-9
+
+
+@dataclass
+class Choice:
+    """Each cell's chosen grid point (``best``: one row per (label, environment)), every grid point's
+    aggregates (``grouped``) and notes on points left out of the choice."""
+
+    best: pd.DataFrame
+    grouped: pd.DataFrame
+    notes: list[str]
+
+
+def choose_grid_points(trials: pd.DataFrame, failed: pd.DataFrame | None = None) -> Choice:
     """Best grid point per (algorithm label, environment) by mean final regret (the papers' tuning
     rule). A grid point with a failed trial (``failed``: a seed that diverged, say) is not a
     candidate: the mean of the seeds that survived would flatter it. Only where every grid point of
-    a cell has one is the best of what finished shown, and a note says so."""
-    if trials.empty:
-        empty = pd.DataFrame()
-        return Summary(empty, empty, empty, empty, empty, empty)
+    a cell has one is the best of what finished chosen, and a note says so. Means within
+    :data:`CHOICE_RTOL` of the cell's lowest are tied, and the earliest in the spec's grid order wins
+    (``plan_order``, :func:`finished_trials`; without a spec, the first by the parameters' JSON text). ``sweeps.confirmation`` runs what this chooses on
+    fresh seeds, so a report and a run choose alike."""
     named = {"algorithm": ("algorithm", "first")} if "algorithm" in trials.columns else {}
     ended = trials.assign(failed=0)
     if failed is not None and not failed.empty:   # failed trials' grid points, also where no seed finished
         ended = pd.concat([ended, failed.assign(failed=1, final_regret=np.nan, seconds_per_round=np.nan)],
                           ignore_index=True)
+    # The spec's order, whatever order the trials ended in; without a spec (a results folder alone),
+    # the order of the parameters' text.
+    ended = ended.sort_values("plan_order" if "plan_order" in ended.columns else "params", kind="stable")
     grouped = (ended.groupby(["label", "environment", "params"], sort=False)
                .agg(mean=("final_regret", "mean"), std=("final_regret", "std"), seeds=("final_regret", "count"),
                     seconds_per_round=("seconds_per_round", "mean"), seconds_std=("seconds_per_round", "std"),
@@ -119,7 +142,9 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
     cell = ["label", "environment"]
     has_complete = grouped.groupby(cell, sort=False)["failed"].transform("min") == 0
     candidates = grouped[((grouped["failed"] == 0) | ~has_complete) & grouped["mean"].notna()]
-    best = candidates.loc[candidates.groupby(cell, sort=False)["mean"].idxmin()].reset_index(drop=True)
+    lowest = candidates.groupby(cell, sort=False)["mean"].transform("min")
+    tied = candidates[candidates["mean"] <= lowest + CHOICE_RTOL * lowest.abs()]
+    best = tied.groupby(cell, sort=False).head(1).reset_index(drop=True)
     # How many grid points each cell chose among: a choice among more is flattered more by the seeds it
     # was chosen on (pairs say whose choice had more candidates).
     counts = grouped.groupby(cell, sort=False)["params"].nunique()
@@ -130,6 +155,18 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
         chosen = "every grid point has failed seeds: the best of the finished ones is shown" if not \
             has_complete[left_out.index].any() else "left out of the choice of the best"
         notes.append(f"{label} | {environment}: {chosen} ({points})")
+    return Choice(best, grouped, notes)
+
+
+def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str],
+              failed: pd.DataFrame | None = None, other_code: dict[str, list[str]] | None = None) -> Summary:
+    """Each cell at its chosen grid point (:func:`choose_grid_points`): mean and spread over seeds,
+    seconds per round, intervals, pairs, and the aggregates across environments."""
+    if trials.empty:
+        empty = pd.DataFrame()
+        return Summary(empty, empty, empty, empty, empty, empty)
+    choice = choose_grid_points(trials, failed)
+    best, grouped, notes = choice.best, choice.grouped, choice.notes
     best["grid_values"] = [grid_values(grouped, row["label"], row["environment"], row["params"])
                            for _, row in best.iterrows()]
     best["grid_point"] = [", ".join(f"{k}={v}" for k, v in values.items()) for values in best["grid_values"]]
@@ -184,15 +221,24 @@ def default_choose_on(trials: pd.DataFrame) -> int | None:
     return seeds // 2 if grid > 1 and seeds >= HOLD_OUT_FROM else None
 
 
-def summarise_held_out(trials: pd.DataFrame, label_order: list[str], env_order: list[str], choose_on: int,
-                       failed: pd.DataFrame | None = None, other_code: dict[str, list[str]] | None = None) -> Summary:
-    """:func:`summarise` with each cell's grid point chosen on the sweep's first ``choose_on`` seeds
-    and every number judged on the others, so that the choice does not flatter what it chose."""
+def summarise_held_out(trials: pd.DataFrame, label_order: list[str], env_order: list[str],
+                       choose_on: int | Collection[int], failed: pd.DataFrame | None = None,
+                       other_code: dict[str, list[str]] | None = None) -> Summary:
+    """:func:`summarise` with each cell's grid point chosen on some seeds and every number judged on
+    the others, so that the choice does not flatter what it chose. ``choose_on``: a count (the
+    sweep's first n seeds choose, ``--choose-on-seeds``), or the choosing seeds themselves (a spec's
+    ``seeds`` where its ``confirm:`` stage ran the chosen points on fresh ones, sweeps.confirmation)."""
     seeds = sorted({int(seed) for seed in trials["seed"]})
-    if not 1 <= choose_on < len(seeds):
-        raise InputError(f"--choose-on-seeds {choose_on}: the sweep's finished trials have {len(seeds)} seeds; "
-                         f"choose on 1 to {len(seeds) - 1} of them and judge on the rest")
-    choose = set(seeds[:choose_on])
+    if isinstance(choose_on, int):
+        if not 1 <= choose_on < len(seeds):
+            raise InputError(f"--choose-on-seeds {choose_on}: the sweep's finished trials have {len(seeds)} seeds; "
+                             f"choose on 1 to {len(seeds) - 1} of them and judge on the rest")
+        choose = set(seeds[:choose_on])
+        fresh = ""
+    else:
+        choose = {int(seed) for seed in choose_on}
+        fresh = "fresh "
+    judge_seeds = [seed for seed in seeds if seed not in choose]
 
     def on(frame, inside: bool):
         return None if frame is None or frame.empty else frame[frame["seed"].isin(choose) == inside]
@@ -209,9 +255,41 @@ def summarise_held_out(trials: pd.DataFrame, label_order: list[str], env_order: 
     labels = [label for label in label_order if label in set(summary.best["label"])]
     summary.pairs = pair_table(judged, summary.best, summary.columns, labels)   # with the choices' candidates
     summary.notes = chosen.notes + summary.notes
-    summary.chosen = (f"The grid points were chosen on seeds {_seed_list(seeds[:choose_on])} and are judged on seeds "
-                      f"{_seed_list(seeds[choose_on:])}")
+    summary.chosen = (f"The grid points were chosen on seeds {_seed_list(sorted(choose & set(seeds)))} and are "
+                      f"judged on {fresh}seeds {_seed_list(judge_seeds)}")
     return summary
+
+
+def judged_summary(trials: pd.DataFrame, label_order: list[str], env_order: list[str],
+                   failed: pd.DataFrame | None = None, other_code: dict[str, list[str]] | None = None, *,
+                   choose_on_seeds: int | None = None, same_seeds: bool = False,
+                   choosing_seeds: Collection[int] | None = (), confirm_seeds: Collection[int] | None = ()
+                   ) -> tuple[Summary, str]:
+    """The summary every reader of a sweep gets (report, ``run``'s table, ``banditsweep.compare``, a
+    result's ``.statistics`` and ``.plot()``), and how its grid points were chosen: ``confirm`` (a
+    spec's held-out stage: chosen on ``choosing_seeds``, judged on the fresh ``confirm_seeds``),
+    ``asked`` (``choose_on_seeds``), ``default`` (half the seeds choose, :func:`default_choose_on`) or
+    ``same`` (chosen and judged on the same seeds: optimistic, or no choice at all)."""
+    notes = []
+    if confirm_seeds:
+        fresh = trials["seed"].isin(list(confirm_seeds))
+        if fresh.any() and not same_seeds and not choose_on_seeds:
+            choosing = list(choosing_seeds or sorted({int(seed) for seed in trials.loc[~fresh, "seed"]}))
+            return summarise_held_out(trials, label_order, env_order, choosing, failed, other_code), "confirm"
+        if not fresh.any():
+            notes.append("the spec's held-out stage (confirm:) has no finished trial yet: `banditsweep run` runs "
+                         "it once the choosing trials have ended")
+        # Judged as asked on the choosing seeds alone: the fresh seeds ran the chosen points only.
+        trials = trials[~fresh]
+        failed = None if failed is None or failed.empty else failed[~failed["seed"].isin(list(confirm_seeds))]
+    choose_on = choose_on_seeds or (None if same_seeds else default_choose_on(trials))
+    if choose_on:
+        summary = summarise_held_out(trials, label_order, env_order, choose_on, failed, other_code)
+        how = "asked" if choose_on_seeds else "default"
+    else:
+        summary, how = summarise(trials, label_order, env_order, failed, other_code), "same"
+    summary.notes = notes + summary.notes
+    return summary, how
 
 
 def _seed_list(seeds: list[int]) -> str:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from banditsweep.core import registry
 from banditsweep.core.trial import TrialSpec, environment_label
@@ -92,6 +92,27 @@ class AlgorithmEntry(_Strict):
         return grid
 
 
+def check_seeds(seeds: Any) -> int | list[int]:
+    """A spec's seeds: a count n (seeds 0..n-1) or a list of distinct seeds."""
+    allowed = (f"allowed: a positive count n <= {MAX_TRIALS} (seeds 0..n-1) or a list of distinct "
+               f"integer seeds >= 0 and <= 2**63-1")
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if not 1 <= seeds <= MAX_TRIALS:
+            raise ValueError(f"must be a positive count of seeds (got {seeds}); {allowed}")
+        return seeds
+    if isinstance(seeds, list):
+        if not seeds:
+            raise ValueError(f"the list of seeds is empty; {allowed}")
+        for index, seed in enumerate(seeds):
+            if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+                raise ValueError(f"seed [{index}] must be an integer >= 0 and <= 2**63-1 (got {show(seed)})")
+        if len(set(seeds)) != len(seeds):
+            repeated = next(seed for seed in seeds if seeds.count(seed) > 1)
+            raise ValueError(f"seeds are repeated (got {repeated} twice); give each seed once")
+        return seeds
+    raise ValueError(f"must be a count or a list of seeds (got {show(seeds)}); {allowed}")
+
+
 class Resources(_Strict):
     cpus_per_trial: Float = Field(1.0, gt=0)
     # None: one GPU per trial actor when the cluster has GPUs, none otherwise.
@@ -101,6 +122,19 @@ class Resources(_Strict):
     # Each shard actor of a sharded trial (its placement-group bundle).
     cpus_per_shard: Float = Field(1.0, gt=0)
     gpus_per_shard: Float = Field(0.0, ge=0)
+
+
+class Confirm(_Strict):
+    """The held-out stage of a sweep: each cell's grid point, chosen on the sweep's ``seeds`` by the
+    report's rule (sweeps.report.choose_grid_points), runs again on these fresh seeds, and the report
+    judges every cell on them alone. A count n: the n seeds after the largest of ``seeds``."""
+
+    seeds: int | list[int]
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds(cls, seeds):
+        return check_seeds(seeds)
 
 
 class SweepSpec(_Strict):
@@ -120,6 +154,8 @@ class SweepSpec(_Strict):
     # What MLflow gets: a run per trial, per cell (label x grid point x environment: the seeds' mean
     # and band), or both; auto: per trial up to 2,000 trials, else per cell (workers.mirrors.mlflow.sink).
     mlflow_runs: Literal["auto", "trials", "cells", "both"] = "auto"
+    # Chosen grid points run again on fresh seeds, and judged there (None: no held-out stage).
+    confirm: Confirm | None = None
 
     @field_validator("sweep")
     @classmethod
@@ -133,23 +169,7 @@ class SweepSpec(_Strict):
     @field_validator("seeds", mode="before")
     @classmethod
     def _seeds(cls, seeds):
-        allowed = (f"allowed: a positive count n <= {MAX_TRIALS} (seeds 0..n-1) or a list of distinct "
-                   f"integer seeds >= 0 and <= 2**63-1")
-        if isinstance(seeds, int) and not isinstance(seeds, bool):
-            if not 1 <= seeds <= MAX_TRIALS:
-                raise ValueError(f"must be a positive count of seeds (got {seeds}); {allowed}")
-            return seeds
-        if isinstance(seeds, list):
-            if not seeds:
-                raise ValueError(f"the list of seeds is empty; {allowed}")
-            for index, seed in enumerate(seeds):
-                if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
-                    raise ValueError(f"seed [{index}] must be an integer >= 0 and <= 2**63-1 (got {show(seed)})")
-            if len(set(seeds)) != len(seeds):
-                repeated = next(seed for seed in seeds if seeds.count(seed) > 1)
-                raise ValueError(f"seeds are repeated (got {repeated} twice); give each seed once")
-            return seeds
-        raise ValueError(f"must be a count or a list of seeds (got {show(seeds)}); {allowed}")
+        return check_seeds(seeds)
 
     @field_validator("sinks")
     @classmethod
@@ -160,9 +180,32 @@ class SweepSpec(_Strict):
                                  f"give each sink once")
         return sinks
 
+    @model_validator(mode="after")
+    def _fresh_confirm_seeds(self):
+        if self.confirm is not None:
+            reused = sorted(set(self.seed_list) & set(self.confirm_seeds))
+            if reused:
+                raise ValueError(f"confirm.seeds: seed {reused[0]} is also one of `seeds`, which choose the grid "
+                                 f"points; the confirming seeds must be fresh (e.g. confirm: {{seeds: 10}}, the "
+                                 f"10 seeds after the largest of `seeds`)")
+            if max(self.confirm_seeds) > MAX_SEED:
+                raise ValueError(f"confirm.seeds: the seeds after {max(self.seed_list)} pass 2**63-1; give a list")
+        return self
+
     @property
     def seed_list(self) -> list[int]:
         return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+
+    @property
+    def confirm_seeds(self) -> list[int]:
+        """The held-out stage's seeds ([] without one)."""
+        if self.confirm is None:
+            return []
+        seeds = self.confirm.seeds
+        if isinstance(seeds, int):
+            start = max(self.seed_list) + 1
+            return list(range(start, start + seeds))
+        return list(seeds)
 
 
 @dataclass(frozen=True)
@@ -215,7 +258,7 @@ def parse_sweep(raw: Any, source: str = "<spec>", overrides: dict[str, Any] | No
     """The sweep a spec's data describes, checked; ``max_trials`` (at most MAX_TRIALS) bounds its
     size, counted before any trial is built."""
     keys = ("a YAML mapping with keys sweep, horizon, seeds, environments, algorithms (optional: resources, "
-            "log_every, checkpoint_every, sinks, mlflow_runs)")
+            "log_every, checkpoint_every, sinks, mlflow_runs, confirm)")
     if not isinstance(raw, dict):
         what = "a list" if isinstance(raw, list) else "text" if isinstance(raw, str) else "nothing" if raw is None else "a value"
         # What the file holds is not shown: a path given by mistake may be any file (a secret's included).

@@ -12,7 +12,7 @@ from banditsweep.sweeps.spec_yaml import check_values, load_yaml
 
 OVERRIDABLE = ("sweep", "horizon", "seeds", "log_every", "checkpoint_every", "resources.cpus_per_trial",
                "resources.gpus_per_trial", "resources.batch_trials", "resources.cpus_per_shard",
-               "resources.gpus_per_shard", "mlflow_runs")
+               "resources.gpus_per_shard", "mlflow_runs", "confirm.seeds")
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -46,11 +46,12 @@ def apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
     for key, value in overrides.items():
         if key not in OVERRIDABLE:
             raise SpecError("--set", key, f"cannot be overridden; allowed: {', '.join(OVERRIDABLE)}")
-        if key.startswith("resources."):
-            resources = raw.get("resources") or {}
-            if not isinstance(resources, dict):
-                continue   # the spec's own `resources:` is reported as it is
-            raw["resources"] = {**resources, key.split(".", 1)[1]: value}
+        if "." in key:   # resources.cpus_per_trial, confirm.seeds: one value of a section
+            section, name = key.split(".", 1)
+            values = raw.get(section) or {}
+            if not isinstance(values, dict):
+                continue   # the spec's own section is reported as it is
+            raw[section] = {**values, name: value}
         else:
             raw[key] = value
         if key == "horizon" and isinstance(raw.get("environments"), list):

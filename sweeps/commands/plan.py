@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from banditsweep.sweeps import slurm
 from banditsweep.sweeps.commands.shared import store_of
+from banditsweep.sweeps.confirmation import describe, with_costed_confirmation
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.plan import SweepPlan, data_directory, default_workers, duration, plan_sweep
 from banditsweep.sweeps.spec import Sweep
@@ -42,6 +43,9 @@ def execute(args: argparse.Namespace, sweep: Sweep) -> PlanReport:
     data_dir = chosen_data_dir(args.data_dir)
     ensure_datasets_of_trials(args.spec, (trial.spec for trial in sweep.trials), data_dir)
     store = store_of(args, sweep)
+    sweep, stage = with_costed_confirmation(sweep, store)
+    if stage is not None:
+        print(describe(stage) + ("; costed below at each waiting cell's first grid point" if stage.waiting else ""))
     records = store.journal() if store.root.exists() else {}
     code = compare_code(((trial.spec, f"{trial.label} | {trial.environment}") for trial in sweep.trials), records)
     # Trials computed by other code are not done: `run` runs them again by default.

@@ -10,8 +10,7 @@ from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS, EXIT_INCONSISTENT
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
 from banditsweep.sweeps.commands.shared import (env_order, label_order, other_code_of, say_code_notes, say_health,
                                                 say_selection, selected_sweep, store_of)
-from banditsweep.sweeps.report import (default_choose_on, finished_trials, markdown_table, recorded_trials, summarise,
-                                       summarise_held_out, write_report)
+from banditsweep.sweeps.report import finished_trials, judged_summary, markdown_table, recorded_trials, write_report
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.workers import attach_report
 from banditsweep.workers import FAILED
@@ -31,16 +30,14 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
               file=sys.stderr)
         return EXIT_FAILED_TRIALS
     failed = finished_trials(recorded, sweep.trials, FAILED)
-    choose_on = args.choose_on_seeds if args.choose_on_seeds else None if args.same_seeds else \
-        default_choose_on(trials)
-    if choose_on:
-        summary = summarise_held_out(trials, label_order(sweep), env_order(sweep), choose_on, failed,
-                                     other_code_of(store, sweep))
-        if not args.choose_on_seeds:
-            print(f"note: {summary.chosen} (held out by default; --same-seeds chooses and judges on every seed, "
-                  f"an optimistic reading)")
-    else:
-        summary = summarise(trials, label_order(sweep), env_order(sweep), failed, other_code_of(store, sweep))
+    summary, how = judged_summary(trials, label_order(sweep), env_order(sweep), failed, other_code_of(store, sweep),
+                                  choose_on_seeds=args.choose_on_seeds, same_seeds=args.same_seeds,
+                                  choosing_seeds=sweep.spec.seed_list, confirm_seeds=sweep.spec.confirm_seeds)
+    if how == "default":
+        print(f"note: {summary.chosen} (held out by default; --same-seeds chooses and judges on every seed, "
+              f"an optimistic reading)")
+    elif how == "confirm":
+        print(f"note: {summary.chosen} (the spec's held-out stage, confirm:)")
     files = write_report(store, summary, sweep.name, band=args.band)
     run_id, note = attach_report(tracking_uri(args), str(results_root(args)), sweep.name, store.report_dir)
     if note:

@@ -20,6 +20,7 @@ from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
 from banditsweep.workers import one_line
 from banditsweep.sweeps.commands.arguments import check_sink_stores, results_root, sink_options
 from banditsweep.sweeps.commands.progress import ProgressDisplay
+from banditsweep.sweeps.confirmation import describe, with_confirmation
 from banditsweep.sweeps.commands.shared import jobs_of, print_results, say_code_findings, say_health, store_of
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.spec import DEFAULT_SINKS, Sweep
@@ -74,8 +75,28 @@ def execute(args: argparse.Namespace, sweep: Sweep) -> RunReport:
     jobs = jobs_of(sweep)
     check_fits(jobs, options, args.spec)
     report = RunReport(0, sweep, store_of(args, sweep).root, len(sweep.trials))
-    with store_of(args, sweep).exclusive():
-        report.exit_code = run_locked(args, sweep, jobs, options, report)
+    store = store_of(args, sweep)
+    with store.exclusive():
+        planned, stage = with_confirmation(sweep, store)
+        report.sweep = planned
+        # Where cells are still to be chosen, the results are shown once, after the held-out stage.
+        report.exit_code = run_locked(args, planned, jobs_of(planned), options, report,
+                                      final=stage is None or not stage.waiting)
+        if stage is None:
+            return report
+        # The held-out stage (sweeps.confirmation): the cells whose choosing trials ended in this run
+        # now have a chosen grid point to run on the fresh seeds.
+        again, stage = with_confirmation(sweep, store)
+        if len(again.trials) > len(planned.trials):
+            print(f"\n{describe(stage)}")
+            first = (report.ran, report.finished, report.failed, report.seconds)
+            code = run_locked(args, again, jobs_of(again), options, report)
+            report.exit_code = max(report.exit_code, code)
+            report.ran, report.finished, report.failed, report.seconds = (
+                a + b for a, b in zip(first, (report.ran, report.finished, report.failed, report.seconds)))
+            report.sweep = again
+        elif stage.waiting:
+            print(f"note: {describe(stage)}")
     return report
 
 
@@ -128,9 +149,10 @@ def sweep_settings(args: argparse.Namespace, sweep: Sweep) -> dict[str, str]:
 
 
 def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options: RunOptions,
-               report: RunReport | None = None) -> int:
+               report: RunReport | None = None, final: bool = True) -> int:
     """With the sweep's folder locked: resume where the store stands, run, say how it went (and
-    note it in ``report``); the exit code."""
+    note it in ``report``); the exit code. ``final``: show the results and what to do next (not
+    after a spec's choosing stage, which its held-out stage follows)."""
     store = store_of(args, sweep)
     plan = plan_resume(store, jobs, args.retry_failed,
                        KEEP if args.keep_changed else RERUN_ALL if args.rerun_changed else RERUN)
@@ -171,6 +193,8 @@ def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options:
     report.ran, report.finished, report.failed = len(plan.pending), outcome.finished, outcome.failed
     report.seconds, report.workers, report.device = outcome.seconds, outcome.workers, outcome.device
     print(f"results: {store.root}")
+    if not final:
+        return EXIT_FAILED_TRIALS if outcome.failed else 0
     print_results(store, sweep)
     repeated = "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in
                        [("--results", args.results), ("--mlflow-uri", args.mlflow_uri),

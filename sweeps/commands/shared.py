@@ -8,7 +8,9 @@ import argparse
 import sys
 
 from banditsweep.sweeps.commands.arguments import results_root
-from banditsweep.sweeps.report import CODE_LEGEND, finished_trials, markdown_table, recorded_trials, summarise
+from banditsweep.sweeps.comparisons import ONE_POINT
+from banditsweep.sweeps.confirmation import describe, with_confirmation
+from banditsweep.sweeps.report import CODE_LEGEND, finished_trials, judged_summary, markdown_table, recorded_trials
 from banditsweep.sweeps.selection import parse_selectors, select
 from banditsweep.sweeps.spec import PlannedTrial, Sweep
 from banditsweep.sweeps.spec_errors import SpecError
@@ -40,12 +42,16 @@ def store_of(args: argparse.Namespace, sweep: Sweep) -> SweepStore:
 def selected_sweep(args: argparse.Namespace, sweep: Sweep, store: SweepStore) -> Selection:
     """The spec's trials as the store holds them: those of the command's --set, else those of the
     run whose --set planned what the store holds (sweeps.stored_runs)."""
-    selection = select_sweep(args.spec, sweep, args.overrides or [], store)
+    # The confirming trials of a spec's held-out stage are the spec's own, not another run's.
+    selection = select_sweep(args.spec, with_confirmation(sweep, store)[0], args.overrides or [], store)
     if selection.switched and getattr(args, "selectors", None):
         try:   # the command's --only applies to the run's trials too
             selection.sweep = select(selection.sweep, parse_selectors(args.selectors))
         except SpecError as error:
             selection.notes.append(f"--only does not apply to that run's trials ({error.message}): all are shown")
+    selection.sweep, stage = with_confirmation(selection.sweep, store)
+    if stage is not None:
+        selection.notes.append(describe(stage))
     return selection
 
 
@@ -101,13 +107,14 @@ def say_code_notes(summary) -> None:
 
 
 def summary_of(store: SweepStore, sweep: Sweep):
-    """The report's summary (sweeps.report.summarise) of the spec's finished trials; None with none."""
+    """The report's summary (sweeps.report.judged_summary) of the spec's finished trials; None with none."""
     recorded = recorded_trials(store)
     trials = finished_trials(recorded, sweep.trials)
     if trials.empty:
         return None
-    return summarise(trials, label_order(sweep), env_order(sweep), finished_trials(recorded, sweep.trials, FAILED),
-                     other_code_of(store, sweep))
+    return judged_summary(trials, label_order(sweep), env_order(sweep), finished_trials(recorded, sweep.trials, FAILED),
+                          other_code_of(store, sweep), choosing_seeds=sweep.spec.seed_list,
+                          confirm_seeds=sweep.spec.confirm_seeds)[0]
 
 
 def print_results(store: SweepStore, sweep: Sweep) -> None:
@@ -117,6 +124,8 @@ def print_results(store: SweepStore, sweep: Sweep) -> None:
         return
     print(f"\nMean final cumulative regret (best grid point per cell, {sweep.name}):")
     print(markdown_table(summary.mean, 1, marks=summary.marks))
+    if summary.chosen != ONE_POINT:
+        print(f"note: {summary.chosen}")
     for note in summary.notes:
         print(f"note: {note}")
     say_code_notes(summary)
