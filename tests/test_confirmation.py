@@ -7,7 +7,6 @@ import dataclasses
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 
 import banditsweep
