@@ -113,6 +113,6 @@ def describe(stage: Confirmation) -> str:
         ", ".join(map(str, seeds))
     if not stage.waiting:
         return (f"held-out stage: the chosen grid point of each of the {stage.cells} cells on fresh seeds {shown} "
-                f"({len(stage.trials)} trials)")
+                f"({len(stage.trials)} trials planned)")
     return (f"held-out stage: {stage.chosen} of {stage.cells} cells chosen so far; each cell's chosen grid point "
             f"runs on fresh seeds {shown} once its trials have ended (up to {stage.planned_when_done} trials)")
