@@ -15,7 +15,7 @@ import pandas as pd
 
 from banditsweep.sweeps.comparisons import AcrossEnvironments
 from banditsweep.sweeps.report import judged_summary, recorded_trials
-from banditsweep.workers import FAILED, FINISHED, SweepStore
+from banditsweep.workers import FAILED, FINISHED, InputError, ResultsNotFoundError, SweepStore
 
 
 @dataclass
@@ -46,10 +46,13 @@ def compare(results_root: str | os.PathLike, sweep: str | None = None, choose_on
     store = SweepStore(folder)
     store.check_format()
     if not store.journal_dir.is_dir():
-        raise FileNotFoundError(f"{folder}: no sweep results here (no journal)")
+        here = sorted(p.name for p in root.iterdir() if (p / ".journal").is_dir()) if root.is_dir() else []
+        raise ResultsNotFoundError(f"{folder}: no sweep results here (no journal)" + (
+            f"; {root} holds the sweeps {', '.join(here)}" if sweep is not None and here else
+            "; give the results root and the sweep's name, or the sweep's folder"))
     trials = recorded_trials(store)
     if trials.empty or not (trials["status"] == FINISHED).any():
-        raise ValueError(f"{folder}: no finished trials")
+        raise InputError(f"{folder}: no finished trials to compare")
     return statistics_of(trials, choose_on_seeds=choose_on_seeds, same_seeds=same_seeds)
 
 

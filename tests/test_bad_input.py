@@ -280,6 +280,10 @@ CASES = [
                                                           mp.setenv("BANDITSWEEP_DATA", str(tmp_path / "afile")))),
     Case("dataset-rows", "horizon beyond a dataset's rows", [*RUN, "--data-dir", str(TEST_DATASETS)],
          "horizon 1001 exceeds the 1000 rows of mushroom", spec=edit("horizon: 100", "horizon: 1001", CLASSIFICATION)),
+    # Nothing has failed: there is nothing to report (exit 2, as `verify` says it; 1 means failed trials).
+    Case("report-nothing-finished", "report of a sweep with no finished trial",
+         ["report", "{spec}", "--results", "{tmp}/res", "--mlflow-uri", "sqlite:///{tmp}/res/m.db"],
+         "is finished here; nothing to report"),
 ]
 
 

@@ -147,8 +147,13 @@ def test_the_same_statistics_from_python(store):
     # By default (6 seeds, a grid) the same: half the seeds choose, the others judge.
     default = banditsweep.compare(store.root)
     assert default.chosen == held_out.chosen and default.cells.equals(held_out.cells)
-    with pytest.raises(FileNotFoundError, match="no sweep results here"):
+    # The project's error (bad input, exit 2 on the command line), still a FileNotFoundError, naming
+    # the sweeps the root does hold.
+    with pytest.raises(InputError, match="no sweep results here.*holds the sweeps compared") as raised:
         banditsweep.compare(store.root.parent, "nothing")
+    assert isinstance(raised.value, FileNotFoundError)
+    with pytest.raises(InputError, match="no sweep results here"):
+        banditsweep.load(store.root.parent, "nothing")
     assert json.loads(json.dumps(result.chosen))   # a sentence, for a caption
 
 

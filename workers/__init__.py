@@ -26,7 +26,7 @@ import importlib
 _EXPORTS = {
     # errors
     **dict.fromkeys(("DamagedResultError", "InputError", "RayUnreachableError", "ResourceRequestError",
-                     "StoreWriteError", "SweepBusyError", "one_line"), "errors"),
+                     "ResultsNotFoundError", "StoreWriteError", "SweepBusyError", "one_line"), "errors"),
     # execution
     "run_sweep": "execution.dispatcher", "check_fits": "execution.pool",
     **dict.fromkeys(("RAY_ADDRESS_FORMS", "check_address", "ray_address"), "execution.ray_address"),

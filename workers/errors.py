@@ -7,6 +7,11 @@ class InputError(ValueError):
     tracking URI, a folder), said in one line naming the argument."""
 
 
+class ResultsNotFoundError(InputError, FileNotFoundError):
+    """A results folder named by the user holds no sweep results: bad input (exit 2), and still the
+    ``FileNotFoundError`` that code reading folders expects."""
+
+
 class RayUnreachableError(ConnectionError):
     """``--address`` names a Ray head that does not answer."""
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS, EXIT_INCONSISTENT
+from banditsweep.sweeps.commands import EXIT_INCONSISTENT
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
 from banditsweep.sweeps.commands.shared import (env_order, label_order, other_code_of, say_code_notes, say_health,
                                                 say_selection, selected_sweep, store_of)
 from banditsweep.sweeps.report import finished_trials, judged_summary, markdown_table, recorded_trials, write_report
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.workers import attach_report
-from banditsweep.workers import FAILED
+from banditsweep.workers import FAILED, InputError
 
 
 def main(args: argparse.Namespace, sweep: Sweep) -> int:
@@ -26,9 +26,10 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
     recorded = recorded_trials(store)
     trials = finished_trials(recorded, sweep.trials)
     if trials.empty:
-        print(f"{sweep.name}: no finished trials under {store.root}; run `banditsweep run {args.spec}` first",
-              file=sys.stderr)
-        return EXIT_FAILED_TRIALS
+        # Bad input (exit 2), as `verify` says it: nothing has failed, there is nothing to report.
+        raise InputError(f"{store.root}: none of the {len(sweep.trials)} trials of {args.spec} is finished here; "
+                         f"nothing to report (run `banditsweep run {args.spec}` first, or give the --results "
+                         f"and --set it ran with)")
     failed = finished_trials(recorded, sweep.trials, FAILED)
     summary, how = judged_summary(trials, label_order(sweep), env_order(sweep), failed, other_code_of(store, sweep),
                                   choose_on_seeds=args.choose_on_seeds, same_seeds=args.same_seeds,

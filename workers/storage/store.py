@@ -60,7 +60,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from banditsweep.workers.errors import DamagedResultError, InputError, SweepBusyError, one_line
+from banditsweep.workers.errors import DamagedResultError, InputError, ResultsNotFoundError, SweepBusyError, one_line
 from banditsweep.workers.storage.atomic import write_atomically
 from banditsweep.workers.storage.checksums import named_digest, visible, write_digested
 from banditsweep.workers.storage.compaction import compact, recover
@@ -347,7 +347,7 @@ def load(results_root: str | os.PathLike, sweep: str | None = None) -> tuple[pd.
     store.check_format()
     if not any(path.is_dir() for path in (store.trials_dir, store.curves_dir, store.journal_dir)):
         here = sorted(p.name for p in root.iterdir() if SweepFolder(p).trials_dir.is_dir()) if root.is_dir() else []
-        raise FileNotFoundError(f"{folder}: no sweep results here" + (
+        raise ResultsNotFoundError(f"{folder}: no sweep results here" + (
             f" ({root} holds the sweeps {', '.join(here)})" if sweep is not None and here else ""))
     trials = store.read_trials()
     finished = trials.loc[trials["status"] == FINISHED, "trial_id"].tolist() if len(trials) else []
