@@ -45,12 +45,14 @@ else:
     SUBMITTED_TREE = None
 
 
-def load(results_root, sweep=None):
-    """The results of a sweep as pandas DataFrames ``(trials, curves)``; see
+def load(results_root, sweep=None, *, algorithms=None, environments=None, rounds=None, columns=None):
+    """The results of a sweep as pandas DataFrames ``(trials, curves)``, or a part of them
+    (``algorithms``, ``environments``, ``rounds``, ``columns``); see
     :func:`banditsweep.workers.storage.store.load`."""
     from banditsweep.workers import load as load_results
 
-    return load_results(results_root, sweep)
+    return load_results(results_root, sweep, algorithms=algorithms, environments=environments, rounds=rounds,
+                        columns=columns)
 
 
 def compare(results_root, sweep=None, choose_on_seeds=None, same_seeds=False):

@@ -58,7 +58,8 @@ def compare(results_root: str | os.PathLike, sweep: str | None = None, choose_on
 
 def statistics_of(trials: pd.DataFrame, labels: list[str] | None = None, envs: list[str] | None = None,
                   choose_on_seeds: int | None = None, same_seeds: bool = False,
-                  choosing_seeds: list[int] | None = None, confirm_seeds: list[int] | None = None) -> SweepStatistics:
+                  choosing_seeds: list[int] | None = None, confirm_seeds: list[int] | None = None,
+                  other_code: dict[str, list[str]] | None = None) -> SweepStatistics:
     """The statistics of ``trials`` (rows of a sweep's recorded trials, sweeps.report.recorded_trials;
     its finished ones are compared), algorithms and environments in the order given (else as the
     rows hold them)."""
@@ -66,10 +67,10 @@ def statistics_of(trials: pd.DataFrame, labels: list[str] | None = None, envs: l
     present_labels, present_envs = set(finished["label"]), set(finished["environment"])
     labels = [label for label in (labels or dict.fromkeys(finished["label"])) if label in present_labels]
     envs = [env for env in (envs or dict.fromkeys(finished["environment"])) if env in present_envs]
-    summary, _ = judged_summary(finished, labels, envs, failed, choose_on_seeds=choose_on_seeds, same_seeds=same_seeds,
-                                choosing_seeds=choosing_seeds, confirm_seeds=confirm_seeds)
+    summary, _ = judged_summary(finished, labels, envs, failed, other_code, choose_on_seeds=choose_on_seeds,
+                                same_seeds=same_seeds, choosing_seeds=choosing_seeds, confirm_seeds=confirm_seeds)
     cells = summary.best.rename(columns={"label": "algorithm_label", "seeds": "n"})
     keep = ["algorithm_label", "environment", "grid_point", "mean", "std", "n", "ci_low", "ci_high", "ci_method",
-            "seconds_per_round", "trial_ids"]
+            "seconds_per_round", "trial_ids", "code"]
     return SweepStatistics(cells[keep].rename(columns={"algorithm_label": "algorithm"}), summary.pairs,
                            summary.across, summary.chosen, summary.notes)

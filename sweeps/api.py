@@ -77,7 +77,7 @@ class _SweepResults:
         """The report's statistics of the spec's finished trials (what ``banditsweep.compare`` gives:
         ``cells``, ``pairs``, ``across``); None before any finished."""
         from banditsweep.sweeps.analysis import statistics_of
-        from banditsweep.sweeps.commands.shared import env_order, label_order
+        from banditsweep.sweeps.commands.shared import env_order, label_order, other_code_of
         from banditsweep.sweeps.report import finished_trials, recorded_trials
 
         if not self.folder.is_dir():
@@ -89,7 +89,8 @@ class _SweepResults:
         failed = finished_trials(recorded, self._planned.trials, "failed")
         spec = self._planned.spec
         return statistics_of(pd.concat([finished, failed]), label_order(self._planned), env_order(self._planned),
-                             choosing_seeds=spec.seed_list, confirm_seeds=spec.confirm_seeds)
+                             choosing_seeds=spec.seed_list, confirm_seeds=spec.confirm_seeds,
+                             other_code=other_code_of(self._store, self._planned))
 
     def plot(self, band: str = "ci", environments: list[str] | None = None):
         """A matplotlib figure of the mean cumulative regret per round, a panel per environment, each

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from banditsweep.sweeps.display import latex_entry, legend_entry
-from banditsweep.sweeps.tables import label_slug, latex_escape, slug
+from banditsweep.sweeps.tables import label_slug, latex_escape, marks_legend, slug
 from banditsweep.workers import SweepStore
 
 # Distinct at a glance and in black and white: a colour, a line style and a marker per algorithm.
@@ -60,6 +60,22 @@ def _point(row) -> dict:
     return row.get("grid_values") or {}
 
 
+def style_of(label: str, labels: list[str]) -> tuple:
+    """An algorithm's colour, line style and marker in every figure of a report: by its place in the
+    report's label order (the spec's), so a figure that shows some of the algorithms draws each as the
+    others do."""
+    import matplotlib.pyplot as plt
+
+    i = labels.index(label)
+    return plt.cm.tab10(i % 10), LINE_STYLES[i % len(LINE_STYLES)], MARKERS[i % len(MARKERS)]
+
+
+def _mark(row) -> str:
+    """The cell's mark for code other than today's (report.code_marks), as its tables show it."""
+    mark = row.get("code")
+    return mark if isinstance(mark, str) else ""
+
+
 def _rows_of(summary, environment: str, labels: list[str]):
     rows = summary.best[summary.best["environment"] == environment]
     return rows.assign(order=[labels.index(label) for label in rows["label"]]).sort_values("order")
@@ -78,10 +94,9 @@ def draw_environment(ax, store: SweepStore, rows, entries: list[str], labels: li
         matrix = curves.pivot(index="t", columns="trial_id", values="cum_regret")
         mean, half = matrix.mean(axis=1), band_half_width(matrix, band)
         i = labels.index(row["label"])
-        color = plt.cm.tab10(i % 10)
+        color, linestyle, marker = style_of(row["label"], labels)
         step = max(1, len(mean) // 8)   # markers staggered between algorithms, so that none hides another
-        ax.plot(mean.index, mean.values, label=entry, color=color, lw=1.4,
-                linestyle=LINE_STYLES[i % len(LINE_STYLES)], marker=MARKERS[i % len(MARKERS)], ms=4,
+        ax.plot(mean.index, mean.values, label=entry, color=color, lw=1.4, linestyle=linestyle, marker=marker, ms=4,
                 markevery=(i * step // max(1, len(labels)) % step, step))
         ax.fill_between(mean.index, (mean - half).values, (mean + half).values, color=color, alpha=0.18, lw=0)
         seeds.append(matrix.shape[1])
@@ -120,7 +135,7 @@ def regret_figure(store: SweepStore, summary, band: str = "ci", environments: li
         seeds: list[int] = []
         for ax, environment in zip(axes[0], shown_envs):
             rows = _rows_of(summary, environment, labels)
-            entries = [legend_entry(row["display"], _point(row)) for _, row in rows.iterrows()]
+            entries = [legend_entry(row["display"], _point(row)) + _mark(row) for _, row in rows.iterrows()]
             drawn, _ = draw_environment(ax, store, rows, entries, labels, band)
             seeds += drawn
             _axes_text(ax, summary.titles.get(environment, environment))
@@ -147,7 +162,7 @@ def plot_curves(store: SweepStore, summary, directory: Path, sweep: str = "", ba
     with plt.rc_context(figure_style()):
         for environment in dict.fromkeys(summary.best["environment"]):
             rows = _rows_of(summary, environment, labels)
-            entries = [legend_entry(row["display"], _point(row)) for _, row in rows.iterrows()]
+            entries = [legend_entry(row["display"], _point(row)) + _mark(row) for _, row in rows.iterrows()]
             columns = legend_columns(entries)
             legend_rows = -(-len(entries) // columns) + 1   # and the legend's title
             fig, ax = plt.subplots(figsize=(WIDTH_INCHES, AXES_INCHES + ROW_INCHES * legend_rows),
@@ -170,14 +185,16 @@ def plot_curves(store: SweepStore, summary, directory: Path, sweep: str = "", ba
             over = legend_title.split("over ", 1)[1]
             shaded = ("the 95\\% confidence interval of the mean (t)" if band == "ci"
                       else f"{latex_escape('±')}1 standard deviation")
-            names = ", ".join(latex_entry(row["display"], _point(row)) for row, _ in shown)
+            names = ", ".join(latex_entry(row["display"], _point(row)) + latex_escape(_mark(row)) for row, _ in shown)
+            legend = marks_legend([_mark(row) for row, _ in shown])
             caption = (f"{latex_escape(sweep)}: cumulative regret on {latex_escape(title)} of {names} (each at its "
                        f"grid point of lowest mean final regret). Lines are the mean, shaded bands "
-                       f"{shaded} over {latex_escape(over)}.")
+                       f"{shaded} over {latex_escape(over)}{latex_escape(legend.replace(';', '.', 1))}.")
             latex += [r"\begin{figure}[t]", r"\centering", rf"\includegraphics[width=\linewidth]{{{stem}.pdf}}",
                       rf"\caption{{{caption}}}", rf"\label{{fig:{label_slug(sweep)}:{label_slug(stem)}}}",
                       r"\end{figure}", ""]
-            index += [f"## {title}", "", f"`{stem}.pdf`, `{stem}.png` (environment `{environment}`); {legend_title}", "",
+            index += [f"## {title}", "", f"`{stem}.pdf`, `{stem}.png` (environment `{environment}`); {legend_title}"
+                      f"{marks_legend([_mark(row) for row, _ in shown])}", "",
                       *(f"- {entry}" for _, entry in shown), ""]
     if latex:
         (directory / "figures.tex").write_text("\n".join(latex))

@@ -34,9 +34,10 @@ from banditsweep.sweeps.grid_choice import (CHOICE_RTOL, HOLD_OUT_FROM, Choice, 
 from banditsweep.sweeps.paper_comparison import compare_with_papers, write_paper_comparisons
 from banditsweep.sweeps.comparisons import (ONE_POINT, SAME_SEEDS, AcrossEnvironments, across_environments, final_by_seed,
                                             pair_table, significance_rule, significant_best)
-from banditsweep.sweeps.report_comparisons import write_across, write_intervals, write_pairs
+from banditsweep.sweeps.report_comparisons import with_pair_marks, write_across, write_intervals, write_pairs
 from banditsweep.sweeps.statistics import mean_interval
-from banditsweep.sweeps.tables import (MISSING, label_slug, latex_table, latex_text_table, markdown_table,
+from banditsweep.sweeps.tables import (CODE_LEGEND, CODE_MIXED, CODE_OTHER, MISSING,  # noqa: F401 (API)
+                                       label_slug, latex_escape, marks_legend, latex_table, latex_text_table, markdown_table,
                                        separated_best, separation_rule)
 from banditsweep.workers import InputError
 from banditsweep.workers import FINISHED
@@ -69,10 +70,6 @@ class Summary:
     chosen: str = SAME_SEEDS
 
 
-# Marks of cells in the tables (each explained in the caption and a note naming the modules).
-CODE_MIXED, CODE_OTHER = "†", "‡"
-CODE_LEGEND = {CODE_MIXED: "† its trials were computed by more than one code version",
-               CODE_OTHER: "‡ some of its trials were computed by other code than today's"}
 
 
 def recorded_trials(store: SweepStore) -> pd.DataFrame:
@@ -143,11 +140,11 @@ def summarise(trials: pd.DataFrame, label_order: list[str], env_order: list[str]
     marks, code_notes = code_marks(trials, best, other_code or {})
     best["code"] = [marks.get((row["environment"], row["label"]), "") for _, row in best.iterrows()]
     columns = {env: short.get(env, env) for env in envs}
+    table_marks = {(short.get(env, env), label): mark for (env, label), mark in marks.items()}
     return Summary(best, layout("mean"), layout("std"), layout("seconds_per_round"), pd.DataFrame(diag_rows),
                    setting_table(trials, best, labels, envs), layout("seconds_std"), titles, columns, notes,
-                   {(short.get(env, env), label): mark for (env, label), mark in marks.items()}, code_notes,
-                   pair_table(trials, best, columns, labels), across_environments(trials, best, columns),
-                   ONE_POINT if (best["candidates"] <= 1).all() else SAME_SEEDS)
+                   table_marks, code_notes, with_pair_marks(pair_table(trials, best, columns, labels), table_marks),
+                   across_environments(trials, best, columns), ONE_POINT if (best["candidates"] <= 1).all() else SAME_SEEDS)
 
 
 def summarise_held_out(trials: pd.DataFrame, label_order: list[str], env_order: list[str],
@@ -182,7 +179,7 @@ def summarise_held_out(trials: pd.DataFrame, label_order: list[str], env_order: 
         summary.best[column] = [named.loc[(row["label"], row["environment"]), column]
                                 for _, row in summary.best.iterrows()]
     labels = [label for label in label_order if label in set(summary.best["label"])]
-    summary.pairs = pair_table(judged, summary.best, summary.columns, labels)   # with the choices' candidates
+    summary.pairs = with_pair_marks(pair_table(judged, summary.best, summary.columns, labels), summary.marks)
     summary.notes = chosen.notes + summary.notes
     summary.chosen = (f"The grid points were chosen on seeds {_seed_list(sorted(choose & set(seeds)))} and are "
                       f"judged on {fresh}seeds {_seed_list(judge_seeds)}")
@@ -286,18 +283,13 @@ def environment_titles(trials: pd.DataFrame, envs: list[str]) -> dict[str, str]:
 def _write_table(directory: Path, name: str, table: pd.DataFrame, digits: int, caption: str, sweep: str,
                  names: dict[str, str], titles: dict[str, str], bold: dict | None = None,
                  latex_digits: int | None = None, marks: dict | None = None) -> None:
-    caption += _marks_legend(marks)
+    caption += marks_legend(marks)
     (directory / f"{name}.md").write_text(f"{caption}\n\n{markdown_table(table, digits, bold=bold, marks=marks)}\n")
     table.to_csv(directory / f"{name}.csv")
     (directory / f"{name}.tex").write_text(latex_table(
         table.rename(index=names, columns=titles), caption, f"tab:{label_slug(sweep)}:{label_slug(name)}",
         digits if latex_digits is None else latex_digits, _renamed(bold, names, titles),
         marks={(titles.get(c, c), names.get(r, r)): m for (c, r), m in (marks or {}).items()}))
-
-
-def _marks_legend(marks: dict | None) -> str:
-    used = {c for mark in (marks or {}).values() for c in mark}
-    return "".join(f"; {CODE_LEGEND[c]}" for c in (CODE_MIXED, CODE_OTHER) if c in used)
 
 
 def _renamed(bold: dict | None, names: dict[str, str], titles: dict[str, str]) -> dict:
@@ -345,12 +337,14 @@ def _write_grid_points(directory: Path, summary: Summary, sweep: str, names: dic
     """``best_params.tex``: the chosen grid point of each cell in math (``$\\nu = 10^{-3}$``)."""
     columns = list(summary.mean.columns)
     cells = {(row["label"], summary.columns.get(row["environment"], row["environment"])):
-             grid_point_latex(row["grid_values"]) or "(one point)" for _, row in summary.best.iterrows()}
+             (grid_point_latex(row["grid_values"]) or "(one point)") + latex_escape(row.get("code") or "")
+             for _, row in summary.best.iterrows()}
     table = pd.DataFrame([[cells.get((label, column)) for column in columns] for label in summary.mean.index],
                          index=pd.Index([names.get(label, label) for label in summary.mean.index], name="algorithm"),
                          columns=[summary.titles.get(column, column) for column in columns])
     (directory / "best_params.tex").write_text(latex_text_table(
-        table, f"{sweep}: the grid point of lowest mean final regret of each algorithm and environment",
+        table, f"{sweep}: the grid point of lowest mean final regret of each algorithm and environment"
+               f"{marks_legend(summary.marks)}",
         f"tab:{label_slug(sweep)}:best-params", escape=False))
 
 
@@ -376,7 +370,7 @@ def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sw
                  f"{sweep}: mean wall seconds per round ({separation_rule('seconds per round', seeds)})",
                  sweep, names, titles, separated_best(summary.seconds, summary.seconds_std), marks=summary.marks)
     caption = (f"{sweep}: final cumulative regret, mean ± standard deviation over {seeds} (best grid point per "
-               f"cell; {regret_rule}){_marks_legend(summary.marks)}")
+               f"cell; {regret_rule}){marks_legend(summary.marks)}")
     (directory / "final_regret_mean_std.tex").write_text(latex_table(
         summary.mean.rename(index=names, columns=titles), caption, f"tab:{label_slug(sweep)}:final-regret-mean-std",
         1, _renamed(regret_bold, names, titles), std=summary.std.rename(index=names, columns=titles),
@@ -384,23 +378,27 @@ def _write_report_files(directory: Path, store: SweepStore, summary: Summary, sw
     if summary.code_notes:
         (directory / "code.md").write_text(f"{sweep}: the code behind the numbers\n\n"
                                            + "".join(f"- {note}\n" for note in summary.code_notes))
+    # An algorithm's columns carry the marks of its cells (a row is a setting, which may span cells).
+    owned = {label: "".join(sorted({c for (_, marked), mark in summary.marks.items() if marked == label for c in mark}))
+             for label in summary.mean.index}
+    legend = marks_legend(owned)
     by_setting = summary.by_setting.copy()
-    by_setting.columns = [f"{a} {b}" for a, b in by_setting.columns]
+    by_setting.columns = [f"{a}{owned.get(a, '')} {b}" for a, b in by_setting.columns]
     (directory / "by_setting.md").write_text(
-        f"{sweep}: mean ± std final regret and seconds per round, per environment setting\n\n"
+        f"{sweep}: mean ± std final regret and seconds per round, per environment setting{legend}\n\n"
         f"{markdown_table(by_setting, 2)}\n")
     by_setting.to_csv(directory / "by_setting.csv")
     (directory / "by_setting.tex").write_text(latex_text_table(
-        by_setting.set_axis([f"{names.get(a, a)} {b}" for a, b in summary.by_setting.columns], axis=1),
-        f"{sweep}: final regret (mean ± std over {seeds}) and seconds per round, per environment setting",
+        by_setting.set_axis([f"{names.get(a, a)}{owned.get(a, '')} {b}" for a, b in summary.by_setting.columns], axis=1),
+        f"{sweep}: final regret (mean ± std over {seeds}) and seconds per round, per environment setting{legend}",
         f"tab:{label_slug(sweep)}:by-setting"))
     _write_grid_points(directory, summary, sweep, names)
     write_intervals(directory, summary, sweep, names)
     trials = recorded_trials(store)
     if not summary.pairs.empty:
-        write_pairs(directory, summary.pairs, sweep, names, summary.chosen)
+        write_pairs(directory, summary.pairs, sweep, names, summary.chosen, summary.marks)
     if summary.across is not None:
-        write_across(directory, summary.across, sweep, names)
+        write_across(directory, summary.across, sweep, names, list(summary.mean.index), summary.marks)
     best = summary.best.drop(columns=["trial_ids", "display", "grid_values"]).drop(columns=["algorithm"], errors="ignore")
     best = best.rename(columns={"label": "algorithm"})
     best.to_csv(directory / "best_params.csv", index=False)

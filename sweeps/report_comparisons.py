@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 
 from banditsweep.sweeps.comparisons import PAIRS_CAPTION, SAME_SEEDS, AcrossEnvironments
-from banditsweep.sweeps.figures import LINE_STYLES, MARKERS, WIDTH_INCHES, figure_style
+from banditsweep.sweeps.figures import WIDTH_INCHES, figure_style, style_of
 from banditsweep.sweeps.statistics import IQM_INTERVAL_FROM, SEED
-from banditsweep.sweeps.tables import MISSING, label_slug, latex_escape, latex_text_table, markdown_table
+from banditsweep.sweeps.tables import marks_legend, MISSING, label_slug, latex_escape, latex_text_table, markdown_table
 
 PROFILE_RESAMPLES = 500   # stratified-bootstrap resamples behind the profile's bands
 
@@ -31,7 +31,7 @@ def write_intervals(directory: Path, summary, sweep: str, names: dict[str, str])
     methods = sorted(set(best["ci_method"]))
     caption = (f"{sweep}: mean final cumulative regret [95% confidence interval of the mean] over n seeds "
                f"(best grid point per cell; interval: {', '.join(methods)}; a t-interval below 30 seeds, where a "
-               f"bootstrap is too narrow)")
+               f"bootstrap is too narrow){marks_legend(summary.marks)}")
     cells = {(row["label"], summary.columns.get(row["environment"], row["environment"])):
              f"{row['mean']:.1f} [{row['ci_low']:.1f}, {row['ci_high']:.1f}] (n = {int(row['seeds'])})"
              if np.isfinite(row["ci_low"]) else f"{row['mean']:.1f} (n = {int(row['seeds'])})"
@@ -40,20 +40,36 @@ def write_intervals(directory: Path, summary, sweep: str, names: dict[str, str])
     table = pd.DataFrame([[cells.get((label, column), MISSING) for column in columns] for label in summary.mean.index],
                          index=pd.Index(list(summary.mean.index), name="algorithm"), columns=columns)
     (directory / "final_regret_ci.md").write_text(f"{caption}\n\n{markdown_table(table, marks=summary.marks)}\n")
-    long = best[["label", "environment", "mean", "std", "seeds", "ci_low", "ci_high", "ci_method"]]
+    long = best[["label", "environment", "mean", "std", "seeds", "ci_low", "ci_high", "ci_method", "code"]]
     long.rename(columns={"label": "algorithm", "seeds": "n"}).to_csv(directory / "final_regret_ci.csv", index=False)
+    marked = table.copy()
+    for (column, label), mark in summary.marks.items():
+        if label in marked.index and column in marked.columns:
+            marked.loc[label, column] = f"{marked.loc[label, column]}{mark}"
     (directory / "final_regret_ci.tex").write_text(latex_text_table(
-        table.rename(index=names, columns=summary.titles), caption, f"tab:{label_slug(sweep)}:final-regret-ci"))
+        marked.rename(index=names, columns=summary.titles), caption, f"tab:{label_slug(sweep)}:final-regret-ci"))
 
 
-def write_pairs(directory: Path, pairs: pd.DataFrame, sweep: str, names: dict[str, str], chosen: str = SAME_SEEDS
-                ) -> None:
+def with_pair_marks(pairs: pd.DataFrame, marks: dict) -> pd.DataFrame:
+    """``pairs`` with ``code``: which side's cell is marked for its code, and how (``a ‡``, ``b †``)."""
+    if pairs.empty:
+        return pairs.assign(code=pd.Series(dtype=str))
+    return pairs.assign(code=[", ".join(f"{side} {marks[(env, label)]}" for side, label in (("a", a), ("b", b))
+                                        if marks.get((env, label)))
+                              for env, a, b in zip(pairs["environment"], pairs["a"], pairs["b"])])
+
+
+def write_pairs(directory: Path, pairs: pd.DataFrame, sweep: str, names: dict[str, str], chosen: str = SAME_SEEDS,
+                marks: dict | None = None) -> None:
     """``pairs.md`` / ``.csv`` / ``.tex``: the pairwise comparisons of each environment; ``chosen``
-    says on which seeds the grid points were chosen."""
+    says on which seeds the grid points were chosen; ``code`` names the side whose cell is marked
+    (``marks``: (table column, label) -> mark, as the report's tables mark them)."""
+    marks = marks or {}
+    pairs = pairs if "code" in pairs.columns else with_pair_marks(pairs, marks)
     shown = pairs.assign(**{column: [_shown(value) for value in pairs[column]]
                             for column in ("difference", "ci_low", "ci_high", "p", "p_holm")},
                          seeds_needed=[MISSING if not isinstance(v, str) or not v else v for v in pairs["seeds_needed"]])
-    caption = f"{sweep}: {PAIRS_CAPTION}. {chosen}"
+    caption = f"{sweep}: {PAIRS_CAPTION}. {chosen}{marks_legend(marks)}"
     (directory / "pairs.md").write_text(f"{caption}\n\n{markdown_table(shown, index=False)}\n")
     pairs.to_csv(directory / "pairs.csv", index=False)
     named = shown.assign(a=[names.get(a, a) for a in shown["a"]], b=[names.get(b, b) for b in shown["b"]])
@@ -73,10 +89,16 @@ def across_caption(sweep: str, across: AcrossEnvironments) -> str:
             f"overlap are no test: pairs.md compares algorithms")
 
 
-def write_across(directory: Path, across: AcrossEnvironments, sweep: str, names: dict[str, str]) -> list[Path]:
+def write_across(directory: Path, across: AcrossEnvironments, sweep: str, names: dict[str, str],
+                 labels: list[str] | None = None, marks: dict | None = None) -> list[Path]:
     """``across_environments.md`` / ``.csv`` / ``.tex`` (IQM and the probability of improvement),
-    ``improvement.csv`` and the performance-profile figure; the figure files written."""
-    caption = across_caption(sweep, across)
+    ``improvement.csv`` and the performance-profile figure; the figure files written. ``code``: the
+    marks of an algorithm's cells (``marks``: (table column, label) -> mark) that its aggregate spans."""
+    marks = marks or {}
+    owned = {label: "".join(sorted({c for (_, marked), mark in marks.items() if marked == label for c in mark}))
+             for label in across.iqm["algorithm"]}
+    across.iqm = across.iqm.assign(code=[owned[label] for label in across.iqm["algorithm"]])
+    caption = across_caption(sweep, across) + marks_legend(owned)
     table = across.iqm.assign(**{c: [_shown(v, ".3f") for v in across.iqm[c]] for c in ("iqm", "ci_low", "ci_high",
                                                                                          "mean")})
     improvement = across.improvement.map(lambda v: _shown(v, ".2f"))
@@ -93,10 +115,12 @@ def write_across(directory: Path, across: AcrossEnvironments, sweep: str, names:
     (directory / "across_environments.tex").write_text(latex_text_table(
         table.assign(algorithm=[names.get(a, a) for a in table["algorithm"]]).set_index("algorithm"), caption,
         f"tab:{label_slug(sweep)}:across-environments"))
-    return _plot_profile(directory, across, sweep, names)
+    return _plot_profile(directory, across, sweep, {label: names.get(label, label) + owned[label] for label in owned},
+                         labels)
 
 
-def _plot_profile(directory: Path, across: AcrossEnvironments, sweep: str, names: dict[str, str]) -> list[Path]:
+def _plot_profile(directory: Path, across: AcrossEnvironments, sweep: str, names: dict[str, str],
+                  labels: list[str] | None = None) -> list[Path]:
     """The performance profile: per algorithm, the fraction of runs whose normalised final regret is
     at most tau, against tau, with a 95% stratified-bootstrap band."""
     import matplotlib
@@ -116,9 +140,9 @@ def _plot_profile(directory: Path, across: AcrossEnvironments, sweep: str, names
             draws = np.array([(np.concatenate([s[rng.integers(0, len(s), len(s))] for s in strata])[:, None]
                                <= thresholds[None, :]).mean(axis=0) for _ in range(PROFILE_RESAMPLES)])
             low, high = np.quantile(draws, [0.025, 0.975], axis=0)
-            color = plt.cm.tab10(i % 10)
-            ax.plot(thresholds, curve, color=color, lw=1.4, linestyle=LINE_STYLES[i % len(LINE_STYLES)],
-                    marker=MARKERS[i % len(MARKERS)], ms=3.5, markevery=(i * 7 % 25, 25), label=names.get(label, label))
+            color, linestyle, marker = style_of(label, labels or list(across.scores))
+            ax.plot(thresholds, curve, color=color, lw=1.4, linestyle=linestyle, marker=marker, ms=3.5,
+                    markevery=(i * 7 % 25, 25), label=names.get(label, label))
             ax.fill_between(thresholds, low, high, color=color, alpha=0.15, lw=0)
         ax.set_xlabel(r"normalised final regret $\tau$ (1: the random policy)")
         ax.set_ylabel(r"fraction of runs with regret $\leq \tau$")

@@ -8,6 +8,20 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+# Marks of cells computed by other code (sweeps.report.code_marks), in every file of a report that
+# shows the cell's numbers: tables, pairs, aggregates, figure legends; each explained in the caption.
+CODE_MIXED, CODE_OTHER = "†", "‡"
+CODE_LEGEND = {CODE_MIXED: "† its trials were computed by more than one code version",
+               CODE_OTHER: "‡ some of its trials were computed by other code than today's"}
+
+
+def marks_legend(marks) -> str:
+    """``; † ...; ‡ ...`` for the marks among ``marks`` (a mapping's values or an iterable of marks)."""
+    values = marks.values() if isinstance(marks, dict) else (marks or [])
+    used = {c for mark in values for c in (mark or "")}
+    return "".join(f"; {CODE_LEGEND[c]}" for c in (CODE_MIXED, CODE_OTHER) if c in used)
+
+
 MISSING = "—"  # a setting an environment does not have (another kind's key), or left unset (None)
 
 
@@ -76,7 +90,9 @@ _LATEX_MARKS = {"†": r"$^\dagger$", "‡": r"$^\ddagger$"}
 
 
 def latex_escape(text) -> str:
-    return "".join(_LATEX_SPECIAL.get(c, c) for c in str(text))
+    """``text`` for LaTeX: its special characters escaped, Greek and superscripts in math, and the
+    code marks († ‡) as the tables' own (``$^\\dagger$``)."""
+    return "".join(_LATEX_SPECIAL.get(c) or _LATEX_MARKS.get(c, c) for c in str(text))
 
 
 def latex_number(value, digits: int = 1) -> str:

@@ -185,3 +185,30 @@ def test_held_out_by_default_where_the_same_seed_choice_is_optimistic(tmp_path):
     assert "optimistic" in same.chosen
     pair = held.pairs.iloc[0]
     assert {pair["candidates_a"], pair["candidates_b"]} == {8, 1}
+
+
+def test_an_algorithm_is_drawn_alike_in_every_figure_of_a_report(store, monkeypatch):
+    """The regret figures and the performance profile give each algorithm one colour, line style and
+    marker, also where the across-environment scores list the algorithms in another order."""
+    import matplotlib.axes
+
+    drawn = []
+    plot = matplotlib.axes.Axes.plot
+
+    def spy(self, *args, **kwargs):
+        if kwargs.get("label"):
+            drawn.append((kwargs["label"].split(" (")[0], str(kwargs.get("color")), str(kwargs.get("linestyle")),
+                          kwargs.get("marker")))
+        return plot(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    trials = recorded_trials(store)
+    summary = summarise(trials, ["C", "A", "B"], [environment_label(MUSHROOM), environment_label(SHUTTLE)])
+    assert summary.across is not None and list(summary.across.scores) != list(summary.mean.index)
+    write_report(store, summary, "compared", echo=None)
+    styles: dict[str, set] = {}
+    for label, *style in drawn:
+        styles.setdefault(label, set()).add(tuple(style))
+    assert set(styles) == {"A", "B", "C"}
+    assert all(len(found) == 1 for found in styles.values()), styles
+    assert len({next(iter(found)) for found in styles.values()}) == 3

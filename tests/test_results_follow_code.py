@@ -105,6 +105,18 @@ def test_a_changed_algorithm_never_hides_behind_its_old_numbers(sweep):
     table = (results / "codechg" / "report" / "final_regret_mean.md").read_text()
     assert "†‡ |" in table.splitlines()[[i for i, line in enumerate(table.splitlines()) if "LinUCB" in line][0]]
     assert "† its trials were computed by more than one code version" in table
+    # The same mark wherever the cell's numbers are read: every table, pair, figure legend and caption.
+    folder = results / "codechg" / "report"
+    for name, mark in [("final_regret_ci.md", "†‡"), ("final_regret_ci.csv", "†‡"), ("best_params.csv", "†‡"),
+                       ("final_regret_ci.tex", r"$^\dagger$$^\ddagger$"), ("best_params.tex", r"$^\dagger$$^\ddagger$"),
+                       ("by_setting.md", "LinUCB†‡"), ("by_setting.tex", r"LinUCB$^\dagger$$^\ddagger$"),
+                       ("pairs.md", "a †‡"), ("pairs.csv", "a †‡"), ("figures.md", "LinUCB†‡"),
+                       ("figures.tex", r"LinUCB$^\dagger$$^\ddagger$")]:
+        text = (folder / name).read_text()
+        assert mark in text, (name, text[:600])
+        if not name.endswith(".csv"):
+            assert "computed by more than one code version" in text, name
+    assert "†" not in (folder / "pairs.csv").read_text().split("LinTS,Random")[-1].splitlines()[0]
     code = (results / "codechg" / "report" / "code.md").read_text()
     assert "LinUCB | synthetic:h1: 2 of its 3 trials were computed by other code than today's " \
            "(core/algorithms/linear.py changed since)" in code

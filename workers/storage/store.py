@@ -64,14 +64,15 @@ from banditsweep.workers.errors import DamagedResultError, InputError, ResultsNo
 from banditsweep.workers.storage.atomic import write_atomically
 from banditsweep.workers.storage.checksums import named_digest, visible, write_digested
 from banditsweep.workers.storage.compaction import compact, recover
-from banditsweep.workers.storage.curves import (CURVE_SCHEMA, MAX_CURVE_FILES, curve_table, curves_damage,
+from banditsweep.workers.storage.curves import (CURVE_SCHEMA, CURVE_TRIAL_COLUMNS, MAX_CURVE_FILES, curve_table, curves_damage,
                                                 latest_rows, read_curve_files, with_trial_columns, write_order,
                                                 write_parquet)
 from banditsweep.workers.storage.journal import journal_text, read_records
 from banditsweep.workers.storage.paths import FILES, FOLDERS, SweepFolder
 from banditsweep.workers.storage.set_aside import set_aside
 from banditsweep.workers.storage.record import FAILED, FINISHED, TrialOutcome, TrialRecord
-from banditsweep.workers.storage.trials_table import TRIALS_FORMAT, trials_table, upgrade_trials, with_added_columns
+from banditsweep.workers.storage.trials_table import (TRIALS_FORMAT, names_as_categories, trials_table, upgrade_trials,
+                                                      with_added_columns, with_name_dictionaries)
 from banditsweep.workers.storage.untrusted_files import (open_regular, read_parquet, read_regular,
                                                          refuse_linked_or_misplaced, shown)
 
@@ -216,7 +217,7 @@ class SweepStore(SweepFolder):
     def write_trials_table(self, records: list[TrialRecord]) -> None:
         # A view of the journal under a fixed name (readers read trials/), so no digest in its name:
         # its pages have CRCs and `status` compares its rows with the journal.
-        table = trials_table(records)
+        table = with_name_dictionaries(trials_table(records))
         write_atomically(self.trials_file, lambda tmp: write_parquet(table, tmp))
 
     def compact(self) -> None:
@@ -283,28 +284,41 @@ class SweepStore(SweepFolder):
         try:
             table = read_parquet(path)
         except (pa.ArrowException, OSError):
-            return trials_table(list(self.journal().values())).to_pandas()
+            return names_as_categories(trials_table(list(self.journal().values())).to_pandas())
         frame = table.to_pandas()
         if (table.schema.metadata or {}).get(b"banditsweep.trials") != TRIALS_FORMAT[b"banditsweep.trials"]:
             frame = upgrade_trials(frame)
-        return with_added_columns(frame)
+        return names_as_categories(with_added_columns(frame))
 
-    def read_curves(self, trial_ids: list[str] | None = None) -> pd.DataFrame:
+    def read_curves(self, trial_ids: list[str] | None = None, columns: list[str] | None = None,
+                    rounds: Iterable[int] | tuple[int, int] | None = None) -> pd.DataFrame:
         """Curve rows (of ``trial_ids``, else of every trial), one copy per trial and round, with
-        their trial's names (taken from the journal for files of an earlier layout). A page that
-        fails its CRC raises :class:`DamagedResultError` naming the file."""
+        their trial's names (taken from the journal for files of an earlier layout). ``columns``: only
+        these (with ``trial_id`` and ``t``); ``rounds``: only these rounds t, or a ``(first, last)``
+        range: filtered as the files are read, so the rest is never in memory. A page that fails its
+        CRC raises :class:`DamagedResultError` naming the file."""
         files = sorted(visible(self.curves_dir, "*.parquet"), key=write_order)
+        read = None if columns is None else list(dict.fromkeys(["trial_id", "t", *CURVE_TRIAL_COLUMNS, *columns]))
         if not files:
-            return CURVE_SCHEMA.empty_table().to_pandas()
+            empty = CURVE_SCHEMA.empty_table()
+            return (empty if read is None else empty.select(read)).to_pandas()
         wanted = None if trial_ids is None else ds.field("trial_id").isin(list(trial_ids))
+        if isinstance(rounds, tuple):
+            first, last = rounds
+            within = (ds.field("t") >= int(first)) & (ds.field("t") <= int(last))
+        else:
+            within = None if rounds is None else ds.field("t").isin([int(t) for t in rounds])
+        if within is not None:
+            wanted = within if wanted is None else wanted & within
         try:
-            table = read_curve_files(files, filter=wanted)
+            table = read_curve_files(files, columns=read, filter=wanted)
         except (pa.ArrowException, OSError) as error:
             damaged = next((p for p in files if curves_damage(p)), None)
             raise DamagedResultError(
                 f"{damaged or self.curves_dir}: damaged curves ({type(error).__name__}: {one_line(error)}); "
                 "`banditsweep status` moves it aside and `banditsweep run` runs its trials again") from None
-        return with_trial_columns(latest_rows(table, None), self.journal).to_pandas()
+        table = with_trial_columns(latest_rows(table, None), self.journal)
+        return table.to_pandas() if columns is None else table.select(read).to_pandas()
 
 
 README = """\
@@ -332,15 +346,23 @@ status` checks both.
 """
 
 
-def load(results_root: str | os.PathLike, sweep: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load(results_root: str | os.PathLike, sweep: str | None = None, *, algorithms: Iterable[str] | None = None,
+         environments: Iterable[str] | None = None, rounds: Iterable[int] | tuple[int, int] | None = None,
+         columns: Iterable[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The results of a sweep as pandas DataFrames ``(trials, curves)``.
 
     ``trials``: one row per finished or failed trial (``status``), with ``final_regret``,
     ``seconds_per_round``, ``started_at`` / ``finished_at`` (UTC timestamps), every parameter as a
     column, every environment setting as ``env_<name>`` and every diagnostic as ``diag_<name>``.
     ``curves``: one row per finished trial per round, with its trial's ``algorithm``, ``label``,
-    ``environment`` (categoricals) and ``seed``. ``results_root`` is the folder that holds the sweep
-    folders (``~`` is expanded); without ``sweep`` it is the sweep folder itself."""
+    ``environment`` and ``seed``; ``algorithm``, ``label`` and ``environment`` are categoricals in
+    both tables. ``results_root`` is the folder that holds the sweep folders (``~`` is expanded);
+    without ``sweep`` it is the sweep folder itself.
+
+    A part, read without holding the rest: ``algorithms`` (labels or registry names), ``environments``
+    (display names such as ``classification:mushroom``, or the part after the kind, ``mushroom``),
+    ``rounds`` (the rounds t to keep, or a ``(first, last)`` range) and ``columns`` (the curve columns
+    beyond ``trial_id``, ``t`` and the names)."""
     root = Path(results_root).expanduser()
     folder = root / sweep if sweep is not None else root
     store = SweepStore(folder.resolve())
@@ -350,9 +372,35 @@ def load(results_root: str | os.PathLike, sweep: str | None = None) -> tuple[pd.
         raise ResultsNotFoundError(f"{folder}: no sweep results here" + (
             f" ({root} holds the sweeps {', '.join(here)})" if sweep is not None and here else ""))
     trials = store.read_trials()
+    trials = _only(trials, "algorithms", algorithms, ("label", "algorithm"), lambda v: [v]) if algorithms is not None \
+        else trials
+    trials = _only(trials, "environments", environments, ("environment",),
+                   lambda v: [v, v.split(":", 1)[-1]]) if environments is not None else trials
+    if columns is not None:
+        columns = list(columns)
+        unknown = [name for name in columns if name not in CURVE_SCHEMA.names]
+        if unknown:
+            raise InputError(f"columns: {unknown[0]!r} is not a curves column; allowed: {', '.join(CURVE_SCHEMA.names)}")
     finished = trials.loc[trials["status"] == FINISHED, "trial_id"].tolist() if len(trials) else []
-    curves = store.read_curves(finished)
+    curves = store.read_curves(finished, columns=columns, rounds=rounds)
     return trials.reset_index(drop=True), curves.reset_index(drop=True)
+
+
+def _only(trials: pd.DataFrame, option: str, wanted: Iterable[str], fields: tuple[str, ...], names) -> pd.DataFrame:
+    """The rows whose ``fields`` (or a form of them ``names`` gives) are among ``wanted``; a value that
+    names no row is an error naming what the sweep holds (a typo should not load nothing)."""
+    wanted = [wanted] if isinstance(wanted, str) else list(wanted)
+    values = {field: trials[field].astype(str) for field in fields if field in trials.columns}
+    keep = pd.Series(False, index=trials.index)
+    for value in wanted:
+        hits = pd.Series(False, index=trials.index)
+        for column in values.values():
+            hits |= column.map(lambda text, value=value: value in names(text))
+        if not hits.any():
+            held = sorted({text for column in values.values() for text in column})
+            raise InputError(f"{option}: {value!r} names no trial of this sweep; it holds {', '.join(held)}")
+        keep |= hits
+    return trials[keep]
 
 
 @dataclass

@@ -86,6 +86,29 @@ def trials_table(records: list[TrialRecord]) -> pa.Table:
     return pa.table(columns).replace_schema_metadata(TRIALS_FORMAT)
 
 
+#: The trial's names, stored as dictionaries (categoricals) in the trials file as in the curves files,
+#: so that the two tables join on them in polars, DuckDB or pandas without a cast.
+NAME_COLUMNS = ("algorithm", "label", "environment")
+
+
+def with_name_dictionaries(table: pa.Table) -> pa.Table:
+    """``table`` with :data:`NAME_COLUMNS` dictionary-encoded (the curves files' type for them)."""
+    for name in NAME_COLUMNS:
+        if name in table.column_names:
+            index = table.schema.get_field_index(name)
+            table = table.set_column(index, pa.field(name, pa.dictionary(pa.int32(), pa.string())),
+                                     table[name].cast(pa.string()).dictionary_encode())
+    return table
+
+
+def names_as_categories(frame: pd.DataFrame) -> pd.DataFrame:
+    """A trials frame with :data:`NAME_COLUMNS` as pandas categoricals, as ``load``'s curves hold them
+    (a file written before they were stored so, too)."""
+    names = {name: frame[name].astype("category") for name in NAME_COLUMNS
+             if name in frame.columns and not isinstance(frame[name].dtype, pd.CategoricalDtype)}
+    return frame.assign(**names) if names else frame
+
+
 #: Columns of record fields added after trials tables were first written, as a table without them
 #: reads: the value a record of that time had (NaN: not measured).
 ADDED_COLUMNS = {"load_average": float("nan")}
