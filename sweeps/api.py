@@ -13,7 +13,6 @@ is a path, YAML text, or the spec's data as a dict.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import io
@@ -25,6 +24,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from banditsweep.sweeps.options import REQUESTS, SweepRequest
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError
 from banditsweep.sweeps.spec_yaml import SpecText
@@ -215,13 +215,10 @@ def run(spec, *, results=None, mlflow_uri: str | None = None, sinks=None, overri
 
     if rerun_changed and keep_changed:
         raise InputError("keep_changed and rerun_changed exclude each other; give one")
-    args = _arguments("run", spec, results, mlflow_uri, overrides, only)
-    args.address = _text("address", address)
-    args.max_workers = _number("max_workers", max_workers)
-    args.retry_failed, args.rerun_changed, args.keep_changed = bool(retry_failed), bool(rerun_changed), bool(keep_changed)
-    args.data_dir = _path("data_dir", data_dir)
-    args.sinks = _sinks(sinks)
-    args.no_progress = not progress or quiet
+    args = _arguments("run", spec, results, mlflow_uri, overrides, only, address=_text("address", address),
+                      max_workers=max_workers, retry_failed=bool(retry_failed), rerun_changed=bool(rerun_changed),
+                      keep_changed=bool(keep_changed), data_dir=_path("data_dir", data_dir), sinks=_sinks(sinks),
+                      no_progress=not progress or quiet)
     with _output(quiet):
         report = _execute(command, args)
     return RunResult(report.sweep.name, report.store_root, report.total, report.finished_before,
@@ -237,11 +234,8 @@ def plan(spec, *, results=None, mlflow_uri: str | None = None, overrides=None, o
     :func:`run`'s."""
     from banditsweep.sweeps.commands import plan as command
 
-    args = _arguments("plan", spec, results, mlflow_uri, overrides, only)
-    args.data_dir = _path("data_dir", data_dir)
-    args.workers = _number("workers", workers)
-    args.gpus = _number("gpus", gpus, "_gpu_count")
-    args.probe_seconds = _number("probe_seconds", probe_seconds, "_probe_seconds")
+    args = _arguments("plan", spec, results, mlflow_uri, overrides, only, data_dir=_path("data_dir", data_dir),
+                      workers=workers, gpus=gpus, probe_seconds=probe_seconds)
     with _output(quiet):
         report = _execute(command, args)
     found = report.plan
@@ -348,20 +342,15 @@ def _spec_source(spec) -> str:
     raise TypeError(f"spec: give a path, YAML text or a dict, not {type(spec).__name__}")
 
 
-def _arguments(command: str, spec, results, mlflow_uri, overrides, only) -> argparse.Namespace:
-    """The command line's arguments of ``command``, at their defaults, with those given here."""
-    from banditsweep.sweeps.cli import build_parser
-
-    args = build_parser().parse_args([command, "-"])
-    args.spec = _spec_source(spec)
-    args.results = _path("results", results)
-    args.mlflow_uri = _text("mlflow_uri", mlflow_uri)
-    args.overrides = _pairs("overrides", overrides, _yaml_scalar)
-    args.selectors = _pairs("only", only, _alternatives)
-    return args
+def _arguments(command: str, spec, results, mlflow_uri, overrides, only, **options) -> SweepRequest:
+    """The request of ``command`` (sweeps.options), every value checked as the command line checks it."""
+    return REQUESTS[command].create(spec=_spec_source(spec), results=_path("results", results),
+                                    mlflow_uri=_text("mlflow_uri", mlflow_uri),
+                                    overrides=_pairs("overrides", overrides, _yaml_scalar),
+                                    selectors=_pairs("only", only, _alternatives), **options)
 
 
-def _execute(command, args: argparse.Namespace):
+def _execute(command, args: SweepRequest):
     from banditsweep.sweeps.cli import prepare
 
     return command.execute(args, prepare(args))
@@ -384,20 +373,6 @@ def _text(name: str, value) -> str | None:
 
 def _path(name: str, value) -> str | None:
     return os.fspath(value) if isinstance(value, os.PathLike) else _text(name, value)
-
-
-def _number(name: str, value, checker: str = "_worker_count"):
-    """``value`` checked as the command line checks its option (the same allowed range and message)."""
-    if value is None:
-        return None
-    from banditsweep.sweeps import cli
-
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"{name}: {value!r} is not a number")
-    try:
-        return getattr(cli, checker)(repr(value) if isinstance(value, float) else str(value))
-    except argparse.ArgumentTypeError as error:
-        raise InputError(f"{name}: {error}") from None
 
 
 def _sinks(sinks) -> list[str] | None:

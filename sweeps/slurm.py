@@ -8,7 +8,6 @@ Slurm's time format: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import re
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING
 from banditsweep.sweeps.spec_errors import SpecError
 
 if TYPE_CHECKING:   # sweeps.plan loads numpy and core: the command line imports this module before them
+    from banditsweep.sweeps.options import PlanRequest
     from banditsweep.sweeps.plan import SweepPlan
 
 
@@ -42,7 +42,7 @@ TIME_SAFETY = 1.5
 # A trial without checkpoints longer than this share of a job's time for trials is at risk.
 CHECKPOINT_TARGET_SECONDS = 600.0   # a checkpoint about every 10 minutes of a trial, as suggested
 
-_TIME_FORMS = "M, M:S, H:M:S, D-H, D-H:M or D-H:M:S (e.g. 90, 4:00:00, 1-12)"
+TIME_FORMS = "M, M:S, H:M:S, D-H, D-H:M or D-H:M:S (e.g. 90, 4:00:00, 1-12)"
 
 
 def parse_time(text: str) -> int:
@@ -50,7 +50,7 @@ def parse_time(text: str) -> int:
     text = text.strip()
     match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
     if not match:
-        raise ValueError(f"{text!r} is not a Slurm time; give {_TIME_FORMS}")
+        raise ValueError(f"{text!r} is not a Slurm time; give {TIME_FORMS}")
     days, first, second, third = match.groups()
     if days is not None:   # D-H, D-H:M, D-H:M:S
         hours, minutes, seconds = int(first), int(second or 0), int(third or 0)
@@ -71,32 +71,6 @@ def format_time(seconds: float) -> str:
     return f"{days}-{clock}" if days else clock
 
 
-def slurm_time(text: str) -> int:
-    """argparse type of ``plan --time``."""
-    try:
-        seconds = parse_time(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a time above 0 ({_TIME_FORMS})")
-    return seconds
-
-
-def add_arguments(plan: argparse.ArgumentParser, count) -> None:
-    """``plan``'s Slurm options; ``count`` is the parser's type for a whole number of nodes or GPUs."""
-    group = plan.add_argument_group("Slurm (with --slurm: the #SBATCH lines for cluster-slurm.sbatch)")
-    group.add_argument("--slurm", action="store_true", help="print the #SBATCH lines this sweep needs")
-    group.add_argument("--nodes", type=count, default=1, help="nodes of the allocation (default 1)")
-    group.add_argument("--gpus-per-node", type=int, default=0, metavar="G",
-                       help="GPUs per node (default 0: CPU trials)")
-    group.add_argument("--cpus-per-node", type=count, default=None, metavar="C",
-                       help="CPUs per node (default: what the trials on one node ask for; CPU trials: this "
-                            "machine's CPUs)")
-    group.add_argument("--time", dest="time_limit", type=slurm_time, default=None, metavar="T",
-                       help="the longest --time the partition allows: a longer sweep runs as requeued jobs "
-                            "of T (and trials longer than T without checkpoints are named)")
-
-
 @dataclass
 class Allocation:
     """What one job asks of Slurm, and how many trials it runs at once."""
@@ -115,7 +89,7 @@ class Allocation:
         return self.nodes * per_node
 
 
-def allocation(args: argparse.Namespace, sweep) -> Allocation:
+def allocation(args: "PlanRequest", sweep) -> Allocation:
     """The job's nodes, GPUs and CPUs from ``plan --slurm``'s arguments and the spec's resources."""
     resources = sweep.spec.resources
     gpus = args.gpus_per_node or 0
@@ -177,7 +151,7 @@ def too_long_trials(plan: "SweepPlan", limit: int, checkpoint_every: int | None)
     return warnings
 
 
-def sbatch_lines(args: argparse.Namespace, sweep, plan: "SweepPlan") -> list[str]:
+def sbatch_lines(args: "PlanRequest", sweep, plan: "SweepPlan") -> list[str]:
     """What ``plan --slurm`` prints after the plan: the #SBATCH lines, the command, and warnings."""
     job = allocation(args, sweep)
     needed = job_seconds(plan)

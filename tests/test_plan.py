@@ -33,7 +33,7 @@ def test_the_plan_estimates_a_small_sweep_within_3x(tmp_path, monkeypatch, share
     assert sorted(estimated) == ["linucb | synthetic:h1,dim=8", "neural_ucb | synthetic:h1,dim=8"], out
     assert main(["run", "planned.yaml", "--sink", "none", "--no-progress", "--max-workers", "1"]) == 0
     trials = pd.read_parquet("results/planned/trials")
-    measured = trials.groupby(trials["label"] + " | " + trials["environment"])["seconds_per_round"].mean()
+    measured = trials.groupby(trials["label"].astype(str) + " | " + trials["environment"].astype(str))["seconds_per_round"].mean()
     for cell, seconds in estimated.items():
         # An estimate for planning, from a probe of a second against a run beside Ray on a shared
         # machine: the right order of magnitude is what is checked (LinUCB's round is ~1e-4 s).

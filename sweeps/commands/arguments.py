@@ -6,7 +6,7 @@ in about the time it takes to read the spec.
 
 from __future__ import annotations
 
-import argparse
+from banditsweep.sweeps.options import SweepRequest
 import os
 from pathlib import Path
 
@@ -18,33 +18,30 @@ from banditsweep.workers import RAY_ADDRESS_FORMS, check_address, ray_address
 from banditsweep.workers import (TRACKING_URI_ENV_VAR, check_tracking_uri, database_in, given_tracking_uri,
                                           resolve_tracking_uri)
 
-# One absolute default for results, wherever `run` is started from: a Ray job runs in a temporary
-# copy of the submitted folder, so a relative default would write results there and lose them.
-RESULTS_ENV_VAR = "BANDITSWEEP_RESULTS"
-DEFAULT_RESULTS_ROOT = "~/banditsweep-results"
+from banditsweep.sweeps.options import DEFAULT_RESULTS_ROOT, RESULTS_ENV_VAR  # noqa: F401,E402 (API)
 
 # Commands that write under the results root (`status` only reads).
 WRITING_COMMANDS = ("run", "report", "sync-mlflow", "verify")
 
 
-def results_root(args: argparse.Namespace) -> Path:
+def results_root(args: SweepRequest) -> Path:
     """``--results``, else ``$BANDITSWEEP_RESULTS``, else ``~/banditsweep-results``; absolute."""
     chosen = args.results or os.environ.get(RESULTS_ENV_VAR) or DEFAULT_RESULTS_ROOT
     return Path(chosen).expanduser().resolve()
 
 
-def tracking_uri(args: argparse.Namespace) -> str:
+def tracking_uri(args: SweepRequest) -> str:
     """The MLflow store the command uses (workers.mirrors.mlflow.tracking_store.resolve_tracking_uri)."""
     return resolve_tracking_uri(args.mlflow_uri, results_root(args))
 
 
-def sink_options(args: argparse.Namespace, sweep: Sweep) -> dict[str, dict]:
+def sink_options(args: SweepRequest, sweep: Sweep) -> dict[str, dict]:
     """The sinks' own options (SinkContext.sink_options): MLflow's store, and what it gets of this
     sweep (``mlflow_runs``, ``auto`` by the sweep's size)."""
     return MLflowOptions(tracking_uri(args), run_mode(sweep.spec.mlflow_runs, len(sweep.trials))).sink_options()
 
 
-def check_sink_stores(args: argparse.Namespace, sinks: list[str]) -> None:
+def check_sink_stores(args: SweepRequest, sinks: list[str]) -> None:
     """Before a run starts, the stores of its sinks that a command line names are checked: MLflow's
     (a tracking server that does not answer, a SQLite file that is not a store) when the MLflow sink
     is among ``sinks``."""
@@ -52,18 +49,18 @@ def check_sink_stores(args: argparse.Namespace, sinks: list[str]) -> None:
         check_tracking_server(tracking_uri(args))
 
 
-def _results_source(args: argparse.Namespace) -> str:
+def _results_source(args: SweepRequest) -> str:
     if args.results:
         return "--results"
     return f"${RESULTS_ENV_VAR}" if os.environ.get(RESULTS_ENV_VAR) else f"results root {DEFAULT_RESULTS_ROOT}"
 
 
-def uses_mlflow(args: argparse.Namespace) -> bool:
+def uses_mlflow(args: SweepRequest) -> bool:
     return args.command in ("report", "sync-mlflow", "ui") or (
         args.command == "run" and [name.lower() for name in (args.sinks or [])] != ["none"])
 
 
-def check_arguments(args: argparse.Namespace) -> None:
+def check_arguments(args: SweepRequest) -> None:
     """Arguments found wrong before the spec is read or anything is written (exit 2)."""
     if args.results == "":
         raise InputError("--results: empty path; give the results directory, e.g. --results ~/banditsweep-results")
@@ -86,7 +83,7 @@ def check_arguments(args: argparse.Namespace) -> None:
             check_address(address, f"--address {show(address)}" if args.address else f"$RAY_ADDRESS={show(address)}")
 
 
-def check_sweep_folder(args: argparse.Namespace, sweep: Sweep) -> None:
+def check_sweep_folder(args: SweepRequest, sweep: Sweep) -> None:
     """``<results root>/<sweep>`` is a directory we may write to, if it exists, and does not hold
     the MLflow store."""
     folder = results_root(args) / sweep.name

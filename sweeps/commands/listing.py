@@ -4,7 +4,7 @@ and what the parameter does; then the result sinks and what can be sharded."""
 
 from __future__ import annotations
 
-import argparse
+from banditsweep.sweeps.options import ListRequest
 import sys
 import textwrap
 import types
@@ -130,7 +130,7 @@ HEADER = ("Each parameter: its allowed values (default: what an unset parameter 
           "then what it does. [..]: the interactions an algorithm runs on / an environment offers.")
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: ListRequest) -> int:
     algorithms, environments = registry.algorithm_names(), registry.environment_names()
     name = getattr(args, "name", None)
     if name is not None:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import argparse
+from banditsweep.sweeps.options import SweepRequest
 import os
 import signal
 import subprocess
@@ -19,7 +19,7 @@ from banditsweep.workers import MLFLOW_SINK, SinkContext
 from banditsweep.workers import check_tracking_server
 
 
-def sync(args: argparse.Namespace, sweep: Sweep) -> int:
+def sync(args: SweepRequest, sweep: Sweep) -> int:
     """Rebuild the MLflow runs the Parquet results have and MLflow lacks (idempotent)."""
     uri = tracking_uri(args)
     check_tracking_server(uri)
@@ -37,7 +37,7 @@ def sync(args: argparse.Namespace, sweep: Sweep) -> int:
     return 0
 
 
-def ui(args: argparse.Namespace, sweep: Sweep) -> int:
+def ui(args: SweepRequest, sweep: Sweep) -> int:
     """Start ``mlflow ui`` on loopback for the sweep's tracking store and say where to look."""
     uri = tracking_uri(args)
     if uri.startswith(("http://", "https://")):

@@ -4,7 +4,7 @@ this machine's CPUs, or on ``--workers N`` / ``--gpus N``."""
 
 from __future__ import annotations
 
-import argparse
+from banditsweep.sweeps.options import SweepRequest
 import os
 from dataclasses import dataclass
 
@@ -31,11 +31,11 @@ class PlanReport:
     exit_code: int = 0
 
 
-def main(args: argparse.Namespace, sweep: Sweep) -> int:
+def main(args: SweepRequest, sweep: Sweep) -> int:
     return execute(args, sweep).exit_code
 
 
-def execute(args: argparse.Namespace, sweep: Sweep) -> PlanReport:
+def execute(args: SweepRequest, sweep: Sweep) -> PlanReport:
     """The plan (what `banditsweep plan` and ``banditsweep.plan`` do), printing what the command prints."""
     for_slurm = getattr(args, "slurm", False)
     # First: a cluster the trials cannot run on is refused before anything.
@@ -68,7 +68,7 @@ def execute(args: argparse.Namespace, sweep: Sweep) -> PlanReport:
     return PlanReport(plan, sweep, done, dict(code.other))
 
 
-def workers(args: argparse.Namespace, sweep: Sweep) -> int:
+def workers(args: SweepRequest, sweep: Sweep) -> int:
     resources = sweep.spec.resources
     if args.gpus == 0 and (resources.gpus_per_trial or 0) > 0:
         raise SpecError("--gpus", "0", f"the spec's trials ask for {resources.gpus_per_trial:g} GPU(s) each "

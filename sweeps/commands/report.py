@@ -3,7 +3,7 @@ trials into ``<results root>/<sweep>/report/``, attached to the sweep's MLflow r
 
 from __future__ import annotations
 
-import argparse
+from banditsweep.sweeps.options import SweepRequest
 import sys
 
 from banditsweep.sweeps.commands import EXIT_INCONSISTENT
@@ -16,7 +16,7 @@ from banditsweep.workers import attach_report
 from banditsweep.workers import FAILED, InputError
 
 
-def main(args: argparse.Namespace, sweep: Sweep) -> int:
+def main(args: SweepRequest, sweep: Sweep) -> int:
     store = store_of(args, sweep)
     selection = selected_sweep(args, sweep, store)
     say_selection(selection)

@@ -8,7 +8,7 @@ left, the store and the sinks are brought up to date.
 
 from __future__ import annotations
 
-import argparse
+from banditsweep.sweeps.options import SweepRequest
 import json
 import os
 import shlex
@@ -62,11 +62,11 @@ class RunReport:
     failures: list = field(default_factory=list)   # the spec's failed trials' records (TrialRecord)
 
 
-def main(args: argparse.Namespace, sweep: Sweep) -> int:
+def main(args: SweepRequest, sweep: Sweep) -> int:
     return execute(args, sweep).exit_code
 
 
-def execute(args: argparse.Namespace, sweep: Sweep) -> RunReport:
+def execute(args: SweepRequest, sweep: Sweep) -> RunReport:
     """The run (what `banditsweep run` and ``banditsweep.run`` do), printing what the command prints."""
     data_dir = chosen_data_dir(args.data_dir)
     ensure_datasets_of_trials(args.spec, (trial.spec for trial in sweep.trials), data_dir)
@@ -100,7 +100,7 @@ def execute(args: argparse.Namespace, sweep: Sweep) -> RunReport:
     return report
 
 
-def chosen_sinks(args: argparse.Namespace, sweep: Sweep) -> list[str]:
+def chosen_sinks(args: SweepRequest, sweep: Sweep) -> list[str]:
     """--sink, else the spec's ``sinks:``, else the default; each must be a registered sink."""
     names = args.sinks or sweep.spec.sinks or list(DEFAULT_SINKS)
     if names == ["none"]:
@@ -117,7 +117,7 @@ def chosen_sinks(args: argparse.Namespace, sweep: Sweep) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def run_options(args: argparse.Namespace, sweep: Sweep, sinks: list[str], data_dir: Path | None) -> RunOptions:
+def run_options(args: SweepRequest, sweep: Sweep, sinks: list[str], data_dir: Path | None) -> RunOptions:
     resources = sweep.spec.resources
     plugins = os.environ.get(PLUGINS_ENV_VAR)
     return RunOptions(results_root=str(results_root(args)), sinks=sinks, sink_options=sink_options(args, sweep),
@@ -130,7 +130,7 @@ def run_options(args: argparse.Namespace, sweep: Sweep, sinks: list[str], data_d
                       settings=sweep_settings(args, sweep), shipped=shipped_classes())
 
 
-def sweep_settings(args: argparse.Namespace, sweep: Sweep) -> dict[str, str]:
+def sweep_settings(args: SweepRequest, sweep: Sweep) -> dict[str, str]:
     """What a run was asked to do, as the parent run's parameters: the spec's sweep-level values and
     the command line's overrides and selection (the trials' own values are on their runs)."""
     spec = sweep.spec
@@ -148,7 +148,7 @@ def sweep_settings(args: argparse.Namespace, sweep: Sweep) -> dict[str, str]:
             if value not in (None, "")}
 
 
-def run_locked(args: argparse.Namespace, sweep: Sweep, jobs: list[Job], options: RunOptions,
+def run_locked(args: SweepRequest, sweep: Sweep, jobs: list[Job], options: RunOptions,
                report: RunReport | None = None, final: bool = True) -> int:
     """With the sweep's folder locked: resume where the store stands, run, say how it went (and
     note it in ``report``); the exit code. ``final``: show the results and what to do next (not

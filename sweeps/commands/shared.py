@@ -4,7 +4,7 @@ command ends with."""
 
 from __future__ import annotations
 
-import argparse
+from banditsweep.sweeps.options import SweepRequest
 import sys
 
 from banditsweep.sweeps.commands.arguments import results_root
@@ -35,11 +35,11 @@ def jobs_of(sweep: Sweep) -> list[Job]:
     return [Job(spec=trial.spec, record=record_of(sweep, trial), shards=trial.shards) for trial in sweep.trials]
 
 
-def store_of(args: argparse.Namespace, sweep: Sweep) -> SweepStore:
+def store_of(args: SweepRequest, sweep: Sweep) -> SweepStore:
     return SweepStore.for_sweep(results_root(args), sweep.name)
 
 
-def selected_sweep(args: argparse.Namespace, sweep: Sweep, store: SweepStore) -> Selection:
+def selected_sweep(args: SweepRequest, sweep: Sweep, store: SweepStore) -> Selection:
     """The spec's trials as the store holds them: those of the command's --set, else those of the
     run whose --set planned what the store holds (sweeps.stored_runs)."""
     # The confirming trials of a spec's held-out stage are the spec's own, not another run's.

@@ -5,7 +5,7 @@ each other (exit 4 when not)."""
 
 from __future__ import annotations
 
-import argparse
+from banditsweep.sweeps.options import SweepRequest
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -37,11 +37,11 @@ class StatusReport:
     notes: list[str] = field(default_factory=list)
 
 
-def main(args: argparse.Namespace, sweep: Sweep) -> int:
+def main(args: SweepRequest, sweep: Sweep) -> int:
     return execute(args, sweep).exit_code
 
 
-def execute(args: argparse.Namespace, sweep: Sweep) -> StatusReport:
+def execute(args: SweepRequest, sweep: Sweep) -> StatusReport:
     """The status (what `banditsweep status` and ``banditsweep.status`` do), printing what the command prints."""
     store = store_of(args, sweep)
     selection = selected_sweep(args, sweep, store)

@@ -12,7 +12,7 @@ reproduces, 4 when one differs (each named with its first differing round and qu
 
 from __future__ import annotations
 
-import argparse
+from banditsweep.sweeps.options import SweepRequest
 import random
 import shutil
 import sys
@@ -33,7 +33,7 @@ from banditsweep.workers import SweepStore
 from banditsweep.workers import accepted_records, code_groups, compare_trial, draw_sample
 
 
-def main(args: argparse.Namespace, sweep: Sweep) -> int:
+def main(args: SweepRequest, sweep: Sweep) -> int:
     store = store_of(args, sweep)
     if not store.root.is_dir():
         raise InputError(f"{store.root}: no results of the sweep {sweep.name} here; nothing to verify "
@@ -45,7 +45,7 @@ def main(args: argparse.Namespace, sweep: Sweep) -> int:
         return _verify(args, sweep, store)
 
 
-def _verify(args: argparse.Namespace, sweep: Sweep, store: SweepStore) -> int:
+def _verify(args: SweepRequest, sweep: Sweep, store: SweepStore) -> int:
     jobs = jobs_of(sweep)
     health = store.verify(planned=[job.record.trial_id for job in jobs])
     say_health(health)
