@@ -13,22 +13,25 @@ is a path, YAML text, or the spec's data as a dict.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import io
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 import pandas as pd
 
+from banditsweep.sweeps.events import Collector, collecting
 from banditsweep.sweeps.options import REQUESTS, SweepRequest
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError
 from banditsweep.sweeps.spec_yaml import SpecText
 from banditsweep.workers import InputError
+
+if TYPE_CHECKING:   # heavy (numpy, core): imported where a command runs
+    from banditsweep.sweeps.plan import SweepPlan
+    from banditsweep.workers import StatusSummary
 
 __all__ = ["PlanResult", "RunResult", "StatusResult", "plan", "register_algorithm", "register_environment",
            "run", "status"]
@@ -129,6 +132,12 @@ class RunResult(_SweepResults):
     exit_code: int
     failures: list = field(default_factory=list, repr=False)
     _planned: Sweep = field(default=None, repr=False)
+    output: Collector = field(default_factory=Collector, repr=False)   # what the command said, line by line
+
+    @property
+    def warnings(self) -> list[str]:
+        """The run's warnings and failed trials' lines, as the command line shows them on stderr."""
+        return self.output.warnings
 
     @property
     def ok(self) -> bool:
@@ -154,7 +163,8 @@ class PlanResult:
     done: int
     other_code: dict[str, list[str]]
     lines: list[str] = field(repr=False)
-    plan: Any = field(default=None, repr=False)   # the sweeps.plan.SweepPlan
+    plan: SweepPlan | None = field(default=None, repr=False)
+    output: Collector = field(default_factory=Collector, repr=False)   # what the command said, line by line
 
     def __str__(self) -> str:
         return "\n".join(self.lines)
@@ -175,8 +185,9 @@ class StatusResult(_SweepResults):
     problems: list[str]
     notes: list[str]
     exit_code: int
-    summary: Any = field(default=None, repr=False)   # workers.storage.status_counts.StatusSummary
+    summary: StatusSummary | None = field(default=None, repr=False)
     _planned: Sweep = field(default=None, repr=False)
+    output: Collector = field(default_factory=Collector, repr=False)   # what the command said, line by line
 
     def count(self, what: str) -> int:
         """The spec's trials that are ``what``: done, failed, running, pending or other_code."""
@@ -219,11 +230,11 @@ def run(spec, *, results=None, mlflow_uri: str | None = None, sinks=None, overri
                       max_workers=max_workers, retry_failed=bool(retry_failed), rerun_changed=bool(rerun_changed),
                       keep_changed=bool(keep_changed), data_dir=_path("data_dir", data_dir), sinks=_sinks(sinks),
                       no_progress=not progress or quiet)
-    with _output(quiet):
+    with collecting(quiet) as output:
         report = _execute(command, args)
     return RunResult(report.sweep.name, report.store_root, report.total, report.finished_before,
                      report.failed_before, report.ran, report.finished, report.failed, report.seconds,
-                     report.workers, report.device, report.exit_code, report.failures, report.sweep)
+                     report.workers, report.device, report.exit_code, report.failures, report.sweep, output)
 
 
 def plan(spec, *, results=None, mlflow_uri: str | None = None, overrides=None, only=None, data_dir=None,
@@ -236,7 +247,7 @@ def plan(spec, *, results=None, mlflow_uri: str | None = None, overrides=None, o
 
     args = _arguments("plan", spec, results, mlflow_uri, overrides, only, data_dir=_path("data_dir", data_dir),
                       workers=workers, gpus=gpus, probe_seconds=probe_seconds)
-    with _output(quiet):
+    with collecting(quiet) as output:
         report = _execute(command, args)
     found = report.plan
     cells = pd.DataFrame([{"algorithm": cell.label, "environment": cell.environment, "horizon": cell.horizon,
@@ -248,7 +259,7 @@ def plan(spec, *, results=None, mlflow_uri: str | None = None, overrides=None, o
                                   "seconds", "memory_bytes", "gpus_per_trial", "source"])
     return PlanResult(report.sweep.name, cells, found.trials, found.trial_rounds, found.serial_seconds,
                       found.wall_seconds, found.workers, found.unknown, len(report.done), report.other_code,
-                      found.lines(), found)
+                      found.lines(), found, output)
 
 
 def status(spec, *, results=None, mlflow_uri: str | None = None, overrides=None, only=None,
@@ -260,7 +271,7 @@ def status(spec, *, results=None, mlflow_uri: str | None = None, overrides=None,
     from banditsweep.sweeps.commands import status as command
 
     args = _arguments("status", spec, results, mlflow_uri, overrides, only)
-    with _output(quiet):
+    with collecting(quiet) as output:
         report = _execute(command, args)
     summary = report.summary
     cells = pd.DataFrame([asdict(cell) for cell in summary.cells],
@@ -270,7 +281,7 @@ def status(spec, *, results=None, mlflow_uri: str | None = None, overrides=None,
                         None if consistency is None else not summary.inconsistent,
                         [] if consistency is None else list(consistency.problems),
                         report.notes + ([] if consistency is None else list(consistency.notes)),
-                        report.exit_code, summary, report.sweep)
+                        report.exit_code, summary, report.sweep, output)
 
 
 # ---- registering classes defined here -----------------------------------------------------------
@@ -354,15 +365,6 @@ def _execute(command, args: SweepRequest):
     from banditsweep.sweeps.cli import prepare
 
     return command.execute(args, prepare(args))
-
-
-@contextlib.contextmanager
-def _output(quiet: bool):
-    if not quiet:
-        yield
-        return
-    with contextlib.redirect_stdout(io.StringIO()):
-        yield
 
 
 def _text(name: str, value) -> str | None:

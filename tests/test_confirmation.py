@@ -25,9 +25,16 @@ SPEC = {
 }
 
 
-def test_the_chosen_grid_point_runs_on_fresh_seeds_and_is_judged_there(tmp_path):
+def test_the_chosen_grid_point_runs_on_fresh_seeds_and_is_judged_there(tmp_path, capsys):
     result = banditsweep.run(SPEC, results=tmp_path, sinks="none", quiet=True, max_workers=2)
     assert result.ok and result.ran == 8 + 2 * 3 and result.total == 14
+    # Quiet: nothing printed, everything said kept as data (sweeps.events), the stage's line included.
+    printed = capsys.readouterr()
+    assert printed.out == "" and printed.err == ""
+    assert any(line.startswith("held-out stage: the chosen grid point of each of the 2 cells") for _, line in
+               result.output.lines)
+    assert "The grid points were chosen on seeds 0, 1 and are judged on fresh seeds 2, 3, 4" in result.output.notes
+    assert result.warnings == []
     trials, _ = banditsweep.load(tmp_path, "held_out")
     linucb = trials[trials["label"] == "LinUCB"]
     # The choice, recomputed here: the lowest mean over seeds 0 and 1 (ties to the grid's first).
@@ -50,8 +57,10 @@ def test_the_chosen_grid_point_runs_on_fresh_seeds_and_is_judged_there(tmp_path)
     assert pair["n"] == 3 and pair["candidates_a"] == 3 and pair["candidates_b"] == 1
 
     # Run again: nothing left; the report judges the same store the same way, and says how.
-    again = banditsweep.run(SPEC, results=tmp_path, sinks="none", quiet=True)
+    again = banditsweep.run(SPEC, results=tmp_path, sinks="none")   # not quiet: shown and kept alike
     assert again.ran == 0 and again.finished_before == 14
+    shown = capsys.readouterr().out
+    assert shown.splitlines() == [line for stream, line in again.output.lines if stream == "out"]
     spec_file = tmp_path / "held_out.yaml"
     spec_file.write_text(banditsweep_yaml(SPEC))
     assert main(["report", str(spec_file), "--results", str(tmp_path), "--mlflow-uri",

@@ -4,6 +4,7 @@ and what the parameter does; then the result sinks and what can be sharded."""
 
 from __future__ import annotations
 
+from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import ListRequest
 import sys
 import textwrap
@@ -135,14 +136,14 @@ def main(args: ListRequest) -> int:
     name = getattr(args, "name", None)
     if name is not None:
         if name not in algorithms and name not in environments:
-            print(f"error: banditsweep list: unknown algorithm or environment kind {show(name)}"
+            say(f"error: banditsweep list: unknown algorithm or environment kind {show(name)}"
                   f"{did_you_mean(name, [*algorithms, *environments])}; "
                   f"algorithms: {', '.join(algorithms)}; environment kinds: {', '.join(environments)}",
                   file=sys.stderr)
             return EXIT_BAD_INPUT
         lines = [*(_algorithm(name) if name in algorithms else []),
                  *(_environment(name) if name in environments else [])]
-        print("\n".join(lines).rstrip())
+        say("\n".join(lines).rstrip())
         return 0
     lines = [*textwrap.wrap(HEADER, WIDTH), "", "ALGORITHMS (a spec's algorithms[].name; its params and grid)", ""]
     for name in algorithms:
@@ -153,5 +154,5 @@ def main(args: ListRequest) -> int:
     lines += textwrap.wrap(f"Result sinks (default: {', '.join(DEFAULT_SINKS)}): {', '.join(sink_names())}", WIDTH)
     lines += textwrap.wrap(f"Sharded trials (shards: N or shard_points: P on an environment or algorithm entry): "
                            f"{', '.join(shardable_algorithms())} on {', '.join(shardable_environments())}", WIDTH)
-    print("\n".join(lines))
+    say("\n".join(lines))
     return 0

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import SweepRequest
 import os
 import signal
@@ -28,11 +29,11 @@ def sync(args: SweepRequest, sweep: Sweep) -> int:
         caught = catch_up(store, [MLFLOW_SINK], SinkContext(sweep.name, str(results_root(args)), command="sync-mlflow",
                                                             sink_options=sink_options(args, sweep)))
     if not caught.sinks:
-        print(f"error: {caught.warnings[0]}", file=sys.stderr)
+        say(f"error: {caught.warnings[0]}", file=sys.stderr)
         return EXIT_FAILED_TRIALS
     for warning in caught.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(f"{sweep.name}: {caught.trials} trials in the Parquet results; {caught.rebuilt_runs} MLflow runs "
+        say(f"warning: {warning}", file=sys.stderr)
+    say(f"{sweep.name}: {caught.trials} trials in the Parquet results; {caught.rebuilt_runs} MLflow runs "
           f"rebuilt, {caught.deleted_runs} stale runs deleted" + "".join(f"; {note}" for note in caught.notes))
     return 0
 
@@ -41,14 +42,14 @@ def ui(args: SweepRequest, sweep: Sweep) -> int:
     """Start ``mlflow ui`` on loopback for the sweep's tracking store and say where to look."""
     uri = tracking_uri(args)
     if uri.startswith(("http://", "https://")):
-        print(f"{sweep.name}: the tracking server at {uri} serves the UI itself: open {uri}")
+        say(f"{sweep.name}: the tracking server at {uri} serves the UI itself: open {uri}")
         return 0
     url = f"http://127.0.0.1:{args.port}"
     experiment, note = experiment_of(uri, sweep.name)
     if note:
-        print(f"warning: {note}", file=sys.stderr)
+        say(f"warning: {note}", file=sys.stderr)
     where = f"{url}/#/experiments/{experiment}/runs" if experiment else url
-    print(f"{sweep.name}: MLflow UI of {uri} at {where} (the \"Model training\" view shows the "
+    say(f"{sweep.name}: MLflow UI of {uri} at {where} (the \"Model training\" view shows the "
           "regret curves; runs with the same `group` tag are the seeds of one cell). Ctrl-C stops it.", flush=True)
     # One worker process: a UI for one user needs no more, and uvicorn's supervisor of several kills a
     # worker that is slow to answer its health check, over and over on a loaded machine (the UI never up).
@@ -58,7 +59,7 @@ def ui(args: SweepRequest, sweep: Sweep) -> int:
     try:
         return server.wait()
     except KeyboardInterrupt:   # Ctrl-C or SIGTERM: the way to stop the UI
-        print(f"{sweep.name}: MLflow UI stopped", file=sys.stderr)
+        say(f"{sweep.name}: MLflow UI stopped", file=sys.stderr)
         return 0
     finally:
         _end_group(server)

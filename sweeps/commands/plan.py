@@ -4,6 +4,7 @@ this machine's CPUs, or on ``--workers N`` / ``--gpus N``."""
 
 from __future__ import annotations
 
+from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import SweepRequest
 import os
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ def execute(args: SweepRequest, sweep: Sweep) -> PlanReport:
     store = store_of(args, sweep)
     sweep, stage = with_costed_confirmation(sweep, store)
     if stage is not None:
-        print(describe(stage) + ("; costed below at each waiting cell's first grid point" if stage.waiting else ""))
+        say(describe(stage) + ("; costed below at each waiting cell's first grid point" if stage.waiting else ""))
     records = store.journal() if store.root.exists() else {}
     code = compare_code(((trial.spec, f"{trial.label} | {trial.environment}") for trial in sweep.trials), records)
     # Trials computed by other code are not done: `run` runs them again by default.
@@ -53,18 +54,18 @@ def execute(args: SweepRequest, sweep: Sweep) -> PlanReport:
     with data_directory(data_dir):
         plan = plan_sweep(sweep, trials_at_once, records, args.probe_seconds, done)
     for line in plan.lines():
-        print(line)
+        say(line)
     if done:
-        print(f"({len(done)} trials of the spec are finished in {store.root} and left out)")
+        say(f"({len(done)} trials of the spec are finished in {store.root} and left out)")
     if code.other:
         seconds = sum(records[trial_id].wall_seconds or 0.0 for trial_id in code.other)
-        print(f"(of the trials to run, {code.other_code_line()}; re-running them is about {duration(seconds)} of "
+        say(f"(of the trials to run, {code.other_code_line()}; re-running them is about {duration(seconds)} of "
               f"trial time, {duration(seconds / max(1, trials_at_once))} on {trials_at_once} worker(s), as they "
               "took; `run --keep-changed` keeps them instead)")
     if code.unknown:
-        print(f"(note: {code.unknown_line()})")
+        say(f"(note: {code.unknown_line()})")
     for line in slurm.sbatch_lines(args, sweep, plan) if for_slurm else []:
-        print(line)
+        say(line)
     return PlanReport(plan, sweep, done, dict(code.other))
 
 

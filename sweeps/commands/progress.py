@@ -12,6 +12,7 @@ import time
 
 from tqdm import tqdm
 
+from banditsweep.sweeps.events import say
 from banditsweep.workers import Progress
 
 # Seconds without a placed actor before `run --no-progress` says it is waiting for nodes (starting
@@ -44,7 +45,7 @@ class ProgressDisplay:
                 if self.bar is not None:
                     self.bar.write(message)
                 else:   # flushed: piped to a log, a line the run says now must not wait for a full buffer
-                    print(message, flush=True)
+                    say(message, flush=True)
         if self.log_lines:
             self._log_line(progress)
         if self.bar is None:
@@ -75,7 +76,7 @@ class ProgressDisplay:
         rate = ended / elapsed if elapsed > 0 else 0.0
         left = f", ~{_duration((self.total - ended) / rate)} left" if rate > 0 and ended < self.total else ""
         waiting = f", waiting for {progress.waiting_actors} {progress.device} actor(s)" if progress.waiting_actors else ""
-        print(f"{self.name}: {ended}/{self.total} trials ({progress.done} done, {progress.failed} failed), "
+        say(f"{self.name}: {ended}/{self.total} trials ({progress.done} done, {progress.failed} failed), "
               f"{progress.running} running on {progress.actors} actor(s){waiting}; {_duration(elapsed)} elapsed"
               f"{f', {rate * 60:.1f} trials/min' if rate > 0 else ''}{left}", file=sys.stderr, flush=True)
 
@@ -88,7 +89,7 @@ class ProgressDisplay:
             self.waiting_since = time.monotonic()
         if time.monotonic() - self.waiting_since > WAIT_NOTICE_SECONDS and self.said_waiting != waiting:
             self.said_waiting = waiting
-            print(f"waiting for {waiting} {progress.device} actor(s): " + (
+            say(f"waiting for {waiting} {progress.device} actor(s): " + (
                 "no node can place them yet" if progress.unplaced_actors else
                 "placed, still starting (each is a new worker process)"), flush=True)
 

@@ -3,6 +3,7 @@ trials into ``<results root>/<sweep>/report/``, attached to the sweep's MLflow r
 
 from __future__ import annotations
 
+from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import SweepRequest
 import sys
 
@@ -35,26 +36,26 @@ def main(args: SweepRequest, sweep: Sweep) -> int:
                                   choose_on_seeds=args.choose_on_seeds, same_seeds=args.same_seeds,
                                   choosing_seeds=sweep.spec.seed_list, confirm_seeds=sweep.spec.confirm_seeds)
     if how == "default":
-        print(f"note: {summary.chosen} (held out by default; --same-seeds chooses and judges on every seed, "
+        say(f"note: {summary.chosen} (held out by default; --same-seeds chooses and judges on every seed, "
               f"an optimistic reading)")
     elif how == "confirm":
-        print(f"note: {summary.chosen} (the spec's held-out stage, confirm:)")
+        say(f"note: {summary.chosen} (the spec's held-out stage, confirm:)")
     files = write_report(store, summary, sweep.name, band=args.band)
     run_id, note = attach_report(tracking_uri(args), str(results_root(args)), sweep.name, store.report_dir)
     if note:
-        print(f"warning: {note}", file=sys.stderr)
-    print(f"Mean final cumulative regret ({sweep.name}, {len(trials)} finished trials):")
-    print(markdown_table(summary.mean, 1, marks=summary.marks))
-    print(f"\nStandard deviation:\n{markdown_table(summary.std, 2, marks=summary.marks)}")
+        say(f"warning: {note}", file=sys.stderr)
+    say(f"Mean final cumulative regret ({sweep.name}, {len(trials)} finished trials):")
+    say(markdown_table(summary.mean, 1, marks=summary.marks))
+    say(f"\nStandard deviation:\n{markdown_table(summary.std, 2, marks=summary.marks)}")
     for note in summary.notes:
-        print(f"note: {note}")
+        say(f"note: {note}")
     say_code_notes(summary)
-    print(f"\nwrote {len(files)} files to {store.report_dir}"
+    say(f"\nwrote {len(files)} files to {store.report_dir}"
           + (f"; logged to MLflow run {run_id}" if run_id else ""))
     if health is not None and not health.ok:
         # Written, but without what the damaged or lost files held: a script that goes on to publish
         # it must be told, as `status` tells it.
-        print(f"incomplete: the report leaves out the trials of the damaged or lost result files named above; "
+        say(f"incomplete: the report leaves out the trials of the damaged or lost result files named above; "
               f"`banditsweep run {args.spec}` runs them again, then `report`", file=sys.stderr)
         return EXIT_INCONSISTENT
     return 0

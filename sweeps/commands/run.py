@@ -8,6 +8,7 @@ left, the store and the sinks are brought up to date.
 
 from __future__ import annotations
 
+from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import SweepRequest
 import json
 import os
@@ -88,7 +89,7 @@ def execute(args: SweepRequest, sweep: Sweep) -> RunReport:
         # now have a chosen grid point to run on the fresh seeds.
         again, stage = with_confirmation(sweep, store)
         if len(again.trials) > len(planned.trials):
-            print(f"\n{describe(stage)}")
+            say(f"\n{describe(stage)}")
             first = (report.ran, report.finished, report.failed, report.seconds)
             code = run_locked(args, again, jobs_of(again), options, report)
             report.exit_code = max(report.exit_code, code)
@@ -96,7 +97,7 @@ def execute(args: SweepRequest, sweep: Sweep) -> RunReport:
                 a + b for a, b in zip(first, (report.ran, report.finished, report.failed, report.seconds)))
             report.sweep = again
         elif stage.waiting:
-            print(f"note: {describe(stage)}")
+            say(f"note: {describe(stage)}")
     return report
 
 
@@ -158,7 +159,7 @@ def run_locked(args: SweepRequest, sweep: Sweep, jobs: list[Job], options: RunOp
                        KEEP if args.keep_changed else RERUN_ALL if args.rerun_changed else RERUN)
     say_health(plan.health)
     selected = f" (selected by {sweep.selected_by})" if sweep.selected_by else ""
-    print(f"{sweep.name}: {plan.total} trials{selected}, {plan.finished} finished, {plan.failed} failed, "
+    say(f"{sweep.name}: {plan.total} trials{selected}, {plan.finished} finished, {plan.failed} failed, "
           f"{len(plan.pending)} to run")
     say_code(plan.code, plan.rerun_changed, plan.rerun_unknown)
     report = report or RunReport(0, sweep, store.root, plan.total)
@@ -167,9 +168,9 @@ def run_locked(args: SweepRequest, sweep: Sweep, jobs: list[Job], options: RunOp
         caught = catch_up(store, options.sinks, SinkContext(sweep.name, options.results_root,
                                                             sink_options=options.sink_options))
         for warning in caught.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
+            say(f"warning: {warning}", file=sys.stderr)
         if caught.rebuilt_runs:
-            print(f"restored {caught.rebuilt_runs} MLflow runs from the Parquet results")
+            say(f"restored {caught.rebuilt_runs} MLflow runs from the Parquet results")
         print_results(store, sweep)
         report.failures = failed_records(store, [job.record.trial_id for job in jobs]) if plan.failed else []
         return EXIT_FAILED_TRIALS if plan.failed else 0
@@ -183,16 +184,16 @@ def run_locked(args: SweepRequest, sweep: Sweep, jobs: list[Job], options: RunOp
     finally:
         display.close()
     sharded = f" and {outcome.sharded} sharded trial(s) over shard actors" if outcome.sharded else ""
-    print(f"{outcome.finished} finished, {outcome.failed} failed in {outcome.seconds:.1f} s "
+    say(f"{outcome.finished} finished, {outcome.failed} failed in {outcome.seconds:.1f} s "
           f"on {outcome.workers} {outcome.device} worker(s){sharded}"
           + "".join(f"; {note}" for note in outcome.mirror.notes))
     for error in outcome.mirror.errors[:5]:
-        print(f"warning: result sink: {error}", file=sys.stderr)
+        say(f"warning: result sink: {error}", file=sys.stderr)
     for note in outcome.notes:
-        print(f"warning: {note}", file=sys.stderr)
+        say(f"warning: {note}", file=sys.stderr)
     report.ran, report.finished, report.failed = len(plan.pending), outcome.finished, outcome.failed
     report.seconds, report.workers, report.device = outcome.seconds, outcome.workers, outcome.device
-    print(f"results: {store.root}")
+    say(f"results: {store.root}")
     if not final:
         return EXIT_FAILED_TRIALS if outcome.failed else 0
     print_results(store, sweep)
@@ -201,16 +202,16 @@ def run_locked(args: SweepRequest, sweep: Sweep, jobs: list[Job], options: RunOp
                         *(("--set", item) for item in args.overrides or []),
                         *(("--only", item) for item in args.selectors or [])] if value is not None)
     if isinstance(args.spec, SpecText):   # given in Python: no file for the commands to name
-        print(f"\nnext: the result's .statistics and .plot(); "
+        say(f"\nnext: the result's .statistics and .plot(); "
               f"`trials, curves = banditsweep.load({options.results_root!r}, {sweep.name!r})`")
     else:
-        print(f"\nnext: `banditsweep report {shlex.quote(args.spec)}{repeated}` for tables and figures, "
+        say(f"\nnext: `banditsweep report {shlex.quote(args.spec)}{repeated}` for tables and figures, "
               f"`banditsweep ui {shlex.quote(args.spec)}{repeated}` to compare runs in MLflow; in Python: "
               f"`trials, curves = banditsweep.load({options.results_root!r}, {sweep.name!r})`")
     failures = failed_records(store, [job.record.trial_id for job in jobs])
     for record in failures[:5]:
         # One line each, whatever the record holds (an exception's message may span lines).
-        print(one_line(f"failed: {record.label} | {record.environment} | seed {record.seed}: {record.error}", 500),
+        say(one_line(f"failed: {record.label} | {record.environment} | seed {record.seed}: {record.error}", 500),
               file=sys.stderr)
     report.failures = failures
     return EXIT_FAILED_TRIALS if failures else 0
@@ -243,7 +244,7 @@ def say_estimate(sweep: Sweep, store, pending: list[Job], options: RunOptions) -
     measured = {(r.label, r.environment, r.horizon) for r in records.values() if r.status == "finished"}
     unmeasured = {(t.label, t.environment, t.spec.horizon) for t in sweep.trials if t.trial_id in wanted} - measured
     if len(unmeasured) > RUN_PROBE_CELLS:
-        print(f"estimate: `banditsweep plan {shlex.quote(options.spec_path)}` times its {len(unmeasured)} cells")
+        say(f"estimate: `banditsweep plan {shlex.quote(options.spec_path)}` times its {len(unmeasured)} cells")
         return
     cpus = len(os.sched_getaffinity(0)) if options.address is None else 0
     workers = options.max_workers or (default_workers(cpus, options.cpus_per_trial) if cpus else 0)
@@ -252,12 +253,12 @@ def say_estimate(sweep: Sweep, store, pending: list[Job], options: RunOptions) -
     where = f"on {workers} worker(s)" if workers else "of one core (the cluster's size is not known yet)"
     seconds = estimate.wall_seconds if workers else estimate.serial_seconds
     unknown = f" ({estimate.unknown} cell(s) not estimated)" if estimate.unknown else ""
-    print(f"estimate: the trials take about {duration(seconds)} {where}{unknown}, plus Ray's start "
+    say(f"estimate: the trials take about {duration(seconds)} {where}{unknown}, plus Ray's start "
           "(`banditsweep plan` for the breakdown)")
     for line in time_limit_notes(estimate, sweep.spec.checkpoint_every):   # inside a Slurm job
-        print(line, file=sys.stderr)
+        say(line, file=sys.stderr)
     if seconds > LONG_RUN_SECONDS:
-        print(f"note: a long run ({duration(seconds)}); --set horizon=... / --set seeds=... cut it down, and "
+        say(f"note: a long run ({duration(seconds)}); --set horizon=... / --set seeds=... cut it down, and "
               "an interrupted run resumes where it stopped")
 
 

@@ -4,6 +4,7 @@ command ends with."""
 
 from __future__ import annotations
 
+from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import SweepRequest
 import sys
 
@@ -57,9 +58,9 @@ def selected_sweep(args: SweepRequest, sweep: Sweep, store: SweepStore) -> Selec
 
 def say_selection(selection: Selection) -> None:
     for warning in selection.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        say(f"warning: {warning}", file=sys.stderr)
     for note in selection.notes:
-        print(f"note: {note}")
+        say(f"note: {note}")
 
 
 def say_health(health: StoreHealth | None) -> None:
@@ -67,9 +68,9 @@ def say_health(health: StoreHealth | None) -> None:
     if health is None:
         return
     for line in health.quarantined:
-        print(f"warning: damaged result file {line}", file=sys.stderr)
+        say(f"warning: damaged result file {line}", file=sys.stderr)
     if health.missing_results:
-        print(f"warning: {len(health.missing_results)} finished trial(s) have lost their per-round results; "
+        say(f"warning: {len(health.missing_results)} finished trial(s) have lost their per-round results; "
               "`run` runs them again", file=sys.stderr)
 
 
@@ -91,19 +92,19 @@ def say_code_findings(code, other: str, unknown: str) -> None:
     """The finished trials computed by other code (and ``other``: what is done about them), those of
     code unknown (and ``unknown``), and the code that cannot be digested."""
     if code.other:
-        print(f"note: {code.other_code_line()}; {other}")
+        say(f"note: {code.other_code_line()}; {other}")
     if code.unknown:
-        print(f"note: {code.unknown_line()}; {unknown}")
+        say(f"note: {code.unknown_line()}; {unknown}")
     for line in code.undigestable_lines():
-        print(f"warning: {line}", file=sys.stderr)
+        say(f"warning: {line}", file=sys.stderr)
 
 
 def say_code_notes(summary) -> None:
     """The legend of the cells marked for their code, and which modules they concern."""
     for mark in sorted({c for value in summary.marks.values() for c in value}):
-        print(f"{CODE_LEGEND[mark]}")
+        say(f"{CODE_LEGEND[mark]}")
     for note in summary.code_notes:
-        print(f"code: {note}")
+        say(f"code: {note}")
 
 
 def summary_of(store: SweepStore, sweep: Sweep):
@@ -120,12 +121,12 @@ def summary_of(store: SweepStore, sweep: Sweep):
 def print_results(store: SweepStore, sweep: Sweep) -> None:
     summary = summary_of(store, sweep)
     if summary is None:
-        print("no finished trials yet")
+        say("no finished trials yet")
         return
-    print(f"\nMean final cumulative regret (best grid point per cell, {sweep.name}):")
-    print(markdown_table(summary.mean, 1, marks=summary.marks))
+    say(f"\nMean final cumulative regret (best grid point per cell, {sweep.name}):")
+    say(markdown_table(summary.mean, 1, marks=summary.marks))
     if summary.chosen != ONE_POINT:
-        print(f"note: {summary.chosen}")
+        say(f"note: {summary.chosen}")
     for note in summary.notes:
-        print(f"note: {note}")
+        say(f"note: {note}")
     say_code_notes(summary)

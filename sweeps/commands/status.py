@@ -5,6 +5,7 @@ each other (exit 4 when not)."""
 
 from __future__ import annotations
 
+from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import SweepRequest
 import sys
 import time
@@ -50,28 +51,28 @@ def execute(args: SweepRequest, sweep: Sweep) -> StatusReport:
     summary = status_summary(store, jobs_of(sweep))
     say_health(summary.health)
     if summary.live_warning:
-        print(f"warning: {summary.live_warning}", file=sys.stderr)
+        say(f"warning: {summary.live_warning}", file=sys.stderr)
     cells = pd.DataFrame([asdict(cell) for cell in summary.cells])
     if not summary.running_now:
         cells = cells.drop(columns="running")
     if not summary.total("other_code"):
         cells = cells.drop(columns="other_code")
-    print(markdown_table(cells.rename(columns={"other_code": "other code"}), index=False))
+    say(markdown_table(cells.rename(columns={"other_code": "other code"}), index=False))
     running = f"{summary.total('running')} running, " if summary.running_now else ""
     other = f"{summary.total('other_code')} by other code, " if summary.total("other_code") else ""
     selected = f" (selected by {sweep.selected_by})" if sweep.selected_by else ""
-    print(f"\n{sweep.name}: {len(sweep.trials)} trials{selected}: {summary.total('done')} done, {other}"
+    say(f"\n{sweep.name}: {len(sweep.trials)} trials{selected}: {summary.total('done')} done, {other}"
           f"{summary.total('failed')} failed, {running}{summary.total('pending')} pending")
     say_code_state(summary.code)
     say_live(summary)
     report = StatusReport(0, sweep, store.root, summary, list(selection.notes))
     if summary.consistency is None:
         return report
-    print(f"verified: {summary.consistency.summary()}")
+    say(f"verified: {summary.consistency.summary()}")
     for note in summary.consistency.notes:
-        print(f"note: {note}")
+        say(f"note: {note}")
     for problem in summary.consistency.problems:
-        print(f"inconsistent: {problem}", file=sys.stderr)
+        say(f"inconsistent: {problem}", file=sys.stderr)
     report.exit_code = EXIT_INCONSISTENT if summary.inconsistent else 0
     return report
 
@@ -91,23 +92,23 @@ def say_live(summary: StatusSummary) -> None:
     now = time.time()
     driver = f"driver pid {live.pid} on host {live.host}"
     if live.ended:
-        print(f"running: none (the last run, {driver}, ended {_ago(now - live.ended_at)} ago: {live.status})")
+        say(f"running: none (the last run, {driver}, ended {_ago(now - live.ended_at)} ago: {live.status})")
         return
     if live.stale(now):
-        print(f"warning: running.json: the run's {driver} last wrote {_ago(live.age(now))} ago (a live one writes "
+        say(f"warning: running.json: the run's {driver} last wrote {_ago(live.age(now))} ago (a live one writes "
               f"every few seconds; over {STALE_SECONDS:.0f} s): it is probably gone (killed, or its machine lost); "
               f"its {live.running} trial(s) listed as running are not counted as running", file=sys.stderr)
         return
     counts = (f"; this run: {live.done} of {live.total} done, {live.failed} failed"
               if None not in (live.done, live.total, live.failed) else "")
-    print(f"running: {live.running} (driver pid {live.pid} on host {live.host}, updated {_ago(live.age(now))} ago"
+    say(f"running: {live.running} (driver pid {live.pid} on host {live.host}, updated {_ago(live.age(now))} ago"
           f"{counts})")
     shown = _batches(live.trials)[:LISTED]
     for group in shown:
-        print(f"  {_line(group, now)}")
+        say(f"  {_line(group, now)}")
     rest = live.running - sum(len(group) for group in shown)
     if rest > 0:
-        print(f"  and {rest} more running trial(s)")
+        say(f"  and {rest} more running trial(s)")
 
 
 def _batches(trials: list[LiveTrial]) -> list[list[LiveTrial]]:

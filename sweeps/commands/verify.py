@@ -12,6 +12,7 @@ reproduces, 4 when one differs (each named with its first differing round and qu
 
 from __future__ import annotations
 
+from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import SweepRequest
 import random
 import shutil
@@ -62,7 +63,7 @@ def _verify(args: SweepRequest, sweep: Sweep, store: SweepStore) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     sample = draw_sample(groups, args.sample, seed, {r.trial_id: r.wall_seconds for r in records},
                          args.max_trial_seconds)
-    print(f"verify: re-running {len(sample)} of {len(finished)} finished trials on today's code ({len(groups)} code "
+    say(f"verify: re-running {len(sample)} of {len(finished)} finished trials on today's code ({len(groups)} code "
           f"version(s); sample seed {seed}: `--seed {seed}` draws the same sample)")
     wanted = set(sample)
     to_run = [job for job in finished if job.record.trial_id in wanted]
@@ -90,8 +91,8 @@ def _verify(args: SweepRequest, sweep: Sweep, store: SweepStore) -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     for difference in differences.values():
-        print(difference.line(), file=sys.stderr)
-    print(f"reproduced {len(sample) - len(differences)} of {len(sample)} (sample seed {seed})")
+        say(difference.line(), file=sys.stderr)
+    say(f"reproduced {len(sample) - len(differences)} of {len(sample)} (sample seed {seed})")
     if args.accept:
         _accept(store, groups, records, current, sample, differences, seed)
     return EXIT_INCONSISTENT if differences else 0
@@ -116,10 +117,10 @@ def _accept(store: SweepStore, groups, records, current, sample, differences, se
     if stamped:
         store.write_outcomes([TrialOutcome(record) for record in stamped])
         store.write_trials_table(list(store.journal().values()))
-        print(f"accepted: {len(stamped)} finished trial(s) computed by other code are stamped as computed by "
+        say(f"accepted: {len(stamped)} finished trial(s) computed by other code are stamped as computed by "
               f"today's code (each names the digest it was computed by, its code version's sampled trials and "
               f"the sample seed {seed})")
     elif not refused:
-        print("accepted: nothing to stamp (every finished trial was computed by today's code)")
+        say("accepted: nothing to stamp (every finished trial was computed by today's code)")
     for line in refused:
-        print(f"not accepted: {line}", file=sys.stderr)
+        say(f"not accepted: {line}", file=sys.stderr)
