@@ -6,10 +6,11 @@ in about the time it takes to read the spec.
 
 from __future__ import annotations
 
-from banditsweep.sweeps.options import SweepRequest
 import os
 from pathlib import Path
 
+from banditsweep.sweeps.options import SweepRequest
+from banditsweep.sweeps.options import DEFAULT_RESULTS_ROOT, RESULTS_ENV_VAR  # noqa: F401,E402 (API)
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError, show
 from banditsweep.workers import InputError, MLFLOW_SINK, MLflowOptions, check_tracking_server, run_mode
@@ -18,7 +19,6 @@ from banditsweep.workers import RAY_ADDRESS_FORMS, check_address, ray_address
 from banditsweep.workers import (TRACKING_URI_ENV_VAR, check_tracking_uri, database_in, given_tracking_uri,
                                           resolve_tracking_uri)
 
-from banditsweep.sweeps.options import DEFAULT_RESULTS_ROOT, RESULTS_ENV_VAR  # noqa: F401,E402 (API)
 
 # Commands that write under the results root (`status` only reads).
 WRITING_COMMANDS = ("run", "report", "sync-mlflow", "verify")

@@ -4,8 +4,6 @@ and what the parameter does; then the result sinks and what can be sharded."""
 
 from __future__ import annotations
 
-from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import ListRequest
 import sys
 import textwrap
 import types
@@ -15,6 +13,8 @@ import annotated_types
 import yaml
 from pydantic import BaseModel
 
+from banditsweep.sweeps.events import say
+from banditsweep.sweeps.options import ListRequest
 from banditsweep.core import registry
 from banditsweep.core.sharded.shard import shardable_algorithms, shardable_environments
 from banditsweep.sweeps.commands import EXIT_BAD_INPUT

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import SweepRequest
 import os
 import signal
 import subprocess
 import sys
 
+from banditsweep.sweeps.events import say
+from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
 from banditsweep.sweeps.commands.arguments import results_root, sink_options, tracking_uri
 from banditsweep.sweeps.commands.shared import store_of

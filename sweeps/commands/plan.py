@@ -4,11 +4,11 @@ this machine's CPUs, or on ``--workers N`` / ``--gpus N``."""
 
 from __future__ import annotations
 
-from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import SweepRequest
 import os
 from dataclasses import dataclass
 
+from banditsweep.sweeps.events import say
+from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps import slurm
 from banditsweep.sweeps.commands.shared import store_of
 from banditsweep.sweeps.confirmation import describe, with_costed_confirmation

@@ -3,10 +3,10 @@ trials into ``<results root>/<sweep>/report/``, attached to the sweep's MLflow r
 
 from __future__ import annotations
 
-from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import SweepRequest
 import sys
 
+from banditsweep.sweeps.events import say
+from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps.commands import EXIT_INCONSISTENT
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
 from banditsweep.sweeps.commands.shared import (env_order, label_order, other_code_of, say_code_notes, say_health,

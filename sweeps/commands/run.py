@@ -8,8 +8,6 @@ left, the store and the sinks are brought up to date.
 
 from __future__ import annotations
 
-from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import SweepRequest
 import json
 import os
 import shlex
@@ -17,6 +15,8 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from banditsweep.sweeps.events import say
+from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
 from banditsweep.workers import one_line
 from banditsweep.sweeps.commands.arguments import check_sink_stores, results_root, sink_options

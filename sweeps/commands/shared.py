@@ -4,10 +4,10 @@ command ends with."""
 
 from __future__ import annotations
 
-from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import SweepRequest
 import sys
 
+from banditsweep.sweeps.events import say
+from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps.commands.arguments import results_root
 from banditsweep.sweeps.comparisons import ONE_POINT
 from banditsweep.sweeps.confirmation import describe, with_confirmation

@@ -5,8 +5,6 @@ each other (exit 4 when not)."""
 
 from __future__ import annotations
 
-from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import SweepRequest
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -14,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from banditsweep.sweeps.events import say
+from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps.commands import EXIT_INCONSISTENT
 from banditsweep.sweeps.commands.shared import jobs_of, say_code_findings, say_health, say_selection, selected_sweep, store_of
 from banditsweep.sweeps.report import markdown_table

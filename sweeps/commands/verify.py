@@ -12,13 +12,13 @@ reproduces, 4 when one differs (each named with its first differing round and qu
 
 from __future__ import annotations
 
-from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import SweepRequest
 import random
 import shutil
 import sys
 import tempfile
 
+from banditsweep.sweeps.events import say
+from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps.commands import EXIT_INCONSISTENT
 from banditsweep.sweeps.commands.arguments import results_root
 from banditsweep.sweeps.commands.progress import ProgressDisplay
