@@ -84,8 +84,6 @@ def _rows_of(summary, environment: str, labels: list[str]):
 def draw_environment(ax, store: SweepStore, rows, entries: list[str], labels: list[str], band: str = "ci"):
     """On ``ax``, the mean cumulative regret of each of ``rows`` (one environment's cells of a
     report.Summary) with its band; (the seeds of each curve drawn, (row, legend entry) of each)."""
-    import matplotlib.pyplot as plt
-
     seeds, shown = [], []
     for (_, row), entry in zip(rows.iterrows(), entries):
         curves = store.read_curves(row["trial_ids"])
