@@ -14,7 +14,8 @@ comparisons, the aggregates across environments).
 import os as _os
 
 __version__ = "0.1.0"
-__all__ = ["compare", "load", "plan", "register_algorithm", "register_environment", "run", "status"]
+__all__ = ["compare", "load", "plan", "register_algorithm", "register_environment", "report", "run", "status",
+           "verify"]
 
 
 def _submitted_tree() -> str | None:
@@ -83,6 +84,22 @@ def status(spec, **options):
     from banditsweep.sweeps.api import status as sweep_status
 
     return sweep_status(spec, **options)
+
+
+def report(spec, **options):
+    """The tables and figures of ``spec``'s results, as ``banditsweep report`` writes them; see
+    :func:`banditsweep.sweeps.api.report`."""
+    from banditsweep.sweeps.api import report as report_sweep
+
+    return report_sweep(spec, **options)
+
+
+def verify(spec, **options):
+    """A sample of ``spec``'s finished trials re-run and compared, as ``banditsweep verify`` does; see
+    :func:`banditsweep.sweeps.api.verify`."""
+    from banditsweep.sweeps.api import verify as verify_sweep
+
+    return verify_sweep(spec, **options)
 
 
 def register_algorithm(name, cls):

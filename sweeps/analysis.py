@@ -57,18 +57,22 @@ def compare(results_root: str | os.PathLike, sweep: str | None = None, choose_on
 
 
 def statistics_of(trials: pd.DataFrame, labels: list[str] | None = None, envs: list[str] | None = None,
-                  choose_on_seeds: int | None = None, same_seeds: bool = False,
-                  choosing_seeds: list[int] | None = None, confirm_seeds: list[int] | None = None,
-                  other_code: dict[str, list[str]] | None = None) -> SweepStatistics:
+                  choose_on_seeds: int | None = None, same_seeds: bool = False) -> SweepStatistics:
     """The statistics of ``trials`` (rows of a sweep's recorded trials, sweeps.report.recorded_trials;
     its finished ones are compared), algorithms and environments in the order given (else as the
-    rows hold them)."""
+    rows hold them). With the spec at hand, :class:`banditsweep.sweeps.results.SweepResults` gives
+    the same, its held-out stage and the marks for other code included."""
     finished, failed = trials[trials["status"] == FINISHED], trials[trials["status"] == FAILED]
     present_labels, present_envs = set(finished["label"]), set(finished["environment"])
     labels = [label for label in (labels or dict.fromkeys(finished["label"])) if label in present_labels]
     envs = [env for env in (envs or dict.fromkeys(finished["environment"])) if env in present_envs]
-    summary, _ = judged_summary(finished, labels, envs, failed, other_code, choose_on_seeds=choose_on_seeds,
-                                same_seeds=same_seeds, choosing_seeds=choosing_seeds, confirm_seeds=confirm_seeds)
+    summary, _ = judged_summary(finished, labels, envs, failed, choose_on_seeds=choose_on_seeds, same_seeds=same_seeds)
+    return statistics_from(summary)
+
+
+def statistics_from(summary) -> SweepStatistics:
+    """The statistics of a report's :class:`~banditsweep.sweeps.report.Summary`: its cells (with their
+    ``code`` marks), pairs, aggregates, how the grid points were chosen, and its notes."""
     cells = summary.best.rename(columns={"label": "algorithm_label", "seeds": "n"})
     keep = ["algorithm_label", "environment", "grid_point", "mean", "std", "n", "ci_low", "ci_high", "ci_method",
             "seconds_per_round", "trial_ids", "code"]

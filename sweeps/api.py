@@ -30,6 +30,7 @@ from banditsweep.sweeps.spec_yaml import SpecText
 from banditsweep.workers import InputError
 
 if TYPE_CHECKING:   # heavy (numpy, core): imported where a command runs
+    from banditsweep.sweeps.results import SweepResults
     from banditsweep.sweeps.plan import SweepPlan
     from banditsweep.workers import StatusSummary
 
@@ -76,38 +77,22 @@ class _SweepResults:
         return self._tables[1]
 
     @functools.cached_property
+    def _results(self):
+        from banditsweep.sweeps.results import SweepResults
+
+        return SweepResults(self._store, self._planned)
+
+    @property
     def statistics(self):
         """The report's statistics of the spec's finished trials (what ``banditsweep.compare`` gives:
-        ``cells``, ``pairs``, ``across``); None before any finished."""
-        from banditsweep.sweeps.analysis import statistics_of
-        from banditsweep.sweeps.commands.shared import env_order, label_order, other_code_of
-        from banditsweep.sweeps.report import finished_trials, recorded_trials
-
-        if not self.folder.is_dir():
-            return None
-        recorded = recorded_trials(self._store)
-        finished = finished_trials(recorded, self._planned.trials)
-        if finished.empty:
-            return None
-        failed = finished_trials(recorded, self._planned.trials, "failed")
-        spec = self._planned.spec
-        return statistics_of(pd.concat([finished, failed]), label_order(self._planned), env_order(self._planned),
-                             choosing_seeds=spec.seed_list, confirm_seeds=spec.confirm_seeds,
-                             other_code=other_code_of(self._store, self._planned))
+        ``cells`` with their ``code`` marks, ``pairs``, ``across``); None before any finished."""
+        return self._results.statistics
 
     def plot(self, band: str = "ci", environments: list[str] | None = None):
         """A matplotlib figure of the mean cumulative regret per round, a panel per environment, each
         algorithm at its chosen grid point with the report's band (``ci``: the 95% interval of the
         mean; ``std``: ±1 standard deviation), as ``banditsweep report`` draws them."""
-        from banditsweep.sweeps.commands.shared import summary_of
-        from banditsweep.sweeps.figures import BANDS, regret_figure
-
-        if band not in BANDS:
-            raise ValueError(f"band: {band!r} is not allowed; allowed: {', '.join(BANDS)}")
-        summary = summary_of(self._store, self._planned) if self.folder.is_dir() else None
-        if summary is None:
-            raise ValueError(f"{self.sweep}: no finished trials in {self.folder} to plot")
-        return regret_figure(self._store, summary, band, environments)
+        return self._results.figure(band, environments)
 
 
 @dataclass(eq=False)
@@ -206,6 +191,50 @@ class StatusResult(_SweepResults):
         return self.count("pending")
 
 
+@dataclass(eq=False)
+class ReportResult:
+    """What ``banditsweep.report`` wrote: the ``files`` under ``folder``/report, the MLflow run they were
+    attached to (``run_id``; None: not attached), the ``statistics`` they show (``banditsweep.compare``'s,
+    with the marks) and the command line's ``exit_code`` (0; 4 where damaged files were left out)."""
+
+    sweep: str
+    folder: Path
+    files: list[Path]
+    run_id: str | None
+    exit_code: int
+    _planned: Sweep = field(default=None, repr=False)
+    output: Collector = field(default_factory=Collector, repr=False)
+    _results: SweepResults | None = field(default=None, repr=False)
+
+    @property
+    def statistics(self):
+        return self._results.statistics if self._results is not None else None
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.output.warnings
+
+
+@dataclass(eq=False)
+class VerifyResult:
+    """What ``banditsweep.verify`` found: the ``sample`` of trial ids re-run, how many ``reproduced``,
+    the ``differences`` (trial id -> its first differing round and quantity), the sample's ``seed``,
+    whether ``accept`` was asked, and the command line's ``exit_code`` (0, or 4 when one differs)."""
+
+    sweep: str
+    sample: list[str]
+    reproduced: int
+    differences: dict
+    seed: int
+    accepted: bool
+    exit_code: int
+    output: Collector = field(default_factory=Collector, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+
 # ---- the commands -------------------------------------------------------------------------------
 
 
@@ -282,6 +311,38 @@ def status(spec, *, results=None, mlflow_uri: str | None = None, overrides=None,
                         [] if consistency is None else list(consistency.problems),
                         report.notes + ([] if consistency is None else list(consistency.notes)),
                         report.exit_code, summary, report.sweep, output)
+
+
+def report(spec, *, results=None, mlflow_uri: str | None = None, overrides=None, only=None, band: str = "ci",
+           choose_on_seeds: int | None = None, same_seeds: bool = False, quiet: bool = False) -> ReportResult:
+    """The report of ``spec``'s finished trials (``banditsweep report``): tables and figures written to
+    ``<results>/<sweep>/report/``, attached to the sweep's MLflow run; ``band``, ``choose_on_seeds`` and
+    ``same_seeds`` as the command line's, the other options as :func:`run`'s."""
+    from banditsweep.sweeps.commands import report as command
+
+    args = _arguments("report", spec, results, mlflow_uri, overrides, only, band=band,
+                      choose_on_seeds=choose_on_seeds, same_seeds=bool(same_seeds))
+    with collecting(quiet) as output:
+        outcome = _execute(command, args)
+    return ReportResult(outcome.sweep.name, outcome.store_root, outcome.files, outcome.run_id, outcome.exit_code,
+                        outcome.sweep, output, outcome.results)
+
+
+def verify(spec, *, results=None, mlflow_uri: str | None = None, overrides=None, only=None, sample: int = 10,
+           seed: int | None = None, max_trial_seconds: float | None = None, accept: bool = False,
+           address: str | None = None, max_workers: int | None = None, data_dir=None, quiet: bool = False
+           ) -> VerifyResult:
+    """Re-run a sample of ``spec``'s finished trials on today's code and compare every stored value but
+    timings (``banditsweep verify``); the options as the command line's and :func:`run`'s."""
+    from banditsweep.sweeps.commands import verify as command
+
+    args = _arguments("verify", spec, results, mlflow_uri, overrides, only, sample=sample, seed=seed,
+                      max_trial_seconds=max_trial_seconds, accept=bool(accept), address=_text("address", address),
+                      max_workers=max_workers, data_dir=_path("data_dir", data_dir), no_progress=quiet)
+    with collecting(quiet) as output:
+        outcome = _execute(command, args)
+    return VerifyResult(outcome.sweep.name, outcome.sample, outcome.reproduced, dict(outcome.differences),
+                        outcome.seed, outcome.accepted, outcome.exit_code, output)
 
 
 # ---- registering classes defined here -----------------------------------------------------------

@@ -61,12 +61,15 @@ def test_the_chosen_grid_point_runs_on_fresh_seeds_and_is_judged_there(tmp_path,
     assert again.ran == 0 and again.finished_before == 14
     shown = capsys.readouterr().out
     assert shown.splitlines() == [line for stream, line in again.output.lines if stream == "out"]
-    spec_file = tmp_path / "held_out.yaml"
-    spec_file.write_text(banditsweep_yaml(SPEC))
-    assert main(["report", str(spec_file), "--results", str(tmp_path), "--mlflow-uri",
-                 f"sqlite:///{tmp_path}/m.db"]) == 0
+    written = banditsweep.report(SPEC, results=tmp_path, mlflow_uri=f"sqlite:///{tmp_path}/m.db", quiet=True)
+    assert written.exit_code == 0 and capsys.readouterr().out == ""   # (no MLflow run to attach to: sinks none)
+    assert tmp_path / "held_out" / "report" / "pairs.md" in written.files
     pairs = (tmp_path / "held_out" / "report" / "pairs.md").read_text()
     assert "chosen on seeds 0, 1 and are judged on fresh seeds 2, 3, 4" in pairs
+    assert written.statistics.cells.equals(statistics.cells)   # one summary behind the files and the result
+    # verify from Python: two of the finished trials re-run on today's code reproduce.
+    checked = banditsweep.verify(SPEC, results=tmp_path, sample=2, seed=1, quiet=True)
+    assert checked.ok and checked.reproduced == 2 and len(checked.sample) == 2 and checked.exit_code == 0
     # --same-seeds judges on the choosing seeds alone (the fresh ones ran the chosen point only).
     same = banditsweep.compare(tmp_path, "held_out", same_seeds=True)
     assert same.cells.set_index("algorithm").loc["LinUCB", "n"] == 5   # without the spec: every seed

@@ -11,14 +11,14 @@ from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps.commands.arguments import results_root
 from banditsweep.sweeps.comparisons import ONE_POINT
 from banditsweep.sweeps.confirmation import describe, with_confirmation
-from banditsweep.sweeps.report import CODE_LEGEND, finished_trials, judged_summary, markdown_table, recorded_trials
+from banditsweep.sweeps.report import CODE_LEGEND, markdown_table
 from banditsweep.sweeps.selection import parse_selectors, select
+from banditsweep.sweeps.results import SweepResults, env_order, label_order, other_code_of  # noqa: F401 (API)
 from banditsweep.sweeps.spec import PlannedTrial, Sweep
 from banditsweep.sweeps.spec_errors import SpecError
 from banditsweep.sweeps.stored_runs import Selection, select_sweep
-from banditsweep.workers import compare_code
 from banditsweep.workers import Job
-from banditsweep.workers import FAILED, TrialRecord
+from banditsweep.workers import TrialRecord
 from banditsweep.workers import StoreHealth, SweepStore
 
 
@@ -74,20 +74,6 @@ def say_health(health: StoreHealth | None) -> None:
               "`run` runs them again", file=sys.stderr)
 
 
-def label_order(sweep: Sweep) -> list[str]:
-    return list(dict.fromkeys(t.label for t in sweep.trials))
-
-
-def env_order(sweep: Sweep) -> list[str]:
-    return list(dict.fromkeys(t.environment for t in sweep.trials))
-
-
-def other_code_of(store: SweepStore, sweep: Sweep) -> dict[str, list[str]]:
-    """The spec's finished trials computed by code other than today's, with the modules that changed."""
-    journal = store.journal() if store.root.is_dir() else {}
-    return compare_code(((t.spec, f"{t.label} | {t.environment}") for t in sweep.trials), journal).other
-
-
 def say_code_findings(code, other: str, unknown: str) -> None:
     """The finished trials computed by other code (and ``other``: what is done about them), those of
     code unknown (and ``unknown``), and the code that cannot be digested."""
@@ -108,14 +94,8 @@ def say_code_notes(summary) -> None:
 
 
 def summary_of(store: SweepStore, sweep: Sweep):
-    """The report's summary (sweeps.report.judged_summary) of the spec's finished trials; None with none."""
-    recorded = recorded_trials(store)
-    trials = finished_trials(recorded, sweep.trials)
-    if trials.empty:
-        return None
-    return judged_summary(trials, label_order(sweep), env_order(sweep), finished_trials(recorded, sweep.trials, FAILED),
-                          other_code_of(store, sweep), choosing_seeds=sweep.spec.seed_list,
-                          confirm_seeds=sweep.spec.confirm_seeds)[0]
+    """The report's summary of the spec's finished trials (sweeps.results); None with none."""
+    return SweepResults(store, sweep).summary
 
 
 def print_results(store: SweepStore, sweep: Sweep) -> None:

@@ -16,6 +16,7 @@ import random
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 
 from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import SweepRequest
@@ -34,7 +35,30 @@ from banditsweep.workers import SweepStore
 from banditsweep.workers import accepted_records, code_groups, compare_trial, draw_sample
 
 
+@dataclass
+class VerifyOutcome:
+    """What ``verify`` found: the sampled trials, those that differ (trial id -> the first difference,
+    workers.provenance.verification), the sample's seed, whether ``--accept`` re-stamped, and the exit
+    code (0: all reproduced; 4: one differs)."""
+
+    exit_code: int
+    sweep: Sweep
+    sample: list[str]
+    differences: dict
+    seed: int
+    accepted: bool = False
+
+    @property
+    def reproduced(self) -> int:
+        return len(self.sample) - len(self.differences)
+
+
 def main(args: SweepRequest, sweep: Sweep) -> int:
+    return execute(args, sweep).exit_code
+
+
+def execute(args: SweepRequest, sweep: Sweep) -> VerifyOutcome:
+    """The check (what `banditsweep verify` and ``banditsweep.verify`` do), saying what the command says."""
     store = store_of(args, sweep)
     if not store.root.is_dir():
         raise InputError(f"{store.root}: no results of the sweep {sweep.name} here; nothing to verify "
@@ -46,7 +70,7 @@ def main(args: SweepRequest, sweep: Sweep) -> int:
         return _verify(args, sweep, store)
 
 
-def _verify(args: SweepRequest, sweep: Sweep, store: SweepStore) -> int:
+def _verify(args: SweepRequest, sweep: Sweep, store: SweepStore) -> VerifyOutcome:
     jobs = jobs_of(sweep)
     health = store.verify(planned=[job.record.trial_id for job in jobs])
     say_health(health)
@@ -95,7 +119,8 @@ def _verify(args: SweepRequest, sweep: Sweep, store: SweepStore) -> int:
     say(f"reproduced {len(sample) - len(differences)} of {len(sample)} (sample seed {seed})")
     if args.accept:
         _accept(store, groups, records, current, sample, differences, seed)
-    return EXIT_INCONSISTENT if differences else 0
+    return VerifyOutcome(EXIT_INCONSISTENT if differences else 0, sweep, list(sample), differences, seed,
+                         bool(args.accept))
 
 
 def _by_trial(curves):
