@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 import pandas as pd
 
 from banditsweep.sweeps.events import Collector, collecting
-from banditsweep.sweeps.options import REQUESTS, SweepRequest
+from banditsweep.sweeps.options import REQUESTS, OptionTypeError, SweepRequest
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError
 from banditsweep.sweeps.spec_yaml import SpecText
@@ -376,11 +376,11 @@ def _check_registration(name, cls, base: type, model: str, config: type, kind: s
         raise ValueError(f"register_{kind}: {name!r} is not a name; give letters, digits, - and _, "
                          f"e.g. 'eps_greedy'")
     if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise TypeError(f"register_{kind}({name!r}, ...): {cls!r} is not a subclass of "
+        raise OptionTypeError(f"register_{kind}({name!r}, ...): {cls!r} is not a subclass of "
                         f"banditsweep.core.contracts.{base.__name__}")
     declared = getattr(cls, model, None)
     if not (isinstance(declared, type) and issubclass(declared, config)):
-        raise TypeError(f"register_{kind}({name!r}, ...): {cls.__qualname__}.{model} must be a "
+        raise OptionTypeError(f"register_{kind}({name!r}, ...): {cls.__qualname__}.{model} must be a "
                         f"banditsweep.core.contracts.Config model (its {'parameters' if kind == 'algorithm' else 'settings'})")
     if registry.is_builtin(kind, name):
         raise ValueError(f"register_{kind}: {name!r} is banditsweep's own {kind}; choose another name")
@@ -411,7 +411,7 @@ def _spec_source(spec) -> str:
         if "\n" in spec or spec.lstrip().startswith("{"):
             return SpecText(spec)
         return spec
-    raise TypeError(f"spec: give a path, YAML text or a dict, not {type(spec).__name__}")
+    raise OptionTypeError(f"spec: give a path, YAML text or a dict, not {type(spec).__name__}")
 
 
 def _arguments(command: str, spec, results, mlflow_uri, overrides, only, **options) -> SweepRequest:
@@ -430,7 +430,7 @@ def _execute(command, args: SweepRequest):
 
 def _text(name: str, value) -> str | None:
     if value is not None and not isinstance(value, str):
-        raise TypeError(f"{name}: give a string, not {type(value).__name__}")
+        raise OptionTypeError(f"{name}: give a string, not {type(value).__name__}")
     return value
 
 
@@ -445,7 +445,7 @@ def _sinks(sinks) -> list[str] | None:
         return [sinks]
     names = list(sinks)
     if not all(isinstance(name, str) for name in names):
-        raise TypeError("sinks: give a sink's name or a list of names")
+        raise OptionTypeError("sinks: give a sink's name or a list of names")
     return names or ["none"]
 
 
@@ -471,4 +471,4 @@ def _pairs(name: str, given, value_text) -> list[str]:
         items = list(given)
         if all(isinstance(item, str) for item in items):
             return items
-    raise TypeError(f"{name}: give a dict of key: value, or a list of 'key=value' texts")
+    raise OptionTypeError(f"{name}: give a dict of key: value, or a list of 'key=value' texts")

@@ -1,10 +1,11 @@
 """The ``banditsweep`` command: ``run``, ``plan``, ``status``, ``verify``, ``report``, ``sync-mlflow`` and
 ``ui`` of a sweep spec, and ``list`` of the registered algorithms and environments.
 
-Exit codes: 0 success; 1 some trials failed (their errors are in the trials table); 2 bad input
-(spec, overrides, arguments, dataset) — reported in one line before anything is started or written;
-3 the results folder cannot be written (disk full, read-only, permissions), no trial marked failed
-for it; 4 (`status`) the result files disagree with each other; 130 interrupted.
+Exit codes (sweeps.commands.EXIT_CODES): 0 done; 1 some trials failed (their errors are in the trials
+table); 2 bad input (spec, overrides, arguments, dataset) — reported in one line before anything is
+started or written; 3 the results folder cannot be written (disk full, read-only, permissions), no
+trial marked failed for it; 4 result files damaged or disagreeing (`status`), a re-run that differs
+(`verify`); 130 interrupted.
 
 This module parses the command line, checks the arguments and reads the spec (only light modules
 imported, so that bad input is refused quickly), then hands over to the command's module in

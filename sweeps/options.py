@@ -31,6 +31,11 @@ MAX_WORKERS = 100_000        # trial actors of one run, at most
 MAX_PROBE_SECONDS = 3600.0   # longest a plan's probe may time one cell
 
 
+class OptionTypeError(InputError, TypeError):
+    """A Python value of the wrong type for an option (a number where a path goes): bad input, and the
+    ``TypeError`` Python code expects."""
+
+
 class OptionValueError(InputError):
     """An option's value is not allowed; the message says what is (without the option's name, which
     the command line's parser and :meth:`Request.create` put in front)."""
@@ -123,6 +128,13 @@ class Request:
 
     command: ClassVar[str] = ""
     summary: ClassVar[str] = ""
+    writes_results: ClassVar[bool] = False   # writes under the results root (its checks ask for write access)
+    uses_ray: ClassVar[bool] = False         # starts or joins Ray (its address and data directory are checked)
+    mlflow: ClassVar[bool] = False           # reads or writes the MLflow store
+
+    @property
+    def uses_mlflow(self) -> bool:
+        return self.mlflow
 
     @classmethod
     def options(cls) -> list[dataclasses.Field]:
@@ -136,7 +148,7 @@ class Request:
         for name, value in values.items():
             field = known.get(name)
             if field is None:
-                raise TypeError(f"{cls.command}: no option {name!r}; the options: {', '.join(known)}")
+                raise OptionTypeError(f"{cls.command}: no option {name!r}; the options: {', '.join(known)}")
             check = field.metadata["check"]
             if check is not None and value is not None:
                 try:
@@ -180,6 +192,8 @@ _DATA_DIR = f"dataset directory (default: ${DATA_ENV_VAR}, else a per-user cache
 class RunRequest(SweepRequest):
     command: ClassVar[str] = "run"
     summary: ClassVar[str] = "run every trial of a spec not yet finished"
+    writes_results: ClassVar[bool] = True
+    uses_ray: ClassVar[bool] = True
 
     address: str | None = option("--address", help=_ADDRESS)
     max_workers: int | None = option("--max-workers", check=worker_count,
@@ -197,6 +211,10 @@ class RunRequest(SweepRequest):
                                           "spec's `sinks:`, else mlflow; `none`: Parquet only); `banditsweep list` "
                                           "names them")
     no_progress: bool = option("--no-progress", False, action="store_true", help="no progress bar")
+
+    @property
+    def uses_mlflow(self) -> bool:   # unless the run's only sink is `none`
+        return [name.lower() for name in (self.sinks or [])] != ["none"]
 
 
 _SLURM = "Slurm (with --slurm: the #SBATCH lines for cluster-slurm.sbatch)"
@@ -233,6 +251,8 @@ class VerifyRequest(SweepRequest):
     command: ClassVar[str] = "verify"
     summary: ClassVar[str] = ("re-run a sample of the finished trials on today's code and compare every stored "
                               "value but timings")
+    writes_results: ClassVar[bool] = True   # its scratch folder, and --accept's stamps
+    uses_ray: ClassVar[bool] = True
 
     sample: int = option("--sample", 10, check=sample_size,
                          help="trials to re-run (default 10; at least one of each code version the store holds)")
@@ -264,6 +284,8 @@ class StatusRequest(SweepRequest):
 class ReportRequest(SweepRequest):
     command: ClassVar[str] = "report"
     summary: ClassVar[str] = "tables and figures of a sweep's results"
+    writes_results: ClassVar[bool] = True
+    mlflow: ClassVar[bool] = True
 
     band: str = option("--band", "ci", choices=("ci", "std"),
                        help="what the regret figures' bands show: the 95%% confidence interval of the mean (ci, "
@@ -282,12 +304,15 @@ class SyncRequest(SweepRequest):
     command: ClassVar[str] = "sync-mlflow"
     summary: ClassVar[str] = ("bring MLflow up to date with the Parquet results (after an outage, or a run with "
                               "--sink none)")
+    writes_results: ClassVar[bool] = True
+    mlflow: ClassVar[bool] = True
 
 
 @dataclass
 class UiRequest(SweepRequest):
     command: ClassVar[str] = "ui"
     summary: ClassVar[str] = "the MLflow UI of the sweep's store, on 127.0.0.1 (Ctrl-C stops it)"
+    mlflow: ClassVar[bool] = True
 
     port: int = option("--port", 5000, check=port, help="port on 127.0.0.1, 1-65535 (default: 5000)")
 

@@ -13,3 +13,16 @@ EXIT_BAD_INPUT = 2
 EXIT_STORE_UNWRITABLE = 3   # the results folder cannot be written (disk full, read-only): nothing marked failed
 EXIT_INCONSISTENT = 4       # `status`: result files damaged or disagreeing with the journal (named)
 EXIT_INTERRUPTED = signals.EXIT_INTERRUPTED   # Ctrl-C or SIGTERM (also when the stop's deadline ends it)
+
+# The one table of what every command's exit code means (README's "Exit codes" and `banditsweep --help`
+# say the same; tests/test_exit_codes.py holds them together).
+EXIT_CODES = {
+    0: "done",
+    EXIT_FAILED_TRIALS: "some trials failed (their errors are in the trials table)",
+    EXIT_BAD_INPUT: "bad input (spec, arguments, dataset, an MLflow server that does not answer), found before "
+                    "anything is started or written",
+    EXIT_STORE_UNWRITABLE: "the results folder stopped taking writes (disk full, read-only, permissions)",
+    EXIT_INCONSISTENT: "`status` found result files damaged or disagreeing with the journal, `verify` a re-run "
+                       "trial that differs, or `report` left damaged files out",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C or SIGTERM): finished trials are saved, the same command resumes",
+}

@@ -20,8 +20,6 @@ from banditsweep.workers import (TRACKING_URI_ENV_VAR, check_tracking_uri, datab
                                           resolve_tracking_uri)
 
 
-# Commands that write under the results root (`status` only reads).
-WRITING_COMMANDS = ("run", "report", "sync-mlflow", "verify")
 
 
 def results_root(args: SweepRequest) -> Path:
@@ -56,15 +54,14 @@ def _results_source(args: SweepRequest) -> str:
 
 
 def uses_mlflow(args: SweepRequest) -> bool:
-    return args.command in ("report", "sync-mlflow", "ui") or (
-        args.command == "run" and [name.lower() for name in (args.sinks or [])] != ["none"])
+    return args.uses_mlflow
 
 
 def check_arguments(args: SweepRequest) -> None:
     """Arguments found wrong before the spec is read or anything is written (exit 2)."""
     if args.results == "":
         raise InputError("--results: empty path; give the results directory, e.g. --results ~/banditsweep-results")
-    writing = args.command in WRITING_COMMANDS
+    writing = args.writes_results
     check_directory(_results_source(args), results_root(args), writing, "the results root")
     if uses_mlflow(args):
         if args.mlflow_uri == "":
@@ -73,7 +70,7 @@ def check_arguments(args: SweepRequest) -> None:
         if uri:   # the default is always fine
             source = f"--mlflow-uri {show(uri)}" if args.mlflow_uri else f"${TRACKING_URI_ENV_VAR}={show(uri)}"
             check_tracking_uri(uri, source, results_root(args), writing)
-    if args.command in ("run", "verify"):
+    if args.uses_ray:
         if args.data_dir == "":
             raise InputError("--data-dir: empty path; give the dataset directory")
         if args.address == "":
@@ -87,7 +84,7 @@ def check_sweep_folder(args: SweepRequest, sweep: Sweep) -> None:
     """``<results root>/<sweep>`` is a directory we may write to, if it exists, and does not hold
     the MLflow store."""
     folder = results_root(args) / sweep.name
-    if args.command in WRITING_COMMANDS and os.path.lexists(folder):
+    if args.writes_results and os.path.lexists(folder):
         check_directory(_results_source(args), folder, True, "a sweep's results folder")
     database = database_in(folder, given_tracking_uri(args.mlflow_uri) or "")
     if database is not None:

@@ -1,0 +1,48 @@
+"""One exit-code table for every command (sweeps.commands.EXIT_CODES): the command line's help, its
+module and README say the same codes, and the API's errors are the project's types that the command
+line maps to them."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+import banditsweep
+from banditsweep.sweeps import cli
+from banditsweep.sweeps.commands import EXIT_BAD_INPUT, EXIT_CODES
+from banditsweep.workers import InputError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_exit_code_is_named_once_and_said_alike_everywhere():
+    assert sorted(EXIT_CODES) == [0, 1, 2, 3, 4, 130]
+    readme = (REPO / "README.md").read_text()
+    bullet = readme.split("- **Exit codes**:", 1)[1].split("\n- **", 1)[0]
+    said = [int(code) for code in re.findall(r"(?:^|[;:] )(\d+) ", " ".join(bullet.split()))]
+    assert said == sorted(EXIT_CODES), said
+    doc = " ".join(cli.__doc__.split())
+    assert [int(c) for c in re.findall(r"(?:: |; )(\d+) ", doc.split("Exit codes", 1)[1])] == sorted(EXIT_CODES)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: banditsweep.status({"sweep": "x"}, quiet=True),                      # a spec without its keys
+    lambda: banditsweep.run("sweeps/quickstart.yaml", max_workers=0, quiet=True),  # an option out of range
+    lambda: banditsweep.plan("sweeps/quickstart.yaml", probe_seconds=-1.0, quiet=True),
+    lambda: banditsweep.report("sweeps/quickstart.yaml", band="wide", quiet=True),
+    lambda: banditsweep.verify("sweeps/quickstart.yaml", sample=0, quiet=True),
+    lambda: banditsweep.compare("/nonexistent-results-root", "quickstart"),
+    lambda: banditsweep.load("/nonexistent-results-root", "quickstart"),
+], ids=["status-spec", "run-option", "plan-option", "report-choice", "verify-option", "compare-folder", "load-folder"])
+def test_the_api_raises_the_projects_bad_input_error(call, monkeypatch):
+    monkeypatch.chdir(REPO)
+    with pytest.raises((InputError, banditsweep.sweeps.spec_errors.SpecError)) as raised:
+        call()
+    assert isinstance(raised.value, cli.INPUT_ERRORS)   # what the command line exits 2 for
+    assert EXIT_BAD_INPUT == 2
+
+
+def test_a_python_value_of_the_wrong_type_is_bad_input_and_a_type_error():
+    with pytest.raises(InputError) as raised:
+        banditsweep.status("sweeps/quickstart.yaml", results=5, quiet=True)
+    assert isinstance(raised.value, TypeError) and "results: give a string" in str(raised.value)
