@@ -3,12 +3,10 @@ goes on in Parquet and ends on time; `sync-mlflow` later mirrors every trial exa
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +14,7 @@ import pytest
 import yaml
 
 from banditsweep.sweeps.cli import main
+from mlflow_server import TrackingServer
 from banditsweep.workers.mirrors.mlflow.run_content import regret_metric
 
 TRIALS = 16
@@ -28,50 +27,6 @@ SPEC = {"horizon": 100, "seeds": TRIALS // 2, "environments": [{"kind": "synthet
 # trials are 3x longer (16 trials: about 24 s).
 OUTAGE_SPEC = {**SPEC, "algorithms": [{"name": "slow_random", "grid": {"pause": [0.03]}, "label": "slow_a"},
                                       {"name": "slow_random", "grid": {"pause": [0.0301]}, "label": "slow_b"}]}
-
-
-def free_port() -> int:
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        return free.getsockname()[1]
-
-
-class TrackingServer:
-    """``mlflow server`` on loopback over a SQLite store, in a process group of its own: stopping it
-    ends the server and its workers, nothing else."""
-
-    def __init__(self, folder: Path):
-        self.folder, self.port = folder, free_port()
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen | None = None
-
-    def start(self, within: float = 120.0) -> float:
-        began = time.monotonic()
-        log = open(self.folder / "server.log", "a")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--backend-store-uri", f"sqlite:///{self.folder / 'server.db'}",
-             "--artifacts-destination", str(self.folder / "artifacts"), "--workers", "1"],
-            cwd=self.folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        while time.monotonic() - began < within:
-            if self.process.poll() is not None:
-                raise AssertionError(f"mlflow server exited: {(self.folder / 'server.log').read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        return time.monotonic() - began
-            except OSError:
-                time.sleep(0.3)
-        self.stop()
-        raise AssertionError(f"mlflow server did not answer within {within:.0f} s")
-
-    def stop(self) -> None:
-        """Stopped hard, as a crashed or preempted server is: SIGKILL to its own process group."""
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-        self.process = None
 
 
 @pytest.fixture

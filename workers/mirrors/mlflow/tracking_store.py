@@ -140,13 +140,73 @@ def check_tracking_server(uri: str) -> None:
         return
     if not uri.startswith(("http://", "https://")):
         return
+    shown = uri if len(uri) <= 200 else uri[:199] + "…"
     try:
         urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
-        shown = uri if len(uri) <= 200 else uri[:199] + "…"
         raise InputError(f"--mlflow-uri: the MLflow tracking server at {shown} does not answer ({reason}); start it, "
                          f"or run with --sink none (Parquet only) and `banditsweep sync-mlflow SPEC` later") from None
+    check_login(uri, shown)
+
+
+# Where MLflow's client finds a login (mlflow.utils.credentials): the environment first, then this file.
+CREDENTIALS_FILE = "~/.mlflow/credentials"
+
+
+def tracking_login() -> tuple[str | None, str | None, str | None, str]:
+    """(username, password, token, where they come from) as MLflow's client will send them: the
+    environment's MLFLOW_TRACKING_USERNAME / _PASSWORD / _TOKEN, else the credentials file's
+    ``mlflow_tracking_username`` / ``_password``. Read here without importing MLflow."""
+    import configparser
+
+    token = os.environ.get("MLFLOW_TRACKING_TOKEN") or None
+    username = os.environ.get("MLFLOW_TRACKING_USERNAME") or None
+    password = os.environ.get("MLFLOW_TRACKING_PASSWORD") or None
+    source = "the environment"
+    path = Path(CREDENTIALS_FILE).expanduser()
+    if (username is None or password is None) and path.is_file():
+        config = configparser.ConfigParser(interpolation=None)
+        with suppress(configparser.Error, OSError, UnicodeDecodeError):
+            config.read(path)
+            if "mlflow" in config:
+                username = username or config["mlflow"].get("mlflow_tracking_username")
+                password = password or config["mlflow"].get("mlflow_tracking_password")
+                source = f"{CREDENTIALS_FILE}" if not os.environ.get("MLFLOW_TRACKING_USERNAME") else source
+    return username, password, token, source
+
+
+def check_login(uri: str, shown: str) -> None:
+    """A server behind a login (MLflow's basic-auth app, a proxy) refuses the mirror's every request
+    when the login is missing or wrong: found here, by a request that needs it (its /health does
+    not), before the first trial. The password is never shown."""
+    import base64
+
+    username, password, token, source = tracking_login()
+    request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    elif username and password:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode())
+    try:
+        urllib.request.urlopen(request, timeout=10).close()
+    except urllib.error.HTTPError as error:
+        if error.code == 401 and not (token or (username and password)):
+            raise InputError(f"--mlflow-uri: the MLflow tracking server at {shown} asks for a login; set "
+                             f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN, or "
+                             f"{CREDENTIALS_FILE}) where this command runs, or run with --sink none and "
+                             f"`banditsweep sync-mlflow SPEC` later") from None
+        if error.code == 401:
+            who = "the token of MLFLOW_TRACKING_TOKEN" if token else f"the login of user {username!r} (from {source})"
+            raise InputError(f"--mlflow-uri: the MLflow tracking server at {shown} refuses {who}; check it, or run "
+                             f"with --sink none and `banditsweep sync-mlflow SPEC` later") from None
+        if error.code == 403:
+            who = "the token's user" if token else f"user {username!r}"
+            raise InputError(f"--mlflow-uri: the MLflow tracking server at {shown} does not let {who} read "
+                             f"experiments; ask its administrator for access") from None
+        # Another answer (an old server without this endpoint, a proxy's page): the mirror says more.
+    except (urllib.error.URLError, OSError):
+        pass   # it answered /health a moment ago: an outage now is the mirror's to ride out
 
 
 def database_in(folder: Path, uri: str) -> Path | None:
