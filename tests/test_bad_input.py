@@ -280,6 +280,12 @@ CASES = [
                                                           mp.setenv("BANDITSWEEP_DATA", str(tmp_path / "afile")))),
     Case("dataset-rows", "horizon beyond a dataset's rows", [*RUN, "--data-dir", str(TEST_DATASETS)],
          "horizon 1001 exceeds the 1000 rows of mushroom", spec=edit("horizon: 100", "horizon: 1001", CLASSIFICATION)),
+    # A database URI as people write it, whose driver is not installed: named before any trial; the
+    # password in the URI is not shown (test_a_password_in_the_tracking_uri_is_never_shown).
+    Case("mlflow-driver", "a database tracking URI without an installed driver",
+         [*RUN, "--mlflow-uri", "postgresql://lab:hunter2@127.0.0.1/mlflow"],
+         "--mlflow-uri 'postgresql://lab:***@127.0.0.1/mlflow': the postgresql driver 'psycopg' (postgresql://) "
+         "is not installed, nor any other; install one of 'psycopg[binary]'"),
     # Nothing has failed: there is nothing to report (exit 2, as `verify` says it; 1 means failed trials).
     Case("report-nothing-finished", "report of a sweep with no finished trial",
          ["report", "{spec}", "--results", "{tmp}/res", "--mlflow-uri", "sqlite:///{tmp}/res/m.db"],
@@ -469,3 +475,32 @@ def test_a_file_that_is_not_a_spec_is_not_repeated_in_the_error(tmp_path, monkey
         assert run_case(case, tmp_path, monkeypatch) == 2
         out, err = capsys.readouterr()
         assert "not a sweep spec" in err and "s3cret" not in out + err, err
+
+
+def test_a_password_in_the_tracking_uri_is_never_shown(tmp_path, monkeypatch, capsys):
+    from banditsweep.workers import redacted
+
+    assert redacted("postgresql://lab:hunter2@db.lab:5432/mlflow") == "postgresql://lab:***@db.lab:5432/mlflow"
+    assert redacted("https://user:p%40ss@mlflow.lab") == "https://user:***@mlflow.lab"
+    assert redacted("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+    case = next(c for c in CASES if c.id == "mlflow-driver")
+    assert run_case(case, tmp_path, monkeypatch) == 2
+    said = capsys.readouterr()
+    assert "hunter2" not in said.out + said.err and "lab:***@" in said.err
+
+
+def test_a_plain_database_uri_takes_an_installed_driver(tmp_path, monkeypatch):
+    """``postgresql://`` as people write it: SQLAlchemy's default driver (psycopg) is not installed
+    here, another one (a stand-in psycopg2 on the path) is: the URI names it."""
+    import importlib.util
+
+    from banditsweep.workers import resolve_tracking_uri
+
+    if importlib.util.find_spec("psycopg") is not None:
+        pytest.skip("SQLAlchemy's default PostgreSQL driver is installed here: nothing to take instead")
+    (tmp_path / "psycopg2").mkdir()
+    (tmp_path / "psycopg2" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    uri = resolve_tracking_uri("postgresql://lab@127.0.0.1:5432/mlflow", tmp_path)
+    assert uri == "postgresql+psycopg2://lab@127.0.0.1:5432/mlflow"
+    assert resolve_tracking_uri("postgresql+psycopg2://lab@h/db", tmp_path) == "postgresql+psycopg2://lab@h/db"

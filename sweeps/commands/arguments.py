@@ -17,7 +17,7 @@ from banditsweep.workers import InputError, MLFLOW_SINK, MLflowOptions, check_tr
 from banditsweep.workers import check_directory
 from banditsweep.workers import RAY_ADDRESS_FORMS, check_address, ray_address
 from banditsweep.workers import (TRACKING_URI_ENV_VAR, check_tracking_uri, database_in, given_tracking_uri,
-                                          resolve_tracking_uri)
+                                          redacted, resolve_tracking_uri)
 
 
 
@@ -68,7 +68,8 @@ def check_arguments(args: SweepRequest) -> None:
             raise InputError("--mlflow-uri: empty URI; give e.g. http://127.0.0.1:5000 or sqlite:///PATH/mlflow.db")
         uri = given_tracking_uri(args.mlflow_uri)
         if uri:   # the default is always fine
-            source = f"--mlflow-uri {show(uri)}" if args.mlflow_uri else f"${TRACKING_URI_ENV_VAR}={show(uri)}"
+            shown = show(redacted(uri))   # a password in the URI is never shown
+            source = f"--mlflow-uri {shown}" if args.mlflow_uri else f"${TRACKING_URI_ENV_VAR}={shown}"
             check_tracking_uri(uri, source, results_root(args), writing)
     if args.uses_ray:
         if args.data_dir == "":

@@ -17,7 +17,7 @@ from banditsweep.sweeps.spec import Sweep
 from banditsweep.workers import experiment_of
 from banditsweep.workers import catch_up
 from banditsweep.workers import MLFLOW_SINK, SinkContext
-from banditsweep.workers import check_tracking_server
+from banditsweep.workers import check_tracking_server, redacted
 
 
 def sync(args: SweepRequest, sweep: Sweep) -> int:
@@ -42,14 +42,14 @@ def ui(args: SweepRequest, sweep: Sweep) -> int:
     """Start ``mlflow ui`` on loopback for the sweep's tracking store and say where to look."""
     uri = tracking_uri(args)
     if uri.startswith(("http://", "https://")):
-        say(f"{sweep.name}: the tracking server at {uri} serves the UI itself: open {uri}")
+        say(f"{sweep.name}: the tracking server at {redacted(uri)} serves the UI itself: open {redacted(uri)}")
         return 0
     url = f"http://127.0.0.1:{args.port}"
     experiment, note = experiment_of(uri, sweep.name)
     if note:
         say(f"warning: {note}", file=sys.stderr)
     where = f"{url}/#/experiments/{experiment}/runs" if experiment else url
-    say(f"{sweep.name}: MLflow UI of {uri} at {where} (the \"Model training\" view shows the "
+    say(f"{sweep.name}: MLflow UI of {redacted(uri)} at {where} (the \"Model training\" view shows the "
           "regret curves; runs with the same `group` tag are the seeds of one cell). Ctrl-C stops it.", flush=True)
     # One worker process: a UI for one user needs no more, and uvicorn's supervisor of several kills a
     # worker that is slow to answer its health check, over and over on a loaded machine (the UI never up).

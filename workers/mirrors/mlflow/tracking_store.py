@@ -43,7 +43,76 @@ def resolve_tracking_uri(uri: str | None, results_root: str | Path) -> str:
     uri = given_tracking_uri(uri) or f"sqlite:///{Path(results_root).resolve() / MLFLOW_DB}"
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         uri = "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
-    return uri
+    return with_installed_driver(uri)
+
+
+# A database URI's drivers (SQLAlchemy's names, the module each imports, what installs it), in the order
+# one is taken for a plain scheme whose SQLAlchemy default is not installed.
+DRIVERS = {
+    "postgresql": [("psycopg", "psycopg", "'psycopg[binary]'"), ("psycopg2", "psycopg2", "psycopg2-binary"),
+                   ("pg8000", "pg8000", "pg8000")],
+    "mysql": [("mysqldb", "MySQLdb", "mysqlclient"), ("pymysql", "pymysql", "PyMySQL"),
+              ("mysqlconnector", "mysql.connector", "mysql-connector-python")],
+    "mssql": [("pyodbc", "pyodbc", "pyodbc"), ("pymssql", "pymssql", "pymssql")],
+}
+
+
+def _installed(module: str) -> bool:
+    from importlib.util import find_spec
+
+    try:
+        return find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def with_installed_driver(uri: str, source: str = "--mlflow-uri") -> str:
+    """A database URI as the people who run the database write it (``postgresql://``) with a driver
+    that is installed: the scheme's SQLAlchemy default where it is, else the first installed of
+    :data:`DRIVERS` (``postgresql+psycopg2://``). A driver named, or none installed, that cannot be
+    imported is bad input naming what to install; any other URI is returned as it is."""
+    scheme = urlsplit(uri).scheme.lower()
+    base, _, named = scheme.partition("+")
+    if base not in DRIVERS:
+        return uri
+    drivers = {name: (module, package) for name, module, package in DRIVERS[base]}
+    if named:
+        wanted = named
+    else:
+        from sqlalchemy.engine import make_url   # the dialect's module only, not its driver
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            wanted = make_url(uri).get_dialect().driver
+        except (ArgumentError, ValueError, ImportError):
+            return uri   # SQLAlchemy itself says what is wrong when MLflow opens it
+    module, package = drivers.get(wanted, (None, None))
+    if module is None or _installed(module):
+        return uri
+    if not named:
+        for name, other, _ in DRIVERS[base]:
+            if _installed(other):
+                return f"{base}+{name}" + uri[len(scheme):]
+    options = ", ".join(f"{package} ({base}+{name}://)" for name, (module, package) in drivers.items())
+    if named:
+        raise InputError(f"{source}: the {base} driver {wanted!r} is not installed; install {package}, or name "
+                         f"an installed one: {options}")
+    raise InputError(f"{source}: the {base} driver {wanted!r} ({scheme}://) is not installed, nor any other; "
+                     f"install one of {options}")
+
+
+def redacted(uri: str) -> str:
+    """``uri`` as it may be shown or logged: a password in it (``postgresql://user:PASSWORD@host/db``,
+    ``https://user:PASSWORD@host``) replaced by ``***``."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", uri)
+    if parts.password is None:
+        return uri
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return parts._replace(netloc=f"{user}:***@{netloc[1]}").geturl()
 
 
 # Where a local SQLite store's artifacts go instead of next to the database: a store staged on a
@@ -89,6 +158,8 @@ def check_tracking_uri(uri: str, source: str, results_root: Path, writing: bool)
         raise InputError(f"{source}: no host; give e.g. http://127.0.0.1:5000")
     if base in ("http", "https") and parts.port == 0:
         raise InputError(f"{source}: port 0; a port is 1-65535")
+    if base in DRIVERS:
+        with_installed_driver(uri, source)
     if base == "file" and not file_store_allowed():
         raise InputError(f"{source}: this MLflow refuses file stores (file:///PATH) unless MLFLOW_ALLOW_FILE_STORE=true; "
                          f"give sqlite:///PATH/mlflow.db, or set MLFLOW_ALLOW_FILE_STORE=true")
@@ -140,7 +211,8 @@ def check_tracking_server(uri: str) -> None:
         return
     if not uri.startswith(("http://", "https://")):
         return
-    shown = uri if len(uri) <= 200 else uri[:199] + "…"
+    shown = redacted(uri)
+    shown = shown if len(shown) <= 200 else shown[:199] + "…"
     try:
         urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
     except (urllib.error.URLError, OSError) as error:
