@@ -13,7 +13,8 @@ from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps.options import DEFAULT_RESULTS_ROOT, RESULTS_ENV_VAR  # noqa: F401,E402 (API)
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError, show
-from banditsweep.workers import InputError, MLFLOW_SINK, MLflowOptions, check_tracking_server, run_mode
+from banditsweep.workers import (InputError, MLFLOW_SINK, MLflowOptions, check_mlflow_version, check_tracking_server,
+                                 run_mode)
 from banditsweep.workers import check_directory
 from banditsweep.workers import RAY_ADDRESS_FORMS, check_address, ray_address
 from banditsweep.workers import (TRACKING_URI_ENV_VAR, check_tracking_uri, database_in, given_tracking_uri,
@@ -64,6 +65,7 @@ def check_arguments(args: SweepRequest) -> None:
     writing = args.writes_results
     check_directory(_results_source(args), results_root(args), writing, "the results root")
     if uses_mlflow(args):
+        check_mlflow_version()
         if args.mlflow_uri == "":
             raise InputError("--mlflow-uri: empty URI; give e.g. http://127.0.0.1:5000 or sqlite:///PATH/mlflow.db")
         uri = given_tracking_uri(args.mlflow_uri)

@@ -14,7 +14,7 @@ import sqlite3
 import time
 import urllib.error
 import urllib.request
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager, suppress
 from importlib.metadata import entry_points
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -29,6 +29,28 @@ from banditsweep.workers.storage.untrusted_files import NotARegularFile, read_he
 # entry points); a bare path is a local file store.
 TRACKING_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "file", "databricks")
 TRACKING_URI_ENV_VAR = "MLFLOW_TRACKING_URI"
+
+
+# The oldest MLflow the sink was tested with (pyproject.toml's floor says the same; MLflow 3.10 lacks
+# the SQLAlchemy models the bulk writer and the store's setup use, 3.0 fails on SQLAlchemy 2.1).
+MLFLOW_FLOOR = (3, 17)
+
+
+def check_mlflow_version() -> None:
+    """An MLflow older than :data:`MLFLOW_FLOOR` is refused before anything runs (it would fail in the
+    middle of the mirror); read from the package's metadata, without importing MLflow."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("mlflow")
+    except PackageNotFoundError:
+        raise InputError("MLflow is not installed; pip install 'mlflow>={}.{}', or run with --sink none".format(
+            *MLFLOW_FLOOR)) from None
+    numbers = tuple(int(part) for part in re.findall(r"\d+", installed)[:2])
+    if numbers < MLFLOW_FLOOR:
+        floor = ".".join(map(str, MLFLOW_FLOOR))
+        raise InputError(f"MLflow {installed} is installed; banditsweep's MLflow sink needs {floor} or newer "
+                         f"(pip install 'mlflow>={floor}'), or run with --sink none (Parquet only)")
 
 
 def given_tracking_uri(uri: str | None) -> str | None:
@@ -185,6 +207,7 @@ def check_tracking_uri(uri: str, source: str, results_root: Path, writing: bool)
         raise InputError(f"{source}: {database} is a directory, not a database file; give sqlite:///PATH/mlflow.db")
     if base == "sqlite":
         refuse_if_not_a_store(uri[len("sqlite:///"):], source)
+        refuse_another_schema(uri[len("sqlite:///"):], source)
     if writing and not os.access(directory, os.W_OK | os.X_OK):
         raise InputError(f"{source}: {directory} is not writable ({why_not_writable(directory)})")
 
@@ -330,6 +353,38 @@ def store_setup_lock(tracking_uri: str):
 class NotAStoreError(InputError):
     """The file a tracking URI names is something else than an MLflow store (a typo, a hostile
     ``$MLFLOW_TRACKING_URI``): it is never written to, moved or replaced."""
+
+
+def schema_revision(path: str) -> str | None:
+    """The MLflow schema revision (alembic's) of the SQLite store at ``path``; None where it has none yet."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)) as database:
+            row = database.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
+
+
+def refuse_another_schema(path: str, source: str = "--mlflow-uri") -> None:
+    """A store the user named (``--mlflow-uri``, ``$MLFLOW_TRACKING_URI``: possibly a lab's, shared with
+    other users) whose schema another MLflow version made is refused before anything runs, naming
+    both: MLflow would advise ``mlflow db upgrade``, which locks the store's other users out. (The
+    results root's own ``mlflow.db``, which no one else uses, is upgraded as MLflow does.)"""
+    found = schema_revision(path)
+    if found is None:
+        return
+    from importlib.metadata import version
+
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    expected = _get_latest_schema_revision()
+    if found != expected:
+        raise InputError(f"{source}: the MLflow store {path} has schema revision {found}, made by another MLflow "
+                         f"than this one ({version('mlflow')}, schema {expected}); run banditsweep with the MLflow "
+                         f"version of the store's other users, or give a store of its own; do not upgrade a shared "
+                         f"store (its other users' MLflow could no longer open it)")
 
 
 def refuse_if_not_a_store(path: str, source: str = "--mlflow-uri") -> None:
