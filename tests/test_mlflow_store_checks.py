@@ -36,7 +36,7 @@ def test_an_mlflow_older_than_the_tested_floor_is_refused_before_anything_runs(t
     import tomllib
     from pathlib import Path
 
-    from banditsweep.workers.mirrors.mlflow import tracking_store
+    from banditsweep.workers.mirrors.mlflow import store_checks as tracking_store
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     floor = ".".join(map(str, tracking_store.MLFLOW_FLOOR))

@@ -127,7 +127,12 @@ class MirrorActor:
     (reconciled with the journal) when the actor is built, before any event reaches it, so the
     driver need not wait for that."""
 
-    def __init__(self, names: list[str], context: SinkContext, pending: list[str]):
+    def __init__(self, names: list[str], context: SinkContext, pending: list[str], login: dict[str, str] | None = None):
+        # The tracking server's login, handed over by the driver: on a cluster joined with --address this
+        # process is the raylet's child, not the user shell's, and would have none. Set in this actor's
+        # own process (its environment is no one else's), never in a runtime_env, which Ray shows to
+        # everyone with access to the cluster (docs/reliability.md, "Credentials").
+        os.environ.update(login or {})
         sinks, self.counts, errors = open_sinks(names, context, context.store.journal(), pending)
         self.mirror = Mirror(sinks)
         self.mirror.status.errors += errors

@@ -51,6 +51,7 @@ from banditsweep.workers.execution.result_writer import ResultWriter
 from banditsweep.workers.storage.record import MAX_ATTEMPTS, TrialOutcome
 from banditsweep.workers.mirrors.prepare import finish_preparing, start_preparing
 from banditsweep.workers.mirrors.sinks import MirrorStatus, SinkContext
+from banditsweep.workers.mirrors.mlflow.store_checks import mlflow_login
 from banditsweep.workers.storage.store import SweepStore
 
 __all__ = ["Job", "Progress", "RunOptions", "SweepOutcome", "run_sweep"]
@@ -91,12 +92,11 @@ class SweepLoop:
         self.context = context
         self.sharded = [job for job in jobs if job.shards]
         pooled = [job for job in jobs if not job.shards]
-        self.connection, self.ray_line = connection, connection.describe()
-        self.ray_lost = False
+        self.connection, self.ray_line, self.ray_lost = connection, connection.describe(), False
         here = ray.get_runtime_context().get_node_id()
         self.mirror = MirrorActor.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
-        ).remote(options.sinks, context, [job.record.trial_id for job in jobs])
+        ).remote(options.sinks, context, [job.record.trial_id for job in jobs], mlflow_login(options.sinks))
         self.progress = Progress(total=len(jobs), messages=[self.ray_line])
         self.writer = ResultWriter(store, self.mirror, self.progress)
         self.problems_ref, self.problems_asked_at = None, time.monotonic()

@@ -14,12 +14,14 @@ import sqlite3
 import time
 import urllib.error
 import urllib.request
-from contextlib import closing, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from importlib.metadata import entry_points
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from banditsweep.workers.errors import InputError
+from banditsweep.workers.mirrors.mlflow.store_checks import (DRIVERS, check_login, redacted, refuse_another_schema,
+                                                          with_installed_driver)
 from banditsweep.workers.storage.writable_folders import first_existing, why_not_writable
 from banditsweep.workers.storage.root_entries import MLFLOW_ARTIFACTS, MLFLOW_DB, SQLITE_SIDE_FILES
 from banditsweep.workers.storage.set_aside import set_aside
@@ -29,28 +31,6 @@ from banditsweep.workers.storage.untrusted_files import NotARegularFile, read_he
 # entry points); a bare path is a local file store.
 TRACKING_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "file", "databricks")
 TRACKING_URI_ENV_VAR = "MLFLOW_TRACKING_URI"
-
-
-# The oldest MLflow the sink was tested with (pyproject.toml's floor says the same; MLflow 3.10 lacks
-# the SQLAlchemy models the bulk writer and the store's setup use, 3.0 fails on SQLAlchemy 2.1).
-MLFLOW_FLOOR = (3, 17)
-
-
-def check_mlflow_version() -> None:
-    """An MLflow older than :data:`MLFLOW_FLOOR` is refused before anything runs (it would fail in the
-    middle of the mirror); read from the package's metadata, without importing MLflow."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        installed = version("mlflow")
-    except PackageNotFoundError:
-        raise InputError("MLflow is not installed; pip install 'mlflow>={}.{}', or run with --sink none".format(
-            *MLFLOW_FLOOR)) from None
-    numbers = tuple(int(part) for part in re.findall(r"\d+", installed)[:2])
-    if numbers < MLFLOW_FLOOR:
-        floor = ".".join(map(str, MLFLOW_FLOOR))
-        raise InputError(f"MLflow {installed} is installed; banditsweep's MLflow sink needs {floor} or newer "
-                         f"(pip install 'mlflow>={floor}'), or run with --sink none (Parquet only)")
 
 
 def given_tracking_uri(uri: str | None) -> str | None:
@@ -66,75 +46,6 @@ def resolve_tracking_uri(uri: str | None, results_root: str | Path) -> str:
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         uri = "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
     return with_installed_driver(uri)
-
-
-# A database URI's drivers (SQLAlchemy's names, the module each imports, what installs it), in the order
-# one is taken for a plain scheme whose SQLAlchemy default is not installed.
-DRIVERS = {
-    "postgresql": [("psycopg", "psycopg", "'psycopg[binary]'"), ("psycopg2", "psycopg2", "psycopg2-binary"),
-                   ("pg8000", "pg8000", "pg8000")],
-    "mysql": [("mysqldb", "MySQLdb", "mysqlclient"), ("pymysql", "pymysql", "PyMySQL"),
-              ("mysqlconnector", "mysql.connector", "mysql-connector-python")],
-    "mssql": [("pyodbc", "pyodbc", "pyodbc"), ("pymssql", "pymssql", "pymssql")],
-}
-
-
-def _installed(module: str) -> bool:
-    from importlib.util import find_spec
-
-    try:
-        return find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def with_installed_driver(uri: str, source: str = "--mlflow-uri") -> str:
-    """A database URI as the people who run the database write it (``postgresql://``) with a driver
-    that is installed: the scheme's SQLAlchemy default where it is, else the first installed of
-    :data:`DRIVERS` (``postgresql+psycopg2://``). A driver named, or none installed, that cannot be
-    imported is bad input naming what to install; any other URI is returned as it is."""
-    scheme = urlsplit(uri).scheme.lower()
-    base, _, named = scheme.partition("+")
-    if base not in DRIVERS:
-        return uri
-    drivers = {name: (module, package) for name, module, package in DRIVERS[base]}
-    if named:
-        wanted = named
-    else:
-        from sqlalchemy.engine import make_url   # the dialect's module only, not its driver
-        from sqlalchemy.exc import ArgumentError
-
-        try:
-            wanted = make_url(uri).get_dialect().driver
-        except (ArgumentError, ValueError, ImportError):
-            return uri   # SQLAlchemy itself says what is wrong when MLflow opens it
-    module, package = drivers.get(wanted, (None, None))
-    if module is None or _installed(module):
-        return uri
-    if not named:
-        for name, other, _ in DRIVERS[base]:
-            if _installed(other):
-                return f"{base}+{name}" + uri[len(scheme):]
-    options = ", ".join(f"{package} ({base}+{name}://)" for name, (module, package) in drivers.items())
-    if named:
-        raise InputError(f"{source}: the {base} driver {wanted!r} is not installed; install {package}, or name "
-                         f"an installed one: {options}")
-    raise InputError(f"{source}: the {base} driver {wanted!r} ({scheme}://) is not installed, nor any other; "
-                     f"install one of {options}")
-
-
-def redacted(uri: str) -> str:
-    """``uri`` as it may be shown or logged: a password in it (``postgresql://user:PASSWORD@host/db``,
-    ``https://user:PASSWORD@host``) replaced by ``***``."""
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", uri)
-    if parts.password is None:
-        return uri
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return parts._replace(netloc=f"{user}:***@{netloc[1]}").geturl()
 
 
 # Where a local SQLite store's artifacts go instead of next to the database: a store staged on a
@@ -245,65 +156,6 @@ def check_tracking_server(uri: str) -> None:
     check_login(uri, shown)
 
 
-# Where MLflow's client finds a login (mlflow.utils.credentials): the environment first, then this file.
-CREDENTIALS_FILE = "~/.mlflow/credentials"
-
-
-def tracking_login() -> tuple[str | None, str | None, str | None, str]:
-    """(username, password, token, where they come from) as MLflow's client will send them: the
-    environment's MLFLOW_TRACKING_USERNAME / _PASSWORD / _TOKEN, else the credentials file's
-    ``mlflow_tracking_username`` / ``_password``. Read here without importing MLflow."""
-    import configparser
-
-    token = os.environ.get("MLFLOW_TRACKING_TOKEN") or None
-    username = os.environ.get("MLFLOW_TRACKING_USERNAME") or None
-    password = os.environ.get("MLFLOW_TRACKING_PASSWORD") or None
-    source = "the environment"
-    path = Path(CREDENTIALS_FILE).expanduser()
-    if (username is None or password is None) and path.is_file():
-        config = configparser.ConfigParser(interpolation=None)
-        with suppress(configparser.Error, OSError, UnicodeDecodeError):
-            config.read(path)
-            if "mlflow" in config:
-                username = username or config["mlflow"].get("mlflow_tracking_username")
-                password = password or config["mlflow"].get("mlflow_tracking_password")
-                source = f"{CREDENTIALS_FILE}" if not os.environ.get("MLFLOW_TRACKING_USERNAME") else source
-    return username, password, token, source
-
-
-def check_login(uri: str, shown: str) -> None:
-    """A server behind a login (MLflow's basic-auth app, a proxy) refuses the mirror's every request
-    when the login is missing or wrong: found here, by a request that needs it (its /health does
-    not), before the first trial. The password is never shown."""
-    import base64
-
-    username, password, token, source = tracking_login()
-    request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    elif username and password:
-        request.add_header("Authorization", "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode())
-    try:
-        urllib.request.urlopen(request, timeout=10).close()
-    except urllib.error.HTTPError as error:
-        if error.code == 401 and not (token or (username and password)):
-            raise InputError(f"--mlflow-uri: the MLflow tracking server at {shown} asks for a login; set "
-                             f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN, or "
-                             f"{CREDENTIALS_FILE}) where this command runs, or run with --sink none and "
-                             f"`banditsweep sync-mlflow SPEC` later") from None
-        if error.code == 401:
-            who = "the token of MLFLOW_TRACKING_TOKEN" if token else f"the login of user {username!r} (from {source})"
-            raise InputError(f"--mlflow-uri: the MLflow tracking server at {shown} refuses {who}; check it, or run "
-                             f"with --sink none and `banditsweep sync-mlflow SPEC` later") from None
-        if error.code == 403:
-            who = "the token's user" if token else f"user {username!r}"
-            raise InputError(f"--mlflow-uri: the MLflow tracking server at {shown} does not let {who} read "
-                             f"experiments; ask its administrator for access") from None
-        # Another answer (an old server without this endpoint, a proxy's page): the mirror says more.
-    except (urllib.error.URLError, OSError):
-        pass   # it answered /health a moment ago: an outage now is the mirror's to ride out
-
-
 def database_in(folder: Path, uri: str) -> Path | None:
     """The SQLite database of ``uri`` when it lies in ``folder`` (a sweep's folder would then hold
     the MLflow store, and a run would move it with its results); else None."""
@@ -353,38 +205,6 @@ def store_setup_lock(tracking_uri: str):
 class NotAStoreError(InputError):
     """The file a tracking URI names is something else than an MLflow store (a typo, a hostile
     ``$MLFLOW_TRACKING_URI``): it is never written to, moved or replaced."""
-
-
-def schema_revision(path: str) -> str | None:
-    """The MLflow schema revision (alembic's) of the SQLite store at ``path``; None where it has none yet."""
-    if not os.path.isfile(path):
-        return None
-    try:
-        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)) as database:
-            row = database.execute("SELECT version_num FROM alembic_version").fetchone()
-    except sqlite3.Error:
-        return None
-    return row[0] if row else None
-
-
-def refuse_another_schema(path: str, source: str = "--mlflow-uri") -> None:
-    """A store the user named (``--mlflow-uri``, ``$MLFLOW_TRACKING_URI``: possibly a lab's, shared with
-    other users) whose schema another MLflow version made is refused before anything runs, naming
-    both: MLflow would advise ``mlflow db upgrade``, which locks the store's other users out. (The
-    results root's own ``mlflow.db``, which no one else uses, is upgraded as MLflow does.)"""
-    found = schema_revision(path)
-    if found is None:
-        return
-    from importlib.metadata import version
-
-    from mlflow.store.db.utils import _get_latest_schema_revision
-
-    expected = _get_latest_schema_revision()
-    if found != expected:
-        raise InputError(f"{source}: the MLflow store {path} has schema revision {found}, made by another MLflow "
-                         f"than this one ({version('mlflow')}, schema {expected}); run banditsweep with the MLflow "
-                         f"version of the store's other users, or give a store of its own; do not upgrade a shared "
-                         f"store (its other users' MLflow could no longer open it)")
 
 
 def refuse_if_not_a_store(path: str, source: str = "--mlflow-uri") -> None:
