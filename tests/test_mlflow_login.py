@@ -86,3 +86,46 @@ def test_with_the_login_every_trial_is_mirrored_and_the_password_is_nowhere(serv
         if path.is_file():
             assert PASSWORD.encode() not in path.read_bytes(), path
     assert os.environ["MLFLOW_TRACKING_PASSWORD"] == PASSWORD
+
+
+def test_on_a_joined_cluster_the_login_reaches_the_mirror_and_no_job_metadata(server, home, tmp_path, monkeypatch):
+    """A cluster whose nodes never saw the login (started before it was set), a driver with it in its
+    shell: every trial mirrored, and the password in no job's runtime environment or metadata."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    import ray
+    from mlflow.tracking import MlflowClient
+    from ray.cluster_utils import Cluster
+    from ray.util.state import list_jobs
+
+    ray.shutdown()
+    private = tempfile.mkdtemp(prefix="bs-ray-")
+    monkeypatch.setenv("RAY_TMPDIR", private)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    try:
+        (tmp_path / "spec.yaml").write_text(yaml.safe_dump({**SPEC, "sweep": "joined"}))
+        env = {**os.environ, "MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": PASSWORD}
+        done = subprocess.run([sys.executable, "-m", "banditsweep", "run", "spec.yaml", "--address", cluster.address,
+                               "--no-progress", "--mlflow-uri", server.uri, "--results", str(tmp_path / "results")],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert PASSWORD not in done.stdout + done.stderr
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", PASSWORD)
+        client = MlflowClient(server.uri)
+        experiment = client.get_experiment_by_name("joined")
+        runs = client.search_runs([experiment.experiment_id], "tags.kind = 'trial'")
+        assert sorted(run.info.status for run in runs) == ["FINISHED"] * 4
+        ray.init(address=cluster.address)
+        jobs = list_jobs(detail=True)
+        assert jobs and all(PASSWORD not in repr(job) for job in jobs)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        shutil.rmtree(private, ignore_errors=True)
