@@ -11,8 +11,9 @@ from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps.commands import EXIT_INCONSISTENT
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
-from banditsweep.sweeps.commands.shared import say_code_notes, say_health, say_selection, selected_sweep, store_of
-from banditsweep.sweeps.report import markdown_table, write_report
+from banditsweep.sweeps.commands.shared import (display_table, say_code_notes, say_health, say_selection,
+                                                selected_sweep, store_of)
+from banditsweep.sweeps.report import write_report
 from banditsweep.sweeps.results import SweepResults
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.workers import attach_report
@@ -62,8 +63,8 @@ def execute(args: SweepRequest, sweep: Sweep) -> ReportOutcome:
     if note:
         say(f"warning: {note}", file=sys.stderr)
     say(f"Mean final cumulative regret ({sweep.name}, {len(results.finished)} finished trials):")
-    say(markdown_table(summary.mean, 1, marks=summary.marks))
-    say(f"\nStandard deviation:\n{markdown_table(summary.std, 2, marks=summary.marks)}")
+    say(display_table(summary, summary.mean, 1))
+    say(f"\nStandard deviation:\n{display_table(summary, summary.std, 2)}")
     for note in summary.notes:
         say(f"note: {note}")
     say_code_notes(summary)

@@ -165,6 +165,7 @@ def run_locked(args: SweepRequest, sweep: Sweep, jobs: list[Job], options: RunOp
     report = report or RunReport(0, sweep, store.root, plan.total)
     report.total, report.finished_before, report.failed_before = plan.total, plan.finished, plan.failed
     if not plan.pending:
+        say(f"nothing to run: every trial is recorded in {store.root}")
         caught = catch_up(store, options.sinks, SinkContext(sweep.name, options.results_root,
                                                             sink_options=options.sink_options))
         for warning in caught.warnings:

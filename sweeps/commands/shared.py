@@ -98,13 +98,21 @@ def summary_of(store: SweepStore, sweep: Sweep):
     return SweepResults(store, sweep).summary
 
 
+def display_table(summary, table, digits: int) -> str:
+    """A summary's table for the terminal, its algorithms by the names the figures give them
+    (``LinUCB``, not ``linucb``), marked as the report marks them."""
+    names = {row["label"]: row["display"] for _, row in summary.best.iterrows()}
+    marks = {(column, names.get(label, label)): mark for (column, label), mark in summary.marks.items()}
+    return markdown_table(table.rename(index=names), digits, marks=marks)
+
+
 def print_results(store: SweepStore, sweep: Sweep) -> None:
     summary = summary_of(store, sweep)
     if summary is None:
         say("no finished trials yet")
         return
     say(f"\nMean final cumulative regret (best grid point per cell, {sweep.name}):")
-    say(markdown_table(summary.mean, 1, marks=summary.marks))
+    say(display_table(summary, summary.mean, 1))
     if summary.chosen != ONE_POINT:
         say(f"note: {summary.chosen}")
     for note in summary.notes:
