@@ -169,7 +169,7 @@ def test_run_prints_the_results_of_a_sweep_of_mixed_kinds(tmp_path, monkeypatch,
     assert "2 finished, 0 failed" in out
     header = next(line for line in out.splitlines() if line.startswith("| algorithm"))
     assert header == f"| algorithm | {_name(GRID)} | {_name(SMALL)} |"
-    assert next(line for line in out.splitlines() if line.startswith("| Random |")   # the figures' name for it)
+    assert next(line for line in out.splitlines() if line.startswith("| Random |"))   # as the figures name it
 
     assert main(["report", "mixed.yaml"]) == 0
     by_setting = (tmp_path / "results" / "mixed" / "report" / "by_setting.md").read_text()
