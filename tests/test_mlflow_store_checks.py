@@ -1,5 +1,5 @@
-"""A store the user names that another MLflow version made (a lab's, shared) is refused before any
-trial, naming both versions, and left as it was: never upgraded under its other users."""
+"""A store the user names that a newer MLflow made (a lab's, shared) is refused before any trial,
+naming both versions, and left as it was; an MLflow older than the tested floor is refused."""
 
 import sqlite3
 
@@ -9,25 +9,25 @@ from banditsweep.sweeps.cli import main
 
 SPEC = {"sweep": "shared", "horizon": 10, "seeds": 1, "environments": [{"kind": "synthetic", "function": "h1"}],
         "algorithms": [{"name": "random"}]}
-OLD_REVISION = "0a8213491aaa"   # one of MLflow's earliest schema revisions
+NEWER_REVISION = "ffeeddccbbaa"   # a revision this MLflow does not know: a newer one's
 
 
-def test_a_shared_store_of_another_mlflow_version_is_refused_and_left_as_it_was(tmp_path, capsys):
+def test_a_store_of_a_newer_mlflow_is_refused_and_left_as_it_was(tmp_path, capsys):
     from mlflow.tracking import MlflowClient
 
     store = tmp_path / "lab.db"
     MlflowClient(f"sqlite:///{store}").search_experiments()   # a store made by this MLflow
     with sqlite3.connect(store) as database:
-        database.execute("UPDATE alembic_version SET version_num = ?", (OLD_REVISION,))
+        database.execute("UPDATE alembic_version SET version_num = ?", (NEWER_REVISION,))
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(SPEC))
     code = main(["run", str(tmp_path / "spec.yaml"), "--results", str(tmp_path / "results"),
                  "--mlflow-uri", f"sqlite:///{store}", "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2, err
-    assert f"has schema revision {OLD_REVISION}, made by another MLflow than this one" in err
-    assert "do not upgrade a shared store" in err and "mlflow db upgrade" not in err
+    assert f"has schema revision {NEWER_REVISION}, which this MLflow" in err and "a newer MLflow made it" in err
+    assert "mlflow db upgrade" not in err
     with sqlite3.connect(store) as database:
-        assert database.execute("SELECT version_num FROM alembic_version").fetchone()[0] == OLD_REVISION
+        assert database.execute("SELECT version_num FROM alembic_version").fetchone()[0] == NEWER_REVISION
     assert not (tmp_path / "results" / "shared").exists()
 
 

@@ -197,20 +197,24 @@ def schema_revision(path: str) -> str | None:
 
 
 def refuse_another_schema(path: str, source: str = "--mlflow-uri") -> None:
-    """A store the user named (``--mlflow-uri``, ``$MLFLOW_TRACKING_URI``: possibly a lab's, shared with
-    other users) whose schema another MLflow version made is refused before anything runs, naming
-    both: MLflow would advise ``mlflow db upgrade``, which locks the store's other users out. (The
-    results root's own ``mlflow.db``, which no one else uses, is upgraded as MLflow does.)"""
+    """A SQLite store the user named whose schema this MLflow does not know (a newer MLflow made it:
+    possibly a lab's store, shared with other users) is refused before anything runs, naming both
+    versions: this MLflow cannot open it, and must not try to rewrite it. A store of an older schema
+    this MLflow knows is migrated as MLflow migrates it (a user's own file; the results root's
+    ``mlflow.db`` likewise)."""
     found = schema_revision(path)
     if found is None:
         return
     from importlib.metadata import version
 
-    from mlflow.store.db.utils import _get_latest_schema_revision
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db.utils import _get_alembic_config, _get_latest_schema_revision
 
-    expected = _get_latest_schema_revision()
-    if found != expected:
-        raise InputError(f"{source}: the MLflow store {path} has schema revision {found}, made by another MLflow "
-                         f"than this one ({version('mlflow')}, schema {expected}); run banditsweep with the MLflow "
-                         f"version of the store's other users, or give a store of its own; do not upgrade a shared "
-                         f"store (its other users' MLflow could no longer open it)")
+    known = {script.revision for script in ScriptDirectory.from_config(_get_alembic_config("")).walk_revisions()}
+    if found in known:
+        return
+    raise InputError(f"{source}: the MLflow store {path} has schema revision {found}, which this MLflow "
+                     f"({version('mlflow')}, schema {_get_latest_schema_revision()}) does not know: a newer MLflow "
+                     f"made it; run banditsweep with the MLflow version of the store's other users, or give a store "
+                     f"of its own (this MLflow would have to rewrite the store, and its other users' could no "
+                     f"longer open it)")
