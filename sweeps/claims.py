@@ -56,9 +56,12 @@ class Part:
     estimate lies on the other side of the claim."""
 
     def __init__(self, outcome: str, n: int, seeds: SeedsNeeded | None, text: str, p: float = float("nan"),
-                 wrong_side: bool = False):
+                 wrong_side: bool = False, atoms: list["Part"] | None = None):
         self.outcome, self.n, self.seeds, self.text = outcome, n, seeds, text
         self.p, self.wrong_side = p, wrong_side
+        # The single comparisons a combined verdict stands on (an environment's, against each other
+        # algorithm): Holm's adjustment is over all of a claim's, whatever they are grouped by.
+        self.atoms = atoms if atoms is not None else [self]
 
 
 def mean_part(comparison: Comparison, lower: bool) -> Part:
@@ -116,18 +119,22 @@ def _widest(seeds: list[SeedsNeeded | None]) -> SeedsNeeded | None:
     return SeedsNeeded(max(lows) if lows else None, high)
 
 
+def _atoms(parts: list[Part]) -> list[Part]:
+    return [atom for part in parts for atom in part.atoms if atom.outcome != UNJUDGED]
+
+
 def combine(parts: list[Part]) -> Part | None:
     """The family's verdict (module docstring); None where no part could be judged."""
     judged = [p for p in parts if p.outcome != UNJUDGED]
     if not judged:
         return None
-    n = min(p.n for p in judged)
+    n, atoms = min(p.n for p in judged), _atoms(judged)
     if all(p.outcome == HOLDS for p in judged):
-        return Part(HOLDS, n, None, "")
-    if any(_failing(judged)):
-        return Part(FAILS, n, None, "")
+        return Part(HOLDS, n, None, "", atoms=atoms)
+    if any(_failing(atoms)):
+        return Part(FAILS, n, None, "", atoms=atoms)
     undecided = [p for p in judged if p.outcome != HOLDS]
-    return Part(UNDECIDED, n, _widest([p.seeds for p in undecided]), "")
+    return Part(UNDECIDED, n, _widest([p.seeds for p in undecided]), "", atoms=atoms)
 
 
 def verdict_text(parts: list[Part], unjudged: int = 0) -> str:
@@ -137,14 +144,18 @@ def verdict_text(parts: list[Part], unjudged: int = 0) -> str:
     if not judged:
         return UNJUDGED
     count = len(judged)
-    failing = _failing(judged)
+    # A part fails where one of its comparisons is on the other side after Holm over all of the
+    # claim's comparisons (every environment's against every other algorithm).
+    atoms = _atoms(judged)
+    failed = {id(atom) for atom, fail in zip(atoms, _failing(atoms)) if fail}
+    failing = [any(id(atom) in failed for atom in part.atoms) for part in judged]
     fails = sum(failing)
     undecided = [p for p, f in zip(judged, failing) if p.outcome != HOLDS and not f]
     if fails:
         more = f"; {len(undecided)} cannot be told apart" if undecided else ""
         return f"{FAILS} (fails on {fails} of {count} after Holm{more})"
     if undecided:
-        before = sum(p.outcome == FAILS for p in undecided)
+        before = sum(any(atom.outcome == FAILS and atom.wrong_side for atom in p.atoms) for p in undecided)
         unadjusted = f"; {before} on the other side at 5% before Holm's adjustment only" if before else ""
         overall = combine(undecided) or Part(UNDECIDED, min(p.n for p in undecided), None, "")
         return (f"{UNDECIDED} at n = {overall.n} (on {len(undecided)} of {count}{unadjusted}; "

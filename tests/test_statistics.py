@@ -196,3 +196,23 @@ def test_a_spread_is_compared_without_assuming_normal_data_or_not_at_all():
     wide = {s: float(v) for s, v in enumerate(rng.normal(100, 20, 30))}
     assert std_part(tight, wide, 1.0, lower=True).outcome == HOLDS
     assert std_part(wide, tight, 1.0, lower=True).outcome == FAILS
+
+
+def test_the_family_is_every_comparison_of_the_claim_not_its_environments():
+    """A claim's environments each combine comparisons against several algorithms; Holm runs over all
+    of the claim's comparisons. An environment whose comparison with one baseline is on the other side
+    at p = 2e-6 fails the claim even where it was combined first (its combined verdict once carried no
+    p-value, and the claim read "cannot be told apart"); three environments of undecided parts do not."""
+    from banditsweep.sweeps.claims import FAILS, UNDECIDED, Part, combine, verdict_text
+
+    def environment(*parts):
+        return combine(list(parts))
+
+    mnist = environment(Part(FAILS, 10, None, "", 2e-6, True), Part(UNDECIDED, 10, S.SeedsNeeded(9, None), "", 0.4))
+    others = [environment(Part(UNDECIDED, 10, S.SeedsNeeded(9, None), "", 0.3),
+                          Part(UNDECIDED, 10, S.SeedsNeeded(9, None), "", 0.6)) for _ in range(5)]
+    assert mnist.outcome == FAILS and len(mnist.atoms) == 2
+    assert verdict_text([mnist, *others]) == "does not hold (fails on 1 of 6 after Holm; 5 cannot be told apart)"
+    # At p = 0.01 over the claim's 12 comparisons (0.12 after Holm) the same environment does not decide it.
+    weak = environment(Part(FAILS, 10, None, "", 0.01, True), Part(UNDECIDED, 10, S.SeedsNeeded(9, None), "", 0.4))
+    assert verdict_text([weak, *others]).startswith("cannot be told apart at n = 10 (on 6 of 6; 1 on the other side")
