@@ -44,13 +44,15 @@ def selected_sweep(args: SweepRequest, sweep: Sweep, store: SweepStore) -> Selec
     """The spec's trials as the store holds them: those of the command's --set, else those of the
     run whose --set planned what the store holds (sweeps.stored_runs)."""
     # The confirming trials of a spec's held-out stage are the spec's own, not another run's.
-    selection = select_sweep(args.spec, with_confirmation(sweep, store)[0], args.overrides or [], store)
+    confirmed, stage = with_confirmation(sweep, store)
+    selection = select_sweep(args.spec, confirmed, args.overrides or [], store)
     if selection.switched and getattr(args, "selectors", None):
         try:   # the command's --only applies to the run's trials too
             selection.sweep = select(selection.sweep, parse_selectors(args.selectors))
         except SpecError as error:
             selection.notes.append(f"--only does not apply to that run's trials ({error.message}): all are shown")
-    selection.sweep, stage = with_confirmation(selection.sweep, store)
+    if selection.switched:   # another run's selection: its own held-out stage (the choice is made once otherwise)
+        selection.sweep, stage = with_confirmation(selection.sweep, store)
     if stage is not None:
         selection.notes.append(describe(stage))
     return selection
