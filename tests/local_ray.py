@@ -79,6 +79,10 @@ def end_session(process: subprocess.Popen, grace: float = 10.0) -> None:
         pass
 
 
+class StartupTimedOut(RuntimeError):
+    """``ray start`` gave up waiting for its own raylet (a machine too busy), not a configuration error."""
+
+
 class LocalHead:
     """``ray start --head --block`` on 127.0.0.1 with a dashboard and token authentication on.
 
@@ -97,6 +101,9 @@ class LocalHead:
         base_env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "BANDITSWEEP_", "MLFLOW_"))}
         self.env = {**base_env, "HOME": str(self.home), "RAY_USAGE_STATS_ENABLED": "0",
                     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+                    # Ray gives its raylet 30 s to register with the GCS; a 2-core machine busy with
+                    # the rest of the suite can take longer, and the head then exits at startup.
+                    "RAY_raylet_start_wait_time_s": "120",
                     **(env or {})}
         self.num_cpus = num_cpus
         self.extra_args = extra_args or []
@@ -108,7 +115,29 @@ class LocalHead:
         return subprocess.run(list(args), env={**self.env, **(env or {})}, capture_output=True, text=True,
                               timeout=timeout, start_new_session=True, **kwargs)
 
-    def start(self, timeout: float = 90) -> "LocalHead":
+    def start(self, timeout: float = 180, attempts: int = 2) -> "LocalHead":
+        """Start the head; a head whose startup timed out (a machine too busy for Ray's own startup
+        deadlines) is ended and started once more on fresh ports and a fresh temp dir."""
+        for attempt in range(attempts):
+            try:
+                return self._start_once(timeout)
+            except StartupTimedOut:
+                if attempt == attempts - 1:
+                    raise
+                self._fresh_ports()
+
+    def _fresh_ports(self) -> None:
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        (self.gcs_port, self.dashboard_port, self.agent_port, self.agent_grpc_port, self.runtime_env_port,
+         self.metrics_port, self.client_port, self.node_manager_port, self.object_manager_port) = free_ports(9)
+        old_address = self.address
+        self.address = f"127.0.0.1:{self.gcs_port}"
+        self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
+        # Configs written against the old address (an autoscaler's gcs_address) follow it.
+        for path in self.base.glob("*.yaml"):
+            path.write_text(path.read_text().replace(old_address, self.address))
+
+    def _start_once(self, timeout: float) -> "LocalHead":
         # A head started by `ray up` has a token; here the head's user makes one, as Ray says to.
         made = self.run(ray_command(), "get-auth-token", "--generate")
         assert made.returncode == 0, made.stderr
@@ -146,7 +175,9 @@ class LocalHead:
         last = ""
         while time.time() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"ray start exited {self.process.returncode}: {self.startup_log()}")
+                log = self.startup_log()
+                kind = StartupTimedOut if "timed out during startup" in log else RuntimeError
+                raise kind(f"ray start exited {self.process.returncode}: {log}")
             try:
                 for url in (f"{self.dashboard}/api/jobs/", f"http://127.0.0.1:{self.agent_port}/api/healthz"):
                     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.token}"})
