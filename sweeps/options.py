@@ -189,15 +189,25 @@ _DATA_DIR = f"dataset directory (default: ${DATA_ENV_VAR}, else a per-user cache
 
 
 @dataclass
-class RunRequest(SweepRequest):
-    command: ClassVar[str] = "run"
-    summary: ClassVar[str] = "run every trial of a spec not yet finished"
-    writes_results: ClassVar[bool] = True
+class ExecutionRequest(SweepRequest):
+    """What every command that runs trials takes: where (the cluster, its data) and how it shows it.
+    A new option of running is declared here once and both ``run`` and ``verify`` take it."""
+
     uses_ray: ClassVar[bool] = True
 
     address: str | None = option("--address", help=_ADDRESS)
     max_workers: int | None = option("--max-workers", check=worker_count,
                                      help="at most this many trial actors (default: as many as the cluster can hold)")
+    data_dir: str | None = option("--data-dir", help=_DATA_DIR)
+    no_progress: bool = option("--no-progress", False, action="store_true", help="no progress bar")
+
+
+@dataclass
+class RunRequest(ExecutionRequest):
+    command: ClassVar[str] = "run"
+    summary: ClassVar[str] = "run every trial of a spec not yet finished"
+    writes_results: ClassVar[bool] = True
+
     retry_failed: bool = option("--retry-failed", False, action="store_true", help="also rerun trials recorded as failed")
     rerun_changed: bool = option("--rerun-changed", False, action="store_true", exclusive="changed",
                                  help="run finished trials computed by other code again on today's code (the "
@@ -205,12 +215,10 @@ class RunRequest(SweepRequest):
                                       "unknown)")
     keep_changed: bool = option("--keep-changed", False, action="store_true", exclusive="changed",
                                 help="keep finished trials computed by other code (report marks their cells)")
-    data_dir: str | None = option("--data-dir", help=_DATA_DIR)
     sinks: list[str] | None = option("--sink", action="append", metavar="NAME",
                                      help="a result sink mirroring the Parquet results (repeatable; default: the "
                                           "spec's `sinks:`, else mlflow; `none`: Parquet only); `banditsweep list` "
                                           "names them")
-    no_progress: bool = option("--no-progress", False, action="store_true", help="no progress bar")
 
     @property
     def uses_mlflow(self) -> bool:   # unless the run's only sink is `none`
@@ -247,12 +255,11 @@ class PlanRequest(SweepRequest):
 
 
 @dataclass
-class VerifyRequest(SweepRequest):
+class VerifyRequest(ExecutionRequest):
     command: ClassVar[str] = "verify"
     summary: ClassVar[str] = ("re-run a sample of the finished trials on today's code and compare every stored "
                               "value but timings")
     writes_results: ClassVar[bool] = True   # its scratch folder, and --accept's stamps
-    uses_ray: ClassVar[bool] = True
 
     sample: int = option("--sample", 10, check=sample_size,
                          help="trials to re-run (default 10; at least one of each code version the store holds)")
@@ -263,10 +270,6 @@ class VerifyRequest(SweepRequest):
     accept: bool = option("--accept", False, action="store_true",
                           help="stamp the finished trials of each code version whose sampled trials reproduced as "
                                "computed by today's code (after a change that moves no number)")
-    address: str | None = option("--address", help=_ADDRESS)
-    max_workers: int | None = option("--max-workers", check=worker_count, help="at most this many trial actors")
-    data_dir: str | None = option("--data-dir", help=_DATA_DIR)
-    no_progress: bool = option("--no-progress", False, action="store_true", help="no progress bar")
     # What a verification's runs of the sampled trials use: no sink, nothing retried or re-run.
     sinks: ClassVar[list[str]] = ["none"]
     retry_failed: ClassVar[bool] = False

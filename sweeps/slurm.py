@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 from banditsweep.sweeps.spec_errors import SpecError
 
 if TYPE_CHECKING:   # sweeps.plan loads numpy and core: the command line imports this module before them
-    from banditsweep.sweeps.options import PlanRequest
     from banditsweep.sweeps.plan import SweepPlan
 
 
@@ -80,6 +79,7 @@ class Allocation:
     cpus_per_node: int
     gpus_per_trial: float
     cpus_per_trial: float
+    time_limit: int | None = None   # the longest --time the partition allows (seconds), if one was given
 
     @property
     def workers(self) -> int:
@@ -88,34 +88,35 @@ class Allocation:
         per_node = default_workers(self.cpus_per_node, self.cpus_per_trial, self.gpus_per_node, self.gpus_per_trial)
         return self.nodes * per_node
 
-
-def allocation(args: "PlanRequest", sweep) -> Allocation:
-    """The job's nodes, GPUs and CPUs from ``plan --slurm``'s arguments and the spec's resources."""
-    resources = sweep.spec.resources
-    gpus = args.gpus_per_node or 0
-    if gpus < 0:
-        raise SpecError("--gpus-per-node", str(gpus), "give 0 or more GPUs per node")
-    asked = resources.gpus_per_trial
-    if asked and not gpus:
-        raise SpecError("--gpus-per-node", "0", f"the spec's trials ask for {asked:g} GPU(s) each "
-                                               "(resources.gpus_per_trial); give the nodes' GPUs, or --set "
-                                               "resources.gpus_per_trial=0 to plan them on CPUs")
-    # On a cluster with GPUs a trial actor asks for one GPU unless the spec says otherwise.
-    gpus_per_trial = (asked if asked is not None else 1.0) if gpus else 0.0
-    if gpus_per_trial > gpus > 0:
-        raise SpecError("--gpus-per-node", str(gpus), f"a trial asks for {gpus_per_trial:g} GPUs "
-                                                      "(resources.gpus_per_trial): more than a node has")
-    cpus = args.cpus_per_node
-    if cpus is None:
-        if gpus:
-            actors = math.floor(gpus / gpus_per_trial)
-            cpus = max(1, math.ceil(actors * resources.cpus_per_trial))
-        else:
-            cpus = len(os.sched_getaffinity(0))
-    if resources.cpus_per_trial > cpus:
-        raise SpecError("--cpus-per-node", str(cpus), f"a trial asks for {resources.cpus_per_trial:g} CPUs "
-                                                      "(resources.cpus_per_trial): more than a node has")
-    return Allocation(args.nodes, gpus, cpus, gpus_per_trial, resources.cpus_per_trial)
+    @classmethod
+    def of(cls, resources, nodes: int = 1, gpus_per_node: int = 0, cpus_per_node: int | None = None,
+           time_limit: int | None = None) -> "Allocation":
+        """The job's nodes, GPUs and CPUs for trials that ask for ``resources`` (a spec's
+        ``resources:``); refused, naming the flag, where a trial cannot run on such a node."""
+        gpus = gpus_per_node or 0
+        if gpus < 0:
+            raise SpecError("--gpus-per-node", str(gpus), "give 0 or more GPUs per node")
+        asked = resources.gpus_per_trial
+        if asked and not gpus:
+            raise SpecError("--gpus-per-node", "0", f"the spec's trials ask for {asked:g} GPU(s) each "
+                                                   "(resources.gpus_per_trial); give the nodes' GPUs, or --set "
+                                                   "resources.gpus_per_trial=0 to plan them on CPUs")
+        # On a cluster with GPUs a trial actor asks for one GPU unless the spec says otherwise.
+        gpus_per_trial = (asked if asked is not None else 1.0) if gpus else 0.0
+        if gpus_per_trial > gpus > 0:
+            raise SpecError("--gpus-per-node", str(gpus), f"a trial asks for {gpus_per_trial:g} GPUs "
+                                                          "(resources.gpus_per_trial): more than a node has")
+        cpus = cpus_per_node
+        if cpus is None:
+            if gpus:
+                actors = math.floor(gpus / gpus_per_trial)
+                cpus = max(1, math.ceil(actors * resources.cpus_per_trial))
+            else:
+                cpus = len(os.sched_getaffinity(0))
+        if resources.cpus_per_trial > cpus:
+            raise SpecError("--cpus-per-node", str(cpus), f"a trial asks for {resources.cpus_per_trial:g} CPUs "
+                                                          "(resources.cpus_per_trial): more than a node has")
+        return cls(nodes, gpus, cpus, gpus_per_trial, resources.cpus_per_trial, time_limit)
 
 
 def job_seconds(plan: "SweepPlan") -> float:
@@ -151,11 +152,11 @@ def too_long_trials(plan: "SweepPlan", limit: int, checkpoint_every: int | None)
     return warnings
 
 
-def sbatch_lines(args: "PlanRequest", sweep, plan: "SweepPlan") -> list[str]:
-    """What ``plan --slurm`` prints after the plan: the #SBATCH lines, the command, and warnings."""
-    job = allocation(args, sweep)
+def sbatch_lines(job: Allocation, plan: "SweepPlan", submit: list[str], checkpoint_every: int | None) -> list[str]:
+    """What ``plan --slurm`` prints after the plan: the #SBATCH lines, ``submit`` (the command that
+    sends the job), and warnings."""
     needed = job_seconds(plan)
-    limit = args.time_limit
+    limit = job.time_limit
     asked = needed if limit is None else min(needed, limit)
     lines = ["", f"# Slurm: {job.nodes} node(s) x {job.workers // job.nodes} trial(s) at once = {job.workers} "
                  f"worker(s); about {duration(plan.wall_seconds)} of trials (x{TIME_SAFETY:g}, plus "
@@ -165,13 +166,7 @@ def sbatch_lines(args: "PlanRequest", sweep, plan: "SweepPlan") -> list[str]:
         lines.append(f"#SBATCH --gpus-per-node={job.gpus_per_node}")
     lines += [f"#SBATCH --time={format_time(asked)}", "#SBATCH --requeue", f"#SBATCH --signal=B:USR1@{SIGNAL_LEAD}",
               "#SBATCH --open-mode=append"]
-    command = ["sbatch", "cluster-slurm.sbatch", args.spec]
-    for flag, value in (("--results", args.results), ("--mlflow-uri", args.mlflow_uri)):
-        if value is not None:
-            command += [flag, value]
-    command += [item for value in args.overrides for item in ("--set", value)]
-    command += [item for value in args.selectors for item in ("--only", value)]
-    lines.append("# then: " + " ".join(shlex.quote(part) for part in command))
+    lines.append("# then: " + " ".join(shlex.quote(part) for part in submit))
     if plan.unknown:
         lines.append(f"# ({plan.unknown} cell(s) not estimated: --time covers the others only)")
     if limit is not None and needed > limit:
@@ -179,7 +174,7 @@ def sbatch_lines(args: "PlanRequest", sweep, plan: "SweepPlan") -> list[str]:
         lines.append(f"# the sweep needs about {jobs} jobs of --time {format_time(limit)}: each stops "
                      f"{SIGNAL_LEAD} s before its limit, requeues itself and the next resumes where it stopped")
     if limit is not None:
-        lines += too_long_trials(plan, limit, sweep.spec.checkpoint_every)
+        lines += too_long_trials(plan, limit, checkpoint_every)
     return lines
 
 

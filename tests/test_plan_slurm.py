@@ -40,26 +40,23 @@ def _plan(seconds_per_trial: float, trials: int = 10, workers: int = 4, horizon:
                                     "probe")], workers=workers)
 
 
-class _Sweep:
-    """What sbatch_lines reads of a parsed spec."""
-
-    def __init__(self, cpus_per_trial=1.0, gpus_per_trial=None, checkpoint_every=None):
-        resources = argparse.Namespace(cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
-        self.spec = argparse.Namespace(resources=resources, checkpoint_every=checkpoint_every)
+def _resources(cpus_per_trial=1.0, gpus_per_trial=None):
+    """What Allocation.of reads of a spec's ``resources:``."""
+    return argparse.Namespace(cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
 
 
-def _args(**given):
-    values = dict(spec="sweeps/x.yaml", results=None, mlflow_uri=None, overrides=[], selectors=[], slurm=True,
-                  nodes=1, gpus_per_node=0, cpus_per_node=None, time_limit=None)
-    return argparse.Namespace(**{**values, **given})
+SUBMIT = ["sbatch", "cluster-slurm.sbatch", "sweeps/x.yaml"]
+
+
+def _hour_job() -> slurm.Allocation:
+    return slurm.Allocation.of(_resources(), time_limit=3600)
 
 
 def test_gpu_nodes_give_one_trial_actor_per_gpu_and_a_time_from_the_cost_model():
-    args = _args(nodes=2, gpus_per_node=4, overrides=["horizon=500"])
-    job = slurm.allocation(args, _Sweep(cpus_per_trial=2))
+    job = slurm.Allocation.of(_resources(cpus_per_trial=2), nodes=2, gpus_per_node=4)
     assert (job.workers, job.cpus_per_node) == (8, 8)
     plan = _plan(600.0, trials=80, workers=job.workers)   # 80 x 10 min over 8 GPUs: 100 min
-    lines = slurm.sbatch_lines(args, _Sweep(cpus_per_trial=2), plan)
+    lines = slurm.sbatch_lines(job, plan, [*SUBMIT, "--set", "horizon=500"], None)
     sbatch = [line for line in lines if line.startswith("#SBATCH")]
     assert sbatch == ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --cpus-per-task=8",
                       "#SBATCH --gpus-per-node=4", "#SBATCH --time=02:35:00", "#SBATCH --requeue",
@@ -71,18 +68,18 @@ def test_gpu_nodes_give_one_trial_actor_per_gpu_and_a_time_from_the_cost_model()
 
 
 def test_cpu_trials_fill_the_cpus_per_node_given():
-    job = slurm.allocation(_args(nodes=3, cpus_per_node=16), _Sweep(cpus_per_trial=2))
+    job = slurm.Allocation.of(_resources(cpus_per_trial=2), nodes=3, cpus_per_node=16)
     assert (job.workers, job.gpus_per_trial) == (24, 0.0)
 
 
 def test_trials_that_ask_for_gpus_need_gpu_nodes():
     with pytest.raises(Exception, match="gpus_per_trial"):
-        slurm.allocation(_args(), _Sweep(gpus_per_trial=1))
+        slurm.Allocation.of(_resources(gpus_per_trial=1))
 
 
 def test_a_time_limit_splits_a_long_sweep_into_requeued_jobs():
     plan = _plan(600.0, trials=80, workers=8)   # 100 min of trials, 150 with the margin
-    lines = slurm.sbatch_lines(_args(time_limit=3600), _Sweep(), plan)
+    lines = slurm.sbatch_lines(_hour_job(), plan, SUBMIT, None)
     assert "#SBATCH --time=01:00:00" in lines
     # 60 min - 5 min of start and stop = 55 min of trials per job: 150 / 55 -> 3 jobs
     assert any("about 3 jobs of --time 01:00:00" in line for line in lines)
@@ -91,12 +88,12 @@ def test_a_time_limit_splits_a_long_sweep_into_requeued_jobs():
 
 def test_a_trial_longer_than_the_time_limit_without_checkpoints_is_named():
     plan = _plan(2 * 3600.0, trials=4, horizon=10_000)
-    lines = slurm.sbatch_lines(_args(time_limit=3600), _Sweep(), plan)
+    lines = slurm.sbatch_lines(_hour_job(), plan, SUBMIT, None)
     [warning] = [line for line in lines if line.startswith("warning")]
     assert "LinUCB | synthetic:h1 takes about 2.0 h" in warning
     assert "never finishes" in warning and "--set checkpoint_every=833" in warning   # about every 10 minutes
     # With checkpoints it resumes from the last one in the next job: no warning.
-    lines = slurm.sbatch_lines(_args(time_limit=3600), _Sweep(checkpoint_every=500), plan)
+    lines = slurm.sbatch_lines(_hour_job(), plan, SUBMIT, 500)
     assert not any(line.startswith("warning") for line in lines)
 
 

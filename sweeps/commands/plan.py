@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 
 from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import SweepRequest
+from banditsweep.sweeps.options import PlanRequest
 from banditsweep.sweeps import slurm
 from banditsweep.sweeps.commands.shared import store_of
 from banditsweep.sweeps.confirmation import describe, with_costed_confirmation
@@ -32,15 +32,15 @@ class PlanReport:
     exit_code: int = 0
 
 
-def main(args: SweepRequest, sweep: Sweep) -> int:
+def main(args: PlanRequest, sweep: Sweep) -> int:
     return execute(args, sweep).exit_code
 
 
-def execute(args: SweepRequest, sweep: Sweep) -> PlanReport:
+def execute(args: PlanRequest, sweep: Sweep) -> PlanReport:
     """The plan (what `banditsweep plan` and ``banditsweep.plan`` do), printing what the command prints."""
-    for_slurm = getattr(args, "slurm", False)
     # First: a cluster the trials cannot run on is refused before anything.
-    trials_at_once = slurm.allocation(args, sweep).workers if for_slurm else workers(args, sweep)
+    job = slurm_allocation(args, sweep) if args.slurm else None
+    trials_at_once = job.workers if job else workers(args, sweep)
     data_dir = chosen_data_dir(args.data_dir)
     ensure_datasets_of_trials(args.spec, (trial.spec for trial in sweep.trials), data_dir)
     store = store_of(args, sweep)
@@ -64,12 +64,27 @@ def execute(args: SweepRequest, sweep: Sweep) -> PlanReport:
               "took; `run --keep-changed` keeps them instead)")
     if code.unknown:
         say(f"(note: {code.unknown_line()})")
-    for line in slurm.sbatch_lines(args, sweep, plan) if for_slurm else []:
+    for line in slurm.sbatch_lines(job, plan, submit_command(args), sweep.spec.checkpoint_every) if job else []:
         say(line)
     return PlanReport(plan, sweep, done, dict(code.other))
 
 
-def workers(args: SweepRequest, sweep: Sweep) -> int:
+def slurm_allocation(args: PlanRequest, sweep: Sweep) -> slurm.Allocation:
+    return slurm.Allocation.of(sweep.spec.resources, args.nodes, args.gpus_per_node, args.cpus_per_node,
+                               args.time_limit)
+
+
+def submit_command(args: PlanRequest) -> list[str]:
+    """``sbatch cluster-slurm.sbatch`` with the spec and the options that choose its trials and store."""
+    command = ["sbatch", "cluster-slurm.sbatch", args.spec]
+    for flag, value in (("--results", args.results), ("--mlflow-uri", args.mlflow_uri)):
+        if value is not None:
+            command += [flag, value]
+    command += [item for value in args.overrides for item in ("--set", value)]
+    return command + [item for value in args.selectors for item in ("--only", value)]
+
+
+def workers(args: PlanRequest, sweep: Sweep) -> int:
     resources = sweep.spec.resources
     if args.gpus == 0 and (resources.gpus_per_trial or 0) > 0:
         raise SpecError("--gpus", "0", f"the spec's trials ask for {resources.gpus_per_trial:g} GPU(s) each "
