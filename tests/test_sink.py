@@ -341,3 +341,47 @@ def test_a_failed_trial_with_a_huge_error_keeps_a_readable_record(tmp_path):
     assert record.status == FAILED and record.error.startswith("ValueError: 999") and record.error.endswith(" …")
     assert len(record.error) <= MAX_ERROR + 2 and len(record.traceback) <= MAX_TRACEBACK + 2
     assert record.traceback.startswith("… ") and record.traceback.endswith("x\n")
+
+
+def test_what_the_sinks_owe_counts_each_trial_once_in_flight_kept_or_queued():
+    """A chunk in flight to a slow sink, the same trials kept for a sink that is down, and trials still
+    queued are each owed once: the count never exceeds the trials that ended, and an abort says so."""
+    import threading
+
+    release = threading.Event()
+
+    class Slow(Recording):
+        ended_per_call = 2
+
+        def trials_ended(self, ended):
+            release.wait(10)
+            super().trials_ended(ended)
+
+    class Down(Recording):
+        def trials_ended(self, ended):
+            raise ConnectionError("tracking server unreachable")
+
+    slow, down = Slow(), Down()
+    mirror = Mirror([slow, down], interval=0.02)
+    records = [_record(name * 20) for name in "abcde"]
+    mirror.ended([(record, []) for record in records])
+    time.sleep(0.3)                                      # the first chunk of two is in flight to Slow
+    assert mirror.owed() == 5
+    mirror.ended([(records[0], [])])                     # the same trial handed again: still owed once
+    assert mirror.owed() == 5
+    release.set()
+    time.sleep(0.5)                                      # Slow took all five; Down keeps them all
+    assert {trial for call in slow.calls for trial, _ in call[1]} == {r.trial_id for r in records}
+    assert mirror.owed() == 5
+    status = mirror.abort("stopped waiting", grace=5)
+    assert status.pending == 5
+    assert "the sinks lack 5 of the 5 trials that ended in this run" in status.errors[0]
+
+
+def test_a_mirror_whose_sinks_took_everything_owes_nothing():
+    sink = Recording()
+    mirror = Mirror([sink], interval=0.02)
+    mirror.ended([(_record(name * 20), []) for name in "ab"])
+    time.sleep(0.3)
+    assert mirror.owed() == 0
+    mirror.close("FINISHED", {}, timeout=10)

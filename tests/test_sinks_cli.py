@@ -38,6 +38,8 @@ def test_a_plugin_sink_receives_every_trial_exactly_once(tmp_path, monkeypatch, 
     assert len(prepared) == 1 and prepared[0]["pid"] not in (os.getpid(), received[0]["pid"])
     assert received[0]["event"] == "open" and received[0]["pid"] != os.getpid() and events[-1]["event"] == "close"
     assert events[-1]["status"] == "FINISHED"
+    # The sinks work at the lowest CPU priority: only the CPU the trials leave idle.
+    assert received[0]["niceness"] == 19
     # MLflow, the other sink of the spec, got them too.
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("plug").experiment_id], "tags.kind = 'trial'")

@@ -22,7 +22,7 @@ class JsonLinesSink:
             handle.write(json.dumps({"event": event, **values}) + "\n")
 
     def open(self, records, pending):
-        self._write("open", known=len(records), pending=len(pending), pid=os.getpid())
+        self._write("open", known=len(records), pending=len(pending), pid=os.getpid(), niceness=os.nice(0))
         return {}
 
     def trials_started(self, records):

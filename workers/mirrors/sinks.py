@@ -141,7 +141,10 @@ class Mirror:
         self._ended: dict[str, int] = {}
         self._stop = threading.Event()
         self._abort = threading.Event()    # stop delivering ended trials (the user stopped waiting)
-        self._handed = 0                   # ended trials handed to the mirror
+        # What is owed is counted by trial id: the trials handed on as ended, and per sink those it
+        # has taken (a chunk in flight, or kept after a failure, is neither taken nor counted twice).
+        self._handed: set[str] = set()
+        self._taken: dict[int, set[str]] = {index: set() for index in range(len(sinks))}
         self._thread = threading.Thread(target=self._deliver_forever, name="banditsweep-mirror", daemon=True)
         self._thread.start()
 
@@ -154,7 +157,7 @@ class Mirror:
         self.events.put(("progress", (trial_id, points)))
 
     def ended(self, ended: list[tuple[TrialRecord, Points]]) -> None:
-        self._handed += len(ended)
+        self._handed.update(record.trial_id for record, _ in ended)
         self.events.put(("ended", ended))
 
     def close(self, status: str, summary: dict[str, float], timeout: float = 60.0) -> MirrorStatus:
@@ -175,11 +178,10 @@ class Mirror:
         return not self._thread.is_alive()
 
     def owed(self) -> int:
-        """Ended trials handed to the mirror and not yet delivered to every sink (queued, or kept
-        for a sink that failed)."""
-        kept = max((sum(len(arguments[0]) for method, arguments in list(backlog) if method == "trials_ended")
-                    for backlog in list(self._backlog.values())), default=0)
-        return max(0, self._handed - self.status.delivered) + kept
+        """Trials that ended in this run and that some sink has not taken yet (queued, in flight, or
+        kept for a sink that failed): each counted once, so never more than the trials that ended."""
+        handed = set(self._handed)
+        return max((len(handed - set(taken)) for taken in list(self._taken.values())), default=0)
 
     def abort(self, reason: str, grace: float = 30.0) -> MirrorStatus:
         """Stop delivering ended trials (after the chunk in hand), close the sinks (a run still open
@@ -191,7 +193,7 @@ class Mirror:
         if missing:
             self.status.pending = missing
             self.status.errors.insert(0,
-                f"{reason}: the sinks lack {missing:,} of the {self._handed:,} trials that ended in this run (their "
+                f"{reason}: the sinks lack {missing:,} of the {len(self._handed):,} trials that ended in this run (their "
                 "results are in Parquet); `banditsweep sync-mlflow SPEC` (or the next run) writes them")
         if self._thread.is_alive():
             self.status.errors.append("a sink call was still in progress when the run ended")
@@ -306,6 +308,8 @@ class Mirror:
                     self.status.errors.append(message)
                 return None
             backlog.pop(0)
+            if method == "trials_ended":
+                self._taken[index].update(record.trial_id for record, _ in arguments[0])
         if index in self._down:
             self._down.discard(index)
             self.status.notes.append(f"{type(sink).__name__} reachable again: caught up")
