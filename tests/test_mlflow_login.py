@@ -89,29 +89,23 @@ def test_with_the_login_every_trial_is_mirrored_and_the_password_is_nowhere(serv
 
 
 def test_on_a_joined_cluster_the_login_reaches_the_mirror_and_no_job_metadata(server, home, tmp_path, monkeypatch):
-    """A cluster whose nodes never saw the login (started before it was set), a driver with it in its
-    shell: every trial mirrored, and the password in no job's runtime environment or metadata."""
-    import shutil
+    """A cluster whose nodes never saw the login (a head started with `ray start` before it was set,
+    tests/local_ray.py), a driver with it in its shell: every trial mirrored, and the password in no
+    job's runtime environment or metadata. Ray runs only in processes of their own: the driver and
+    the job listing are subprocesses, as on a user's machine."""
     import subprocess
     import sys
-    import tempfile
 
-    import ray
+    from local_ray import LocalHead
     from mlflow.tracking import MlflowClient
-    from ray.cluster_utils import Cluster
-    from ray.util.state import list_jobs
 
-    ray.shutdown()
-    private = tempfile.mkdtemp(prefix="bs-ray-")
-    monkeypatch.setenv("RAY_TMPDIR", private)
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
+    head = LocalHead(num_cpus=2)
     try:
+        head.start()
         (tmp_path / "spec.yaml").write_text(yaml.safe_dump({**SPEC, "sweep": "joined"}))
-        env = {**os.environ, "MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": PASSWORD}
-        done = subprocess.run([sys.executable, "-m", "banditsweep", "run", "spec.yaml", "--address", cluster.address,
+        env = {**os.environ, **head.submit_env, "MLFLOW_TRACKING_USERNAME": "admin",
+               "MLFLOW_TRACKING_PASSWORD": PASSWORD}
+        done = subprocess.run([sys.executable, "-m", "banditsweep", "run", "spec.yaml", "--address", head.address,
                                "--no-progress", "--mlflow-uri", server.uri, "--results", str(tmp_path / "results")],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -122,10 +116,31 @@ def test_on_a_joined_cluster_the_login_reaches_the_mirror_and_no_job_metadata(se
         experiment = client.get_experiment_by_name("joined")
         runs = client.search_runs([experiment.experiment_id], "tags.kind = 'trial'")
         assert sorted(run.info.status for run in runs) == ["FINISHED"] * 4
-        ray.init(address=cluster.address)
-        jobs = list_jobs(detail=True)
-        assert jobs and all(PASSWORD not in repr(job) for job in jobs)
+        listed = head.run(sys.executable, "-c", (
+            "import ray; from ray.util.state import list_jobs; ray.init(address='%s', logging_level='ERROR'); "
+            "jobs = list_jobs(detail=True); print('jobs:', len(jobs)); print(repr(jobs))") % head.address,
+            env=head.submit_env, timeout=120)
+        assert listed.returncode == 0, listed.stderr
+        assert "jobs: 0" not in listed.stdout and "jobs:" in listed.stdout
+        assert PASSWORD not in listed.stdout + listed.stderr
     finally:
-        ray.shutdown()
-        cluster.shutdown()
-        shutil.rmtree(private, ignore_errors=True)
+        head.cleanup()
+
+
+def test_plan_times_the_server_and_says_what_the_mirror_will_write(server, home, tmp_path, capsys, monkeypatch):
+    """`plan` asks the server with the login, as the mirror will: how long a request takes, and what
+    the mirror writes for this spec (runs per trial, or per cell where they would be too many
+    requests for this server), and what that costs; without the login it says the server refuses."""
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(SPEC))
+    args = ["plan", str(tmp_path / "spec.yaml"), "--results", str(tmp_path / "results"), "--mlflow-uri", server.uri,
+            "--probe-seconds", "0.2"]
+    assert main(args) == 0
+    said = capsys.readouterr().out
+    assert f"MLflow: the tracking server at {server.uri} refuses a request (401: the login is missing or wrong)" in said, said
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", PASSWORD)
+    assert main(args) == 0
+    said = capsys.readouterr().out
+    assert f"MLflow: the tracking server at {server.uri} took " in said and " ms a request" in said, said
+    assert "MLflow: 4 run(s) per trial: about " in said and "s of requests (3 a run)" in said, said
+    assert PASSWORD not in said

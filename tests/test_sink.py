@@ -385,3 +385,35 @@ def test_a_mirror_whose_sinks_took_everything_owes_nothing():
     time.sleep(0.3)
     assert mirror.owed() == 0
     mirror.close("FINISHED", {}, timeout=10)
+
+
+def test_auto_runs_through_a_slow_server_are_per_cell_and_say_why(tmp_path, monkeypatch):
+    """``mlflow_runs: auto`` through a tracking server (MLflow's client writer) times the server when
+    the sink opens: runs per trial where it answers quickly enough, per cell where 3 requests per
+    trial would keep it busy for more than two minutes; the parent run records the mode used."""
+    from banditsweep.workers.mirrors.mlflow import options, sink as sink_module
+
+    assert options.run_mode("auto", 100, None) == "trials"          # a store written in bulk
+    assert options.run_mode("auto", 100, 0.2) == "trials"           # 60 s of requests
+    assert options.run_mode("auto", 300, 0.2) == "cells"            # 180 s
+    assert options.run_mode("trials", 300, 0.2) == "trials"         # asked for: kept
+    assert options.run_mode("auto", 2001, None) == "cells"
+    uri = f"sqlite:///{tmp_path}/m.db"
+    records = [_record(name * 20, seed=i) for i, name in enumerate("abcdefgh")]
+    for pace, mode in ((0.004, "trials"), (6.0, "cells")):
+        monkeypatch.setattr(sink_module, "request_seconds", lambda client: pace)
+        context = SinkContext(f"s{mode}", str(tmp_path / "results"),
+                              sink_options=MLflowOptions(uri, "trials", auto=True).sink_options())
+        sink = MLflowSink(context)
+        sink.use_client()                                            # as through a tracking server
+        sink.open(context.store.journal(), [r.trial_id for r in records])
+        assert sink.mode == mode and sink.trial_runs == (mode == "trials")
+        assert bool(sink.notices) == (mode == "cells")
+        if mode == "cells":
+            assert "took 6000 ms a request" in sink.notices[0] and "about 144 s of requests" in sink.notices[0]
+    # Not asked for auto: the mode stays whatever the server's pace.
+    context = SinkContext("asked", str(tmp_path / "results"), sink_options=MLflowOptions(uri, "trials").sink_options())
+    sink = MLflowSink(context)
+    sink.use_client()
+    sink.open(context.store.journal(), [r.trial_id for r in records])
+    assert sink.mode == "trials"

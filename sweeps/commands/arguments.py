@@ -37,7 +37,8 @@ def tracking_uri(args: SweepRequest) -> str:
 def sink_options(args: SweepRequest, sweep: Sweep) -> dict[str, dict]:
     """The sinks' own options (SinkContext.sink_options): MLflow's store, and what it gets of this
     sweep (``mlflow_runs``, ``auto`` by the sweep's size)."""
-    return MLflowOptions(tracking_uri(args), run_mode(sweep.spec.mlflow_runs, len(sweep.trials))).sink_options()
+    return MLflowOptions(tracking_uri(args), run_mode(sweep.spec.mlflow_runs, len(sweep.trials)),
+                         auto=sweep.spec.mlflow_runs == "auto").sink_options()
 
 
 def check_sink_stores(args: SweepRequest, sinks: list[str]) -> None:

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import PlanRequest
 from banditsweep.sweeps import slurm
+from banditsweep.sweeps.commands.arguments import tracking_uri
 from banditsweep.sweeps.commands.shared import store_of
 from banditsweep.sweeps.confirmation import describe, with_costed_confirmation
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.plan import SweepPlan, data_directory, default_workers, duration, plan_sweep
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.sweeps.spec_errors import SpecError
-from banditsweep.workers import compare_code
+from banditsweep.workers import MLFLOW_SINK, compare_code, mirror_plan
 
 
 @dataclass
@@ -64,9 +65,20 @@ def execute(args: PlanRequest, sweep: Sweep) -> PlanReport:
               "took; `run --keep-changed` keeps them instead)")
     if code.unknown:
         say(f"(note: {code.unknown_line()})")
+    for line in mirror_lines(args, sweep, sum(1 for trial in sweep.trials if trial.trial_id not in done)):
+        say(line)
     for line in slurm.sbatch_lines(job, plan, submit_command(args), sweep.spec.checkpoint_every) if job else []:
         say(line)
     return PlanReport(plan, sweep, done, dict(code.other))
+
+
+def mirror_lines(args: PlanRequest, sweep: Sweep, trials: int) -> list[str]:
+    """What the MLflow mirror of a run of these ``trials`` will write and cost (none when the spec's
+    sinks leave MLflow out)."""
+    if MLFLOW_SINK not in [name.lower() for name in (sweep.spec.sinks or [MLFLOW_SINK])] or not trials:
+        return []
+    cells = len({trial.group for trial in sweep.trials})
+    return mirror_plan(tracking_uri(args), sweep.spec.mlflow_runs, trials, cells)
 
 
 def slurm_allocation(args: PlanRequest, sweep: Sweep) -> slurm.Allocation:

@@ -21,21 +21,42 @@ MLFLOW_SINK = "mlflow"
 RUN_MODES = ("trials", "cells", "both")
 # ``auto``: runs per trial up to this many trials in the sweep, else per cell.
 MAX_TRIAL_RUNS_AUTO = 2000
+# A trial's run through a tracking server: create (with its tags), log its values, end it.
+REQUESTS_PER_TRIAL_RUN = 3
+# ``auto`` through a tracking server: runs per trial only where the server, at the pace it answered
+# when the sink opened (one request at a time, the slowest case), writes them within this many
+# seconds; else per cell, a few requests per cell (a server behind a login checks the password on
+# every request: 5-6 requests a second on a small machine, 25 minutes for 1,000 trial runs).
+TRIAL_RUNS_SECONDS_AUTO = 120.0
 
 
-def run_mode(requested: str, trials: int) -> str:
-    """``trials`` / ``cells`` / ``both`` as asked, ``auto`` by the sweep's size."""
+def run_mode(requested: str, trials: int, request_seconds: float | None = None) -> str:
+    """``trials`` / ``cells`` / ``both`` as asked, ``auto`` by the sweep's size and, through a
+    tracking server, by the seconds one request took (``request_seconds``; None for a store the
+    mirror writes in bulk)."""
     if requested == "auto":
-        return "trials" if trials <= MAX_TRIAL_RUNS_AUTO else "cells"
+        if trials > MAX_TRIAL_RUNS_AUTO:
+            return "cells"
+        if request_seconds is not None and trial_runs_seconds(trials, request_seconds) > TRIAL_RUNS_SECONDS_AUTO:
+            return "cells"
+        return "trials"
     if requested not in RUN_MODES:
         raise ValueError(f"mlflow runs {requested!r}: allowed are auto, {', '.join(RUN_MODES)}")
     return requested
+
+
+def trial_runs_seconds(trials: int, request_seconds: float) -> float:
+    """Seconds of requests that ``trials`` runs per trial cost a server answering in ``request_seconds``."""
+    return trials * REQUESTS_PER_TRIAL_RUN * request_seconds
 
 
 @dataclass(frozen=True)
 class MLflowOptions:
     tracking_uri: str
     runs: str = "trials"    # one of RUN_MODES (the spec's ``mlflow_runs``, ``auto`` resolved by run_mode)
+    # The spec asked for ``auto``: through a tracking server the sink may still choose runs per cell
+    # once it has timed the server (run_mode's request_seconds).
+    auto: bool = False
 
     def sink_options(self) -> dict[str, dict[str, Any]]:
         """These options as a run's sink options (``SinkContext.sink_options``)."""
@@ -48,5 +69,5 @@ class MLflowOptions:
         if not given or not given.get("tracking_uri"):
             raise InputError("the MLflow sink was given no tracking URI (its sink options lack "
                              f"{MLFLOW_SINK!r}: tracking_uri)")
-        options = cls(**given)
+        options = cls(**{key: value for key, value in given.items() if key in cls.__dataclass_fields__})
         return options if options.runs in RUN_MODES else cls(options.tracking_uri)

@@ -39,7 +39,7 @@ from mlflow.tracking import MlflowClient
 
 from banditsweep.workers.mirrors.mlflow.bulk import RunWrite
 from banditsweep.workers.mirrors.mlflow.cells import write_cell_runs
-from banditsweep.workers.mirrors.mlflow.options import MLflowOptions
+from banditsweep.workers.mirrors.mlflow.options import MLflowOptions, run_mode, trial_runs_seconds
 from banditsweep.workers.mirrors.mlflow.queries import (adopt_unmarked_runs, child_runs_by_trial, get_experiment_id,
                                                         search_all)
 from banditsweep.workers.mirrors.mlflow.run_content import (best_final_regret, param_value, parent_run_name,
@@ -135,6 +135,7 @@ class MLflowSink:
                 f"Sweep {self.context.sweep} (spec {self.context.spec_path}); one parent run per `banditsweep "
                 f"run`, one child run per trial; the record of truth is the Parquet store under "
                 f"{self.context.results_root}/{self.context.sweep}.")
+        self._pace_auto_runs(len(pending))
         if not self.trial_runs:   # cells only: the cell runs are written when the run ends
             self._kill_abandoned_parents()
             return {}
@@ -167,6 +168,20 @@ class MLflowSink:
                                                       record.log_every))
                                for record in lost if record.trial_id in by_trial])
         return {"deleted_runs": deleted, "rebuilt_runs": len(lost)}
+
+    def _pace_auto_runs(self, trials: int) -> None:
+        """``mlflow_runs: auto`` through a tracking server: time it (a few requests, one at a time)
+        and write runs per cell where runs per trial would keep it busy for long (options.run_mode)."""
+        if not (self.options.auto and self.mode == "trials" and isinstance(self.writer, ClientWriter) and trials):
+            return
+        seconds = request_seconds(self.client)
+        if run_mode("auto", trials, seconds) == "cells":
+            self.mode, self.trial_runs = "cells", False
+            self.notices.append(
+                f"MLflow: the tracking server took {seconds * 1000:.0f} ms a request, so runs per trial for "
+                f"{trials:,} trials would cost it about {trial_runs_seconds(trials, seconds):.0f} s of requests: "
+                f"this run writes one run per cell (seeds' mean, spread and band) when it ends; "
+                f"`--set mlflow_runs=trials` asks for runs per trial")
 
     def _kill_abandoned_parents(self) -> None:
         """Parent runs left RUNNING by a driver that died (killed, out of memory, machine lost): only
@@ -298,3 +313,17 @@ class MLflowSink:
         steps = [m.step for m in metrics if m.key == self.regret_keys.get(trial_id)]
         if steps:
             self.last_step[trial_id] = max(self.last_step.get(trial_id, 0), max(steps))
+
+
+# Requests timed to pace ``mlflow_runs: auto`` (the median is taken: one slow answer decides nothing).
+PACE_REQUESTS = 3
+
+
+def request_seconds(client: MlflowClient) -> float:
+    """The median seconds of :data:`PACE_REQUESTS` small requests to ``client``'s store, one at a time."""
+    times = []
+    for _ in range(PACE_REQUESTS):
+        started = time.perf_counter()
+        client.search_experiments(max_results=1)
+        times.append(time.perf_counter() - started)
+    return sorted(times)[len(times) // 2]

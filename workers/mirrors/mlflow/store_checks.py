@@ -7,9 +7,11 @@ Without importing MLflow, except to read a store's expected schema revision.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import sqlite3
+import time
 import urllib.error
 import urllib.request
 from contextlib import closing, suppress
@@ -151,18 +153,34 @@ def mlflow_login(sinks: list[str]) -> dict[str, str]:
     return login
 
 
-def check_login(uri: str, shown: str) -> None:
-    """A server behind a login (MLflow's basic-auth app, a proxy) refuses the mirror's every request
-    when the login is missing or wrong: found here, by a request that needs it (its /health does
-    not), before the first trial. The password is never shown."""
-    import base64
-
-    username, password, token, source = tracking_login()
+def _small_request(uri: str) -> urllib.request.Request:
+    """A small request to the server at ``uri`` that needs its login (with the login, where one is set)."""
+    username, password, token, _ = tracking_login()
     request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     elif username and password:
         request.add_header("Authorization", "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode())
+    return request
+
+
+def server_request_seconds(uri: str, requests: int = 3) -> float:
+    """The median seconds of ``requests`` small authenticated requests to the server, one at a time
+    (raises what urllib raises where it does not answer)."""
+    times = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        urllib.request.urlopen(_small_request(uri), timeout=10).close()
+        times.append(time.perf_counter() - started)
+    return sorted(times)[len(times) // 2]
+
+
+def check_login(uri: str, shown: str) -> None:
+    """A server behind a login (MLflow's basic-auth app, a proxy) refuses the mirror's every request
+    when the login is missing or wrong: found here, by a request that needs it (its /health does
+    not), before the first trial. The password is never shown."""
+    username, password, token, source = tracking_login()
+    request = _small_request(uri)
     try:
         urllib.request.urlopen(request, timeout=10).close()
     except urllib.error.HTTPError as error:

@@ -20,8 +20,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from banditsweep.workers.errors import InputError
+from banditsweep.workers.mirrors.mlflow.options import REQUESTS_PER_TRIAL_RUN, run_mode, trial_runs_seconds
 from banditsweep.workers.mirrors.mlflow.store_checks import (DRIVERS, check_login, redacted, refuse_another_schema,
-                                                          with_installed_driver)
+                                                          server_request_seconds, with_installed_driver)
 from banditsweep.workers.storage.writable_folders import first_existing, why_not_writable
 from banditsweep.workers.storage.root_entries import MLFLOW_ARTIFACTS, MLFLOW_DB, SQLITE_SIDE_FILES
 from banditsweep.workers.storage.set_aside import set_aside
@@ -154,6 +155,42 @@ def check_tracking_server(uri: str) -> None:
         raise InputError(f"--mlflow-uri: the MLflow tracking server at {shown} does not answer ({reason}); start it, "
                          f"or run with --sink none (Parquet only) and `banditsweep sync-mlflow SPEC` later") from None
     check_login(uri, shown)
+
+
+def mirror_plan(uri: str, requested: str, trials: int, cells: int) -> list[str]:
+    """What ``plan`` says of the MLflow mirror: the store, what it will get (``requested``: the
+    spec's ``mlflow_runs``) and what that costs it. A tracking server is timed as the sink will time
+    it when it opens (options.run_mode)."""
+    shown = redacted(uri)
+    server = uri.startswith(("http://", "https://"))
+    seconds = None
+    if server:
+        try:
+            seconds = server_request_seconds(uri)
+        except urllib.error.HTTPError as error:
+            why = {401: ": the login is missing or wrong", 403: ": the login may not read experiments"}.get(error.code, "")
+            return [f"MLflow: the tracking server at {shown} refuses a request ({error.code}{why}): `run` refuses "
+                    "to start until it accepts it (--sink none runs without it; `sync-mlflow` catches up)"]
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            return [f"MLflow: the tracking server at {shown} does not answer a request now ({reason}): `run` "
+                    "refuses to start until it does (--sink none runs without it; `sync-mlflow` catches up)"]
+    mode = run_mode(requested, trials, seconds)
+    per_cell = f"{cells:,} run(s) per cell, written when the run ends"
+    per_trial = f"{trials:,} run(s) per trial"
+    what = {"trials": per_trial, "cells": per_cell, "both": f"{per_trial} and {per_cell}"}[mode]
+    if not server:
+        return [f"MLflow: {what}, to {shown} (written in bulk transactions, a few seconds at most)"]
+    lines = [f"MLflow: the tracking server at {shown} took {seconds * 1000:.0f} ms a request"]
+    if mode in ("trials", "both"):
+        lines.append(f"MLflow: {what}: about {trial_runs_seconds(trials, seconds):.0f} s of requests "
+                     f"({REQUESTS_PER_TRIAL_RUN} a run), written beside the trials at the lowest CPU priority; "
+                     "what is left when they end is written then")
+    else:
+        lines.append(f"MLflow: {what}" + (f" (runs per trial would be about {trial_runs_seconds(trials, seconds):.0f} s "
+                                          "of requests: too many for this server; `--set mlflow_runs=trials` asks "
+                                          "for them)" if requested == "auto" else ""))
+    return lines
 
 
 def database_in(folder: Path, uri: str) -> Path | None:
