@@ -86,3 +86,16 @@ def test_no_command_ends_every_ray_on_a_machine(config):
         assert not [c for c in config[commands] if "ray stop" in c], commands
     start = "\n".join(config["head_start_ray_commands"])
     assert "setsid ray start --head --block" in start and "kill -- -$g" in start
+
+
+def test_the_slurm_template_keeps_the_mlflow_login_from_ray():
+    """The MLflow login reaches the run's mirror only (the run hands it over): the template starts Ray's
+    head and its other nodes without MLFLOW_TRACKING_* in their environment, so no raylet, worker or
+    trial holds it (docs/reliability.md, "Credentials")."""
+    template = (CLUSTER_YAML.parent / "cluster-slurm.sbatch").read_text()
+    head = next(line for line in template.splitlines() if " start --head" in line and not line.startswith("#"))
+    assert head.startswith('setsid "${NO_LOGIN[@]}" ')
+    assert "NO_LOGIN=(env -u MLFLOW_TRACKING_USERNAME -u MLFLOW_TRACKING_PASSWORD -u MLFLOW_TRACKING_TOKEN)" in template
+    workers = template[template.index("--export=ALL bash -c '"):]
+    assert workers.splitlines()[1].strip() == "unset MLFLOW_TRACKING_USERNAME MLFLOW_TRACKING_PASSWORD MLFLOW_TRACKING_TOKEN"
+    assert workers.index("unset MLFLOW_TRACKING_") < workers.index(" start \\")
