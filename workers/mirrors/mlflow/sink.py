@@ -67,6 +67,9 @@ class MLflowSink:
             # retries: the mirror retries on its own, with back-off.
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+        # Ending a run through a tracking server would otherwise cost a request more (MLflow reads the
+        # run back to print its URL) and two lines on the mirror's output per trial.
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         tracking_uri = self.options.tracking_uri
         # MlflowClient opens the store when it is built, and that is when a new SQLite store gets its
         # tables: inside the lock, like the experiment.
