@@ -417,3 +417,30 @@ def test_auto_runs_through_a_slow_server_are_per_cell_and_say_why(tmp_path, monk
     sink.use_client()
     sink.open(context.store.journal(), [r.trial_id for r in records])
     assert sink.mode == "trials"
+
+
+def test_an_mlflow_whose_tables_differ_is_written_through_its_client_and_said(tmp_path, monkeypatch):
+    """The bulk writer fills MLflow's tables through its internal models: where the installed MLflow's
+    models lack a column it fills, or require one it does not, the sink writes through MLflow's public
+    client instead, says so once, and the runs are the same."""
+    from banditsweep.workers.mirrors.mlflow import bulk
+    from banditsweep.workers.mirrors.mlflow.writers import BulkWriter, ClientWriter
+
+    assert bulk.bulk_mismatch() is None
+    uri = f"sqlite:///{tmp_path}/m.db"
+    context = SinkContext("s", str(tmp_path / "results"), sink_options=MLflowOptions(uri).sink_options())
+    assert isinstance(MLflowSink(context).writer, BulkWriter)
+    known = dict(bulk.BULK_COLUMNS)
+    for changed, reason in (({"SqlMetric": (*known["SqlMetric"], "dataset_uuid")}, "SqlMetric has no column dataset_uuid"),
+                            ({"SqlTag": ("key", "value")}, "SqlTag requires column run_uuid")):
+        monkeypatch.setattr(bulk, "BULK_COLUMNS", {**known, **changed})
+        assert bulk.bulk_mismatch().startswith(reason)
+    sink = MLflowSink(context)
+    assert isinstance(sink.writer, ClientWriter)
+    assert len(sink.notices) == 1 and "runs are written through MLflow's client instead" in sink.notices[0]
+    a = _record("a" * 20)
+    sink.open(context.store.journal(), [])
+    sink.trials_ended([(a, [(2, 1.0), (4, 3.0)])])
+    sink.close("FINISHED", {})
+    [run] = _runs(uri, sink)["a" * 20]
+    assert run.info.status == "FINISHED" and run.data.metrics["final_regret"] == 3.0

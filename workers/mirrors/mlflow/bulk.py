@@ -41,6 +41,44 @@ class RunWrite:
     parent_run_id: str | None = None  # for a new run (the tag mlflow.parentRunId)
 
 
+# The columns write_runs fills, per MLflow table model: checked against the installed MLflow's
+# models before the bulk writer is used (bulk_mismatch), so that another MLflow's tables fall back to
+# its public client rather than failing (or writing rows its API would not) at the first trial.
+BULK_COLUMNS = {
+    "SqlRun": ("run_uuid", "name", "source_type", "source_name", "entry_point_name", "user_id", "status",
+               "start_time", "end_time", "deleted_time", "source_version", "lifecycle_stage", "experiment_id",
+               "artifact_uri"),
+    "SqlTag": ("key", "value", "run_uuid"),
+    "SqlParam": ("key", "value", "run_uuid"),
+    "SqlMetric": ("key", "value", "timestamp", "step", "is_nan", "run_uuid"),
+    "SqlLatestMetric": ("key", "value", "timestamp", "step", "is_nan", "run_uuid"),
+}
+
+
+def bulk_mismatch() -> str | None:
+    """Why the installed MLflow's table models do not take write_runs' rows (a model or a column
+    missing, or a required column it does not fill); None where they do."""
+    try:
+        from mlflow.store.tracking.dbmodels import models
+    except ImportError as error:
+        return f"MLflow's table models cannot be imported ({error})"
+    for name, written in BULK_COLUMNS.items():
+        model = getattr(models, name, None)
+        if model is None or not hasattr(model, "__table__"):
+            return f"MLflow has no table model {name}"
+        columns = model.__table__.columns
+        missing = [column for column in written if column not in columns]
+        if missing:
+            return f"{name} has no column {', '.join(missing)}"
+        required = [column.name for column in columns if column.name not in written and not column.nullable
+                    and column.default is None and column.server_default is None and column.autoincrement is not True]
+        if required:
+            return f"{name} requires column {', '.join(required)}, which the bulk writer does not fill"
+    if not hasattr(getattr(models, "SqlExperiment", None), "artifact_location"):
+        return "SqlExperiment has no artifact_location"
+    return None
+
+
 def sql_store(client):
     """The client's store when it is MLflow's SQLAlchemy store (SQLite, or a database URI), else None."""
     try:

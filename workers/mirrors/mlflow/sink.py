@@ -76,8 +76,10 @@ class MLflowSink:
         with store_setup_lock(tracking_uri) as note:
             self.client = MlflowClient(tracking_uri)
             self.experiment_id = get_experiment_id(self.client, context.sweep, tracking_uri)
-        self.notices = [note] if note else []   # for the user, once the sink is open
-        self.writer: RunWriter = run_writer(self.client, self.experiment_id)
+        self.writer: RunWriter
+        self.writer, passed_over = run_writer(self.client, self.experiment_id)
+        # for the user, once the sink is open
+        self.notices = [line for line in (note, passed_over) if line]
         self._parent_run_id: str | None = None
         self.open_runs: dict[str, str] = {}       # trial id -> run of its current attempt
         self.last_step: dict[str, int] = {}       # trial id -> last regret step logged to that run

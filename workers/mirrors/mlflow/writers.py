@@ -18,7 +18,7 @@ from typing import Any, Callable, Protocol
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-from banditsweep.workers.mirrors.mlflow.bulk import RUNS_PER_TRANSACTION, RunWrite, sql_store, write_runs
+from banditsweep.workers.mirrors.mlflow.bulk import RUNS_PER_TRANSACTION, RunWrite, bulk_mismatch, sql_store, write_runs
 from banditsweep.workers.mirrors.mlflow.queries import search_all
 
 # How far a write got: a new run exists (its values may not be in yet); its tags, parameters and
@@ -42,10 +42,19 @@ class RunWriter(Protocol):
         got. ``concurrent``: the writes are of different runs and may go at once."""
 
 
-def run_writer(client: MlflowClient, experiment_id: str) -> RunWriter:
-    """The bulk writer where the client's store is MLflow's database store, else the client's."""
+def run_writer(client: MlflowClient, experiment_id: str) -> tuple[RunWriter, str | None]:
+    """The bulk writer where the client's store is MLflow's database store and the installed MLflow's
+    tables take its rows, else the client's; with, where the bulk writer was passed over for the
+    tables, why (a line for the user)."""
     store = sql_store(client)
-    return BulkWriter(store, experiment_id) if store is not None else ClientWriter(client, experiment_id)
+    if store is None:
+        return ClientWriter(client, experiment_id), None
+    mismatch = bulk_mismatch()
+    if mismatch is not None:
+        return ClientWriter(client, experiment_id), (
+            f"MLflow: the installed MLflow's tables differ from those the bulk writer knows ({mismatch}): runs are "
+            "written through MLflow's client instead (correct, slower on SQLite)")
+    return BulkWriter(store, experiment_id), None
 
 
 class BulkWriter:
