@@ -25,6 +25,14 @@ given ``--address``. The driver's memory is the same measure; the mirror runs on
 
     .venv/bin/python benchmarks/sweep_scale.py --trials 10000 --sinks none mlflow --nodes 2
 
+``--server plain`` / ``--server auth`` mirrors the ``mlflow`` setting to a real ``mlflow server`` on
+loopback (SQLite backend; ``auth``: MLflow's basic-auth app, which checks the password on every request)
+instead of a local SQLite store, started by the benchmark and ended by its process group; each row then
+also gives ``trials_seconds``, from the run's start to its last trial's end (what the mirror must not
+slow), against the Parquet-only run's:
+
+    .venv/bin/python benchmarks/sweep_scale.py --trials 1000 --sinks none mlflow --server auth --mlflow-runs auto
+
 ``--mirror-only N`` measures the MLflow sink alone instead: N ended trials (a 2-point curve, 6
 parameters, 3 final metrics each) written to a fresh SQLite store through the bulk writer (one
 transaction per 500 runs) and through MLflow's client (as to a tracking server: create, log_batch,
@@ -87,10 +95,15 @@ def by_tenth(samples: list[tuple[float, float]], seconds: float) -> list[float]:
     return tenths
 
 
-def run(folder: Path, spec: Path, sink: str, address: str | None = None) -> dict:
+def run(folder: Path, spec: Path, sink: str, address: str | None = None, server=None) -> dict:
     results = folder / f"results-{sink}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / f'mlflow-{sink}.db'}"}
+    if server is not None:
+        env["MLFLOW_TRACKING_URI"] = server.uri
+        if server.auth_password is not None:
+            env.update(MLFLOW_TRACKING_USERNAME=server.admin, MLFLOW_TRACKING_PASSWORD=server.auth_password)
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started_at = time.time()
     started = time.perf_counter()
     where = ["--address", address] if address else []
     with tempfile.TemporaryFile("w+") as output:
@@ -117,12 +130,13 @@ def run(folder: Path, spec: Path, sink: str, address: str | None = None) -> dict
     curves = pd.read_parquet(results / "scale" / "curves", columns=["trial_id", "t"])
     row.update(parquet_trials=len(trials), parquet_curve_rows=len(curves),
                duplicates=int(trials["trial_id"].duplicated().sum() + curves.duplicated().sum()),
-               trials_per_second=len(trials) / seconds)
+               trials_per_second=len(trials) / seconds, trials_seconds=pd.Timestamp(trials["finished_at"].max()).timestamp() - started_at)
     if sink == "mlflow":
         from mlflow.tracking import MlflowClient
 
         from banditsweep.workers.mirrors.mlflow.queries import search_all
 
+        os.environ.update({k: v for k, v in env.items() if k.startswith("MLFLOW_TRACKING_")})
         client = MlflowClient(env["MLFLOW_TRACKING_URI"])
         experiment = client.get_experiment_by_name("scale").experiment_id
         statuses: dict[str, int] = {}
@@ -168,6 +182,8 @@ def main() -> None:
                         help="the spec's mlflow_runs (default trials: one MLflow run per trial, the hard case)")
     parser.add_argument("--nodes", type=int, default=0, help="worker nodes of a local multi-node cluster (0: embedded Ray)")
     parser.add_argument("--node-cpus", type=int, default=2, help="CPUs of each worker node")
+    parser.add_argument("--server", choices=["none", "plain", "auth"], default="none",
+                        help="mirror the mlflow setting to a real mlflow server on loopback (auth: basic-auth app)")
     args = parser.parse_args()
     if args.mirror_only:
         mirror_only(args.mirror_only)
@@ -181,17 +197,39 @@ def main() -> None:
             print(json.dumps({"case": "expand", "trials": args.trials, "mlflow_runs": args.mlflow_runs,
                               "expand_seconds": expand_seconds(spec)}),
                   flush=True)
-            rows = []
-            for sink in args.sinks:   # RUSAGE_CHILDREN keeps the largest child so far: the Parquet-only run first
-                rows.append(run(folder, spec, sink, cluster.address if cluster else None))
-                base = next((r["seconds"] for r in rows if r["sink"] == "none"), None)
-                if base is not None and sink != "none":
-                    rows[-1]["mirror_lag_seconds"] = rows[-1]["seconds"] - base
-                    rows[-1]["ratio_to_parquet_only"] = rows[-1]["seconds"] / base
-                print(json.dumps({"case": "run", "trials": args.trials, **where, **rows[-1]}), flush=True)
+            server = start_server(folder, args.server) if args.server != "none" else None
+            where["server"] = args.server
+            try:
+                rows = []
+                for sink in args.sinks:   # RUSAGE_CHILDREN keeps the largest child so far: Parquet only first
+                    rows.append(run(folder, spec, sink, cluster.address if cluster else None,
+                                    server if sink == "mlflow" else None))
+                    base = next((r for r in rows if r["sink"] == "none" and "seconds" in r), None)
+                    if base is not None and sink != "none":
+                        rows[-1]["mirror_lag_seconds"] = rows[-1]["seconds"] - base["seconds"]
+                        rows[-1]["ratio_to_parquet_only"] = rows[-1]["seconds"] / base["seconds"]
+                        if "trials_seconds" in rows[-1]:
+                            rows[-1]["trials_ratio_to_parquet_only"] = (rows[-1]["trials_seconds"]
+                                                                        / base["trials_seconds"])
+                    print(json.dumps({"case": "run", "trials": args.trials, **where, **rows[-1]}), flush=True)
+            finally:
+                if server is not None:
+                    server.stop()
     finally:
         if cluster is not None:
             cluster.shutdown()
+
+
+def start_server(folder: Path, kind: str):
+    """A real ``mlflow server`` on loopback over a SQLite store in ``folder`` (the tests' helper,
+    tests/mlflow_server.py: its own process group, ended by the caller's ``stop()``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from mlflow_server import TrackingServer
+
+    (folder / "server").mkdir()
+    server = TrackingServer(folder / "server", auth_password="bench-" + os.urandom(8).hex() if kind == "auth" else None)
+    server.start()
+    return server
 
 
 def start_cluster(nodes: int, cpus: int):
