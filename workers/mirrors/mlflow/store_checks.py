@@ -214,6 +214,53 @@ def schema_revision(path: str) -> str | None:
     return row[0] if row else None
 
 
+def database_schema_revision(uri: str, source: str = "--mlflow-uri") -> str | None:
+    """The MLflow schema revision of the store in the database server at ``uri`` (PostgreSQL, MySQL,
+    SQL Server), None where the database holds no MLflow store yet; a server that does not answer,
+    or refuses the login, is bad input naming it (the password never shown)."""
+    from sqlalchemy import create_engine, inspect, text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    engine = create_engine(with_installed_driver(uri, source), pool_pre_ping=False)
+    try:
+        with engine.connect() as connection:
+            if not inspect(connection).has_table("alembic_version"):
+                return None
+            row = connection.execute(text("SELECT version_num FROM alembic_version")).fetchone()
+    except SQLAlchemyError as error:
+        reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0][:300]
+        raise InputError(f"{source}: the MLflow database at {redacted(uri)} cannot be opened ({reason}); check "
+                         "that it runs, its address and its login, or run with --sink none and `banditsweep "
+                         "sync-mlflow SPEC` later") from None
+    finally:
+        engine.dispose()
+    return row[0] if row else None
+
+
+def refuse_another_database_schema(uri: str, source: str = "--mlflow-uri") -> None:
+    """A store in a database server is a lab's, shared by its users' MLflow: one whose schema is not
+    exactly this MLflow's is refused before anything runs, naming both versions. Never migrated:
+    upgrading it (what MLflow's own message advises) would lock out every older MLflow that shares it,
+    and a newer schema this MLflow cannot read."""
+    found = database_schema_revision(uri, source)
+    if found is None:
+        return
+    from importlib.metadata import version
+
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db.utils import _get_alembic_config, _get_latest_schema_revision
+
+    latest = _get_latest_schema_revision()
+    if found == latest:
+        return
+    known = {script.revision for script in ScriptDirectory.from_config(_get_alembic_config("")).walk_revisions()}
+    made = "an older MLflow" if found in known else "a newer MLflow"
+    raise InputError(f"{source}: the MLflow store at {redacted(uri)} has schema revision {found}, made by {made}; "
+                     f"this MLflow ({version('mlflow')}) has schema {latest}. The store is shared: it is not "
+                     f"migrated, which would lock out its other users' MLflow. Run banditsweep with the MLflow "
+                     f"version of the store's other users, or give a store of its own")
+
+
 def refuse_another_schema(path: str, source: str = "--mlflow-uri") -> None:
     """A SQLite store the user named whose schema this MLflow does not know (a newer MLflow made it:
     possibly a lab's store, shared with other users) is refused before anything runs, naming both

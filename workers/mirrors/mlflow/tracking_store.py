@@ -21,7 +21,8 @@ from urllib.parse import urlsplit
 
 from banditsweep.workers.errors import InputError
 from banditsweep.workers.mirrors.mlflow.options import REQUESTS_PER_TRIAL_RUN, run_mode, trial_runs_seconds
-from banditsweep.workers.mirrors.mlflow.store_checks import (DRIVERS, check_login, redacted, refuse_another_schema,
+from banditsweep.workers.mirrors.mlflow.store_checks import (DRIVERS, check_login, redacted, refuse_another_database_schema,
+                                                          refuse_another_schema,
                                                           server_request_seconds, with_installed_driver)
 from banditsweep.workers.storage.writable_folders import first_existing, why_not_writable
 from banditsweep.workers.storage.root_entries import MLFLOW_ARTIFACTS, MLFLOW_DB, SQLITE_SIDE_FILES
@@ -143,6 +144,9 @@ def check_tracking_server(uri: str) -> None:
     path = sqlite_path(uri)
     if path is not None:
         refuse_if_not_a_store(path)
+        return
+    if urlsplit(uri).scheme.lower().split("+", 1)[0] in DRIVERS:
+        refuse_another_database_schema(uri)
         return
     if not uri.startswith(("http://", "https://")):
         return
