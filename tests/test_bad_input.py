@@ -82,6 +82,15 @@ class Case:
 RUN = ["run", "{spec}", "--no-progress"]
 
 
+def _no_database_drivers(tmp_path, monkeypatch):
+    """As where no PostgreSQL or MySQL driver is installed (the test extras install psycopg2)."""
+    from banditsweep.workers.mirrors.mlflow import store_checks
+
+    drivers = {module for options in store_checks.DRIVERS.values() for _, module, _ in options}
+    installed = store_checks._installed
+    monkeypatch.setattr(store_checks, "_installed", lambda module: module not in drivers and installed(module))
+
+
 def _file(name: str):
     def setup(tmp_path, monkeypatch):
         (tmp_path / name).write_text("not a folder\n")
@@ -285,7 +294,7 @@ CASES = [
     Case("mlflow-driver", "a database tracking URI without an installed driver",
          [*RUN, "--mlflow-uri", "postgresql://lab:hunter2@127.0.0.1/mlflow"],
          "--mlflow-uri 'postgresql://lab:***@127.0.0.1/mlflow': the postgresql driver 'psycopg' (postgresql://) "
-         "is not installed, nor any other; install one of 'psycopg[binary]'"),
+         "is not installed, nor any other; install one of 'psycopg[binary]'", setup=_no_database_drivers),
     # Nothing has failed: there is nothing to report (exit 2, as `verify` says it; 1 means failed trials).
     Case("report-nothing-finished", "report of a sweep with no finished trial",
          ["report", "{spec}", "--results", "{tmp}/res", "--mlflow-uri", "sqlite:///{tmp}/res/m.db"],
