@@ -46,3 +46,22 @@ def test_a_python_value_of_the_wrong_type_is_bad_input_and_a_type_error():
     with pytest.raises(InputError) as raised:
         banditsweep.status("sweeps/quickstart.yaml", results=5, quiet=True)
     assert isinstance(raised.value, TypeError) and "results: give a string" in str(raised.value)
+
+
+@pytest.mark.parametrize("optimize", [[], ["-OO"]], ids=["plain", "docstrings-stripped"])
+def test_the_top_level_help_says_what_banditsweep_is_in_whole_sentences(optimize):
+    """`banditsweep --help`: the description whole (also where Python strips docstrings), then every
+    exit code."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, *optimize, "-m", "banditsweep", "--help"], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert " ".join(cli.DESCRIPTION.split()) in text
+    described = text.split("...", 1)[1].split("positional arguments:", 1)[0].strip()
+    assert described == cli.DESCRIPTION and described.endswith(".") and "``" not in described
+    assert "Run every trial of a bandit experiment" in described and "banditsweep run SPEC" in described
+    codes = text.split("exit codes: ", 1)[1]
+    assert [int(c) for c in re.findall(r"(?:^|; )(\d+) ", codes)] == sorted(EXIT_CODES)
