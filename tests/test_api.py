@@ -195,11 +195,10 @@ def test_the_commands_errors_are_raised_with_their_messages(tmp_path, capsys, mo
     assert not os.path.exists(tmp_path / "results" / "notebook")   # nothing written
 
 
-def test_the_readme_python_section_runs_as_written(shared_ray, registered, repo, tmp_path, monkeypatch):
+def test_the_python_page_runs_as_written(shared_ray, registered, repo, tmp_path, monkeypatch):
     monkeypatch.chdir(repo)   # its spec path is the repository's
-    readme = (repo / "README.md").read_text()
-    section = readme.split("## From Python and notebooks", 1)[1].split("\n## ", 1)[0]
-    blocks = [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
+    page = (repo / "docs" / "python.md").read_text()
+    blocks = [block.split("```", 1)[0] for block in page.split("```python\n")[1:]]
     assert len(blocks) == 2
     names = {"__name__": "__main__"}
     for number, block in enumerate(blocks):   # as a notebook's cells: each one's source kept

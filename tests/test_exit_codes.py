@@ -1,5 +1,5 @@
 """One exit-code table for every command (sweeps.commands.EXIT_CODES): the command line's help, its
-module and README say the same codes, and the API's errors are the project's types that the command
+module and docs/commands.md say the same codes, and the API's errors are the project's types that the command
 line maps to them."""
 
 import re
@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_every_exit_code_is_named_once_and_said_alike_everywhere():
     assert sorted(EXIT_CODES) == [0, 1, 2, 3, 4, 130]
-    readme = (REPO / "README.md").read_text()
-    bullet = readme.split("- **Exit codes**:", 1)[1].split("\n- **", 1)[0]
+    commands = (REPO / "docs" / "commands.md").read_text()
+    bullet = commands.split("- **Exit codes**:", 1)[1].split("\n- **", 1)[0].split("\n## ", 1)[0]
     said = [int(code) for code in re.findall(r"(?:^|[;:] )(\d+) ", " ".join(bullet.split()))]
     assert said == sorted(EXIT_CODES), said
     doc = " ".join(cli.__doc__.split())

@@ -11,6 +11,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -72,6 +74,7 @@ def test_ui_gives_its_address_only_once_the_server_answers(tmp_path):
     assert ui.returncode == 0 and not _answers(port)
 
 
+@pytest.mark.slow   # MLflow's server takes a minute or more to give up on a taken port and exit
 def test_ui_says_when_its_server_ends_before_it_answers(tmp_path):
     with socket.socket() as taken:   # the port is taken: MLflow's server cannot listen there
         taken.bind(("127.0.0.1", 0))
