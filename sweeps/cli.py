@@ -41,6 +41,21 @@ INPUT_ERRORS = (SpecError, DatasetError, SweepBusyError, InputError, RayUnreacha
                 PluginError)
 UNWRITABLE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
+# What `banditsweep --help` says above the commands: whole sentences, not the docstring's first lines
+# (a docstring is None under `python -OO`, and its markup is not for a terminal).
+DESCRIPTION = ("Run every trial of a bandit experiment (each algorithm, environment, seed and grid point of a "
+               "sweep spec) on Ray, keep the results in Parquet and MLflow, and turn them into the tables and "
+               "figures a paper needs. Start with `banditsweep plan SPEC` (what it will cost), then "
+               "`banditsweep run SPEC`; `banditsweep COMMAND --help` gives a command's options.")
+
+
+def epilog() -> str:
+    """The exit codes, as sweeps.commands.EXIT_CODES names them."""
+    from banditsweep.sweeps.commands import EXIT_CODES
+
+    return "exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()) + "."
+
+
 # command -> (module of sweeps.commands, its function); each is imported only when it runs.
 COMMANDS = {"run": ("run", "main"), "status": ("status", "main"), "report": ("report", "main"),
             "sync-mlflow": ("mlflow", "sync"), "ui": ("mlflow", "ui"), "list": ("listing", "main"),
@@ -56,7 +71,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of every request of :mod:`banditsweep.sweeps.options` (their one declaration)."""
-    parser = _Parser(prog="banditsweep", description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser = _Parser(prog="banditsweep", description=DESCRIPTION, epilog=epilog())
     commands = parser.add_subparsers(dest="command", required=True)
     for name, request in REQUESTS.items():
         add_options(commands.add_parser(name, help=request.summary), request)

@@ -112,6 +112,22 @@ class RunResult(_SweepResults):
         """No trial of the spec is recorded as failed."""
         return self.exit_code == 0
 
+    @property
+    def summary(self) -> str:
+        """One line on what the run did, and where the results are: also when it found every trial
+        done already (``finished`` counts this run's trials only)."""
+        if not self.ran:
+            if not self.failed_before:
+                return f"all {self.total} trials of the spec are already finished in {self.folder}"
+            return (f"nothing run: of the spec's {self.total} trials, {self.finished_before} are finished and "
+                    f"{self.failed_before} failed in {self.folder} (retry_failed=True runs the failed ones again)")
+        before = f"; {self.finished_before} were finished before" if self.finished_before else ""
+        return (f"{self.finished} trials finished, {self.failed} failed in {self.seconds:.1f} s{before}; "
+                f"results in {self.folder}")
+
+    def __str__(self) -> str:
+        return self.summary
+
 
 @dataclass(eq=False)
 class PlanResult:

@@ -22,6 +22,12 @@ Seconds per round come from, in order of trust:
 
 The model is of one trial on one core; lockstep batches and several threads make a sweep faster,
 cold starts slower. ``tests/test_plan.py`` checks it within 2x of a small sweep's measured time.
+
+A run also pays for Ray whatever its trials: :data:`RAY_START_SECONDS` for the start of an embedded
+Ray, its trial actors and its stop, which the wall time includes and the plan's last line names (on a
+small sweep it is most of the wait). A cell that is not estimated (sharded, too big to build here, a
+probe that failed, or in ``run``'s first lines an algorithm not of banditsweep's own) is named as such
+and left out of the totals: the totals say what they cover, never "about 0 s" for trials not timed.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import numpy as np
 from banditsweep.core.datasets import DATA_ENV_VAR
 from banditsweep.core.memory import gib, trial_footprint
 from banditsweep.core.trial import TrialRun
+from banditsweep.sweeps.display import display_name
 from banditsweep.workers import quiet_factor
 
 PROBE_SECONDS = 3.0       # per cell, at most (a probe stops at the first round past it)
@@ -47,6 +54,12 @@ PROBE_MAX_ROUNDS = 200
 PROBE_MAX_BYTES = 2 * 1024 ** 3
 # A run whose estimate exceeds this says so before it starts.
 LONG_RUN_SECONDS = 3600.0
+# Seconds a run on an embedded Ray spends on Ray whatever its trials: `ray.init`, the trial actors'
+# worker processes, the mirror's last writes and `ray.shutdown`. docs/benchmarks.md ("Start-up and
+# tear-down") measures 12-25 s for the quick-start sweep on a 2-core machine (start-up 9-22 s,
+# tear-down 2-4 s), against 1.5 s of trials: on a small sweep it is most of the wait. A Slurm job's
+# own overhead (Ray on every node of the allocation) is sweeps.slurm.JOB_OVERHEAD.
+RAY_START_SECONDS = 20.0
 
 
 #: The plan's last line where a cell's cost is measured (module docstring, item 1).
@@ -64,6 +77,12 @@ class CellCost:
     memory_bytes: int
     gpus_per_trial: float
     source: str                          # measured (n trials) | probe (k rounds)
+    algorithm: str | None = None         # its registry name (the label's display name follows from it)
+
+    @property
+    def name(self) -> str:
+        """The cell as a figure names it: ``LinUCB | synthetic:h1``, not ``linucb | synthetic:h1``."""
+        return f"{display_name(self.label, self.algorithm)} | {self.environment}"
 
     @property
     def trial_rounds(self) -> int:
@@ -84,6 +103,7 @@ class SweepPlan:
     cells: list[CellCost] = field(default_factory=list)
     workers: int = 1
     pending: int | None = None           # trials left to run (the store's finished ones done)
+    ray_start_seconds: float = RAY_START_SECONDS   # Ray's start and stop, whatever the trials
 
     @property
     def trials(self) -> int:
@@ -103,15 +123,42 @@ class SweepPlan:
         return sum(cell.seconds for cell in self.cells if not math.isnan(cell.seconds))
 
     @property
-    def wall_seconds(self) -> float:
-        """On ``workers`` parallel trials: the work shared out, never less than the longest trial."""
+    def estimated(self) -> bool:
+        """Whether any cell's cost is known (the totals cover those that are)."""
+        return self.unknown < len(self.cells)
+
+    @property
+    def trial_seconds(self) -> float:
+        """The trials on ``workers`` parallel actors: the work shared out, never less than the longest
+        trial (Ray's start not included)."""
         longest = max((cell.seconds_per_trial for cell in self.cells if not math.isnan(cell.seconds_per_trial)),
                       default=0.0)
         return max(self.serial_seconds / max(1, self.workers), longest)
 
+    @property
+    def wall_seconds(self) -> float:
+        """What the run takes: its trials on ``workers`` parallel actors and Ray's start and stop
+        (nothing when no trial is left to run)."""
+        return self.trial_seconds + self.ray_start_seconds if self.cells else 0.0
+
+    def total_line(self) -> str:
+        """The plan's total: trials, rounds, time of one core and wall time, each saying what it covers."""
+        counted = f"{self.trials:,} trials, {self.trial_rounds:,} trial-rounds"
+        if not self.cells:
+            return f"{counted}: nothing left to run"
+        ray = f"Ray's start and stop {about(self.ray_start_seconds)}"
+        if not self.estimated:
+            return (f"{counted}; the trials' time is not estimated ({self.unknown} cell(s) not estimated, see "
+                    f"source); {ray}")
+        unknown = f" ({self.unknown} cell(s) not estimated, left out)" if self.unknown else ""
+        return (f"{counted}; {about(self.serial_seconds)} of one core{unknown}; on {self.workers} worker(s) "
+                f"{about(self.wall_seconds)}: the trials {about(self.trial_seconds)}, {ray}")
+
     def lines(self) -> list[str]:
         """The plan as a table and a total, for the terminal."""
-        names = [f"{cell.label} | {cell.environment}" for cell in self.cells]
+        if not self.cells:
+            return [self.total_line()]
+        names = [cell.name for cell in self.cells]
         width = min(max([len(name) for name in names] + [4]), 90)
         header = f"{'cell':<{width}} {'trials':>7} {'rounds':>11} {'s/round':>9} {'memory':>10} {'GPU':>4}  source"
         rows = [header, "-" * len(header)]
@@ -120,12 +167,15 @@ class SweepPlan:
             per_round = "?" if math.isnan(cell.seconds_per_round) else f"{cell.seconds_per_round:.3g}"   # 9.17e-05: fast rounds keep their digits
             rows.append(f"{name:<{width}} {cell.trials:>7,} {cell.trial_rounds:>11,} {per_round:>9} "
                         f"{gib(cell.memory_bytes):>10} {cell.gpus_per_trial:>4g}  {cell.source}")
-        rows.append(f"{self.trials:,} trials, {self.trial_rounds:,} trial-rounds; about {duration(self.serial_seconds)} "
-                    f"of one core, {duration(self.wall_seconds)} on {self.workers} worker(s)"
-                    + (f" ({self.unknown} cell(s) not estimated)" if self.unknown else ""))
+        rows.append(self.total_line())
         if any(cell.source.startswith("measured") for cell in self.cells):
             rows.append(MEASURED_RULE)
         return rows
+
+
+def about(seconds: float) -> str:
+    """``about 3 min``, or ``under 1 s``."""
+    return "under 1 s" if seconds < 0.5 else f"about {duration(seconds)}"
 
 
 def duration(seconds: float) -> str:
@@ -210,7 +260,7 @@ def plan_sweep(sweep, workers: int, store_records=None, budget: float = PROBE_SE
         elif memory > PROBE_MAX_BYTES:
             seconds, source = math.nan, f"not probed ({gib(memory)} a trial)"
         elif not probe_plugins and not first.spec.policy_class.__module__.startswith("banditsweep."):
-            seconds, source = math.nan, "not probed (a plugin's algorithm: `banditsweep plan` probes it)"
+            seconds, source = math.nan, "not probed (not one of banditsweep's algorithms: `plan` probes it)"
         else:
             try:
                 seconds, rounds = probe(first.spec, budget, max(1, int(resources.cpus_per_trial)))
@@ -218,7 +268,8 @@ def plan_sweep(sweep, workers: int, store_records=None, budget: float = PROBE_SE
             except Exception as error:   # the trial itself will say what is wrong, in its record
                 seconds, source = math.nan, f"probe failed ({type(error).__name__})"
         gpus = resources.gpus_per_trial or 0.0
-        plan.cells.append(CellCost(label, environment, horizon, len(trials), seconds, memory, gpus, source))
+        plan.cells.append(CellCost(label, environment, horizon, len(trials), seconds, memory, gpus, source,
+                                   first.spec.algorithm))
     return plan
 
 

@@ -122,7 +122,7 @@ class Allocation:
 def job_seconds(plan: "SweepPlan") -> float:
     """The --time one job needs for the whole sweep: the estimate with its margin, Ray's start and
     the stop before the limit."""
-    return plan.wall_seconds * TIME_SAFETY + JOB_OVERHEAD + SIGNAL_LEAD
+    return plan.trial_seconds * TIME_SAFETY + JOB_OVERHEAD + SIGNAL_LEAD
 
 
 def trial_time_per_job(limit: int) -> float:
@@ -159,7 +159,7 @@ def sbatch_lines(job: Allocation, plan: "SweepPlan", submit: list[str], checkpoi
     limit = job.time_limit
     asked = needed if limit is None else min(needed, limit)
     lines = ["", f"# Slurm: {job.nodes} node(s) x {job.workers // job.nodes} trial(s) at once = {job.workers} "
-                 f"worker(s); about {duration(plan.wall_seconds)} of trials (x{TIME_SAFETY:g}, plus "
+                 f"worker(s); about {duration(plan.trial_seconds)} of trials (x{TIME_SAFETY:g}, plus "
                  f"{JOB_OVERHEAD + SIGNAL_LEAD} s for Ray's start and the stop)",
              f"#SBATCH --nodes={job.nodes}", "#SBATCH --ntasks-per-node=1", f"#SBATCH --cpus-per-task={job.cpus_per_node}"]
     if job.gpus_per_node:
@@ -170,7 +170,7 @@ def sbatch_lines(job: Allocation, plan: "SweepPlan", submit: list[str], checkpoi
     if plan.unknown:
         lines.append(f"# ({plan.unknown} cell(s) not estimated: --time covers the others only)")
     if limit is not None and needed > limit:
-        jobs = math.ceil(plan.wall_seconds * TIME_SAFETY / max(1.0, trial_time_per_job(limit)))
+        jobs = math.ceil(plan.trial_seconds * TIME_SAFETY / max(1.0, trial_time_per_job(limit)))
         lines.append(f"# the sweep needs about {jobs} jobs of --time {format_time(limit)}: each stops "
                      f"{SIGNAL_LEAD} s before its limit, requeues itself and the next resumes where it stopped")
     if limit is not None:

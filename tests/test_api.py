@@ -195,11 +195,10 @@ def test_the_commands_errors_are_raised_with_their_messages(tmp_path, capsys, mo
     assert not os.path.exists(tmp_path / "results" / "notebook")   # nothing written
 
 
-def test_the_readme_python_section_runs_as_written(shared_ray, registered, repo, tmp_path, monkeypatch):
+def test_the_python_page_runs_as_written(shared_ray, registered, repo, tmp_path, monkeypatch):
     monkeypatch.chdir(repo)   # its spec path is the repository's
-    readme = (repo / "README.md").read_text()
-    section = readme.split("## From Python and notebooks", 1)[1].split("\n## ", 1)[0]
-    blocks = [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
+    page = (repo / "docs" / "python.md").read_text()
+    blocks = [block.split("```", 1)[0] for block in page.split("```python\n")[1:]]
     assert len(blocks) == 2
     names = {"__name__": "__main__"}
     for number, block in enumerate(blocks):   # as a notebook's cells: each one's source kept
@@ -217,3 +216,28 @@ def test_the_readme_python_section_runs_as_written(shared_ray, registered, repo,
     assert set(cost.cells["horizon"]) == {200} and cost.wall_seconds > 0
     where = names["where"]
     assert (where.done, where.total, where.consistent) == (6, 6, True)
+
+
+def test_a_notebook_policy_is_timed_by_plan_said_not_estimated_by_run_and_found_done(shared_ray, registered, tmp_path):
+    """A policy of the user's own: `plan` probes it; `run` does not time it before it starts and says
+    so (it used to say "about 0 s"); a second run says every trial is already finished, and where."""
+    banditsweep.register_algorithm("eps_greedy", run_cell(CELL)["EpsGreedy"])
+    spec = {"sweep": "mine", "horizon": 30, "seeds": 2, "environments": [{"kind": "synthetic", "function": "h1"}],
+            "algorithms": [{"name": "eps_greedy"}]}
+    cost = banditsweep.plan(spec, probe_seconds=0.2, quiet=True)
+    [source] = cost.cells["source"]
+    assert source == "probe (30 of 30 rounds)"
+    assert cost.lines[-1].endswith("Ray's start and stop about 20 s") and cost.wall_seconds >= 20
+
+    result = banditsweep.run(spec, sinks="none", progress=False, quiet=True)
+    [estimate] = [text for _, text in result.output.lines if text.startswith("estimate:")]
+    assert estimate == ("estimate: none: 1 cell(s) not estimated: not probed (not one of banditsweep's algorithms: "
+                        "`plan` probes it); Ray's start and stop alone take about 20 s")
+    folder = tmp_path / "results" / "mine"
+    assert result.summary.startswith("2 trials finished, 0 failed in ") and result.summary.endswith(f"results in {folder}")
+
+    again = banditsweep.run(spec, sinks="none", progress=False, quiet=True)
+    assert (again.ran, again.finished, again.total) == (0, 0, 2)
+    assert again.summary == str(again) == f"all 2 trials of the spec are already finished in {folder}"
+    assert f"nothing to run: all 2 trials of the spec are already finished in {folder}" in [
+        text for _, text in again.output.lines]

@@ -1,5 +1,5 @@
 """`ray up` for real on this machine: cluster-local.yaml (Ray's `local` provider) brought up over SSH
-to 127.0.0.1, the quick-start sweep submitted with `ray submit --tmux` as README.md writes it, its
+to 127.0.0.1, the quick-start sweep submitted with `ray submit --tmux` as docs/cluster.md writes it, its
 Parquet results and MLflow runs checked on the head, then `ray down`.
 
 The "head machine" is this machine seen through namespaces of its own, so that nothing the cluster
@@ -235,7 +235,7 @@ def test_ray_up_submit_and_down_on_this_machine(head_machine, tmp_path):
     token = (machine.home / ".ray" / "auth_token").read_text().strip()
     assert token
 
-    # The token as README.md fetches it for `ray job submit`: a file copied off the head.
+    # The token as docs/cluster.md fetches it for `ray job submit`: a file copied off the head.
     fetched = machine.inside(str(BIN / "ray"), "rsync-down", str(copy), "~/.ray/auth_token",
                              str(tmp_path / "cluster-token"), cwd=tmp_path)
     assert fetched.returncode == 0, fetched.stdout[-2000:] + fetched.stderr[-2000:]
@@ -266,7 +266,7 @@ def test_ray_up_submit_and_down_on_this_machine(head_machine, tmp_path):
     # the head node the launcher started.
     assert table["node_id"].nunique() == 1
 
-    # README.md's Ray job, from "your machine" (in the head's network, its dashboard is on 127.0.0.1:8265
+    # docs/cluster.md's Ray job, from "your machine" (in the head's network, its dashboard is on 127.0.0.1:8265
     # without `ray dashboard`), with the token file: the uploaded tree runs and writes to the head's
     # results root. Its own sweep name, else every trial is already finished.
     job = machine.inside(str(BIN / "ray"), "job", "submit", "--address", "http://127.0.0.1:8265", "--working-dir",

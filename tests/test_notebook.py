@@ -43,6 +43,11 @@ def test_the_custom_policy_notebook_runs(repo, tmp_path, monkeypatch):
 
     outputs = {index: cell.get("outputs", []) for index, cell in enumerate(notebook.cells) if cell.cell_type == "code"}
     text = "\n".join(output.get("text", "") for cell in outputs.values() for output in cell if output.get("name") == "stdout")
+    # progress=False: nothing of tqdm or Ray's notebook widgets said (Ray imports tqdm.auto, which warns
+    # "IProgress not found" in a kernel without ipywidgets; Ray logs "Missing packages: ['ipywidgets']").
+    said = "\n".join(output.get("text", "") for cell in outputs.values() for output in cell if output.get("name") == "stderr")
+    for noise in ("tqdm", "IProgress", "ipywidgets", "Traceback"):
+        assert noise not in said, said
     assert "12 trials finished, 0 failed" in text   # 3 seeds of LinEpsGreedy, LinTS and LinUCB's 2 values of nu
     assert "LinEpsGreedy" in text and "LinUCB" in text and "LinTS" in text
     images = [output for cell in outputs.values() for output in cell
@@ -54,3 +59,16 @@ def test_the_custom_policy_notebook_runs(repo, tmp_path, monkeypatch):
     custom = trials[trials["algorithm"] == "lin_eps_greedy"]
     assert len(custom) == 3 and (custom["status"] == "finished").all()
     assert not json.loads(custom["code"].iloc[0])["__main__.py"].startswith("unknown")
+
+
+def test_a_run_without_progress_imports_nothing_of_tqdm():
+    """The progress display of a run with progress=False (a notebook's) draws no bar and imports no tqdm."""
+    import subprocess
+
+    code = ("import sys; from banditsweep.sweeps.commands.progress import ProgressDisplay; "
+            "from banditsweep.workers import Progress; display = ProgressDisplay(3, 'x', bar=False); "
+            "display.show(Progress(total=3, done=1, running=1, actors=1)); display.close(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tqdm'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

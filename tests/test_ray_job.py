@@ -1,9 +1,9 @@
-"""`ray job submit` as README.md writes it, against a Ray head started with `ray start --head` (token
+"""`ray job submit` as docs/cluster.md writes it, against a Ray head started with `ray start --head` (token
 authentication on, as Ray starts it by default) on 127.0.0.1: the results land under the head's
 documented results root, and the code that runs is the submitted tree, not the installed package.
 
 The head has a HOME of its own (its ~/.ray/auth_token and ~/banditsweep-results); the submitting
-user has another, without a token file: the token reaches `ray job submit` the way README.md says,
+user has another, without a token file: the token reaches `ray job submit` the way docs/cluster.md says,
 `RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=<the head's ~/.ray/auth_token, copied>`.
 """
 
@@ -34,7 +34,7 @@ def head():
 
 
 def user_env(head: LocalHead, home: Path) -> dict[str, str]:
-    """The submitting user's shell: a HOME without a Ray token, and the two variables README.md
+    """The submitting user's shell: a HOME without a Ray token, and the two variables docs/cluster.md
     exports, the token in a file copied off the head (`ray rsync-down cluster.yaml '~/.ray/auth_token'`)."""
     home.mkdir(exist_ok=True)
     shutil.copy(head.home / ".ray" / "auth_token", home / "cluster-token")

@@ -1,5 +1,5 @@
 """The two results tables as a researcher reads them: the same dtypes for the trial's names in both
-(they join in pandas, polars and DuckDB), README's polars and DuckDB recipe run as written, and
+(they join in pandas, polars and DuckDB), docs/results.md's polars and DuckDB recipe run as written, and
 ``banditsweep.load`` of a part (algorithms, environments, rounds, columns) equal to that part of the
 whole, with a clear error for a name the sweep does not hold."""
 
@@ -53,13 +53,13 @@ def test_the_names_have_one_dtype_in_both_tables_and_join(results):
     assert len(joined) == 8 and np.allclose(joined["cum_regret"], joined["final_regret"])
 
 
-def test_readme_polars_and_duckdb_recipe_runs_as_written(results):
-    readme = (REPO / "README.md").read_text()
-    block = next(code for code in re.findall(r"```python\n(.*?)```", readme, re.S) if "import os, duckdb, polars" in code)
+def test_the_docs_polars_and_duckdb_recipe_runs_as_written(results):
+    page = (REPO / "docs" / "results.md").read_text()
+    block = next(code for code in re.findall(r"```python\n(.*?)```", page, re.S) if "import os, duckdb, polars" in code)
     code = block.replace('os.path.expanduser("~/banditsweep-results/quickstart")', repr(str(results / "quickstart")))
     assert code != block
     names: dict = {}
-    exec(compile(code, "README.md", "exec"), names)   # the project's own README, not user data
+    exec(compile(code, "docs/results.md", "exec"), names)   # the project's own docs, not user data
     final, by_label = names["final"], names["by_label"].set_index("label")
     assert final.height == 8 and sorted(final["final_regret"].to_list()) == [10.0 + i for i in range(8)]
     # LinUCB's trials are the first four of the plan (10..13), Random's the next four (14..17).

@@ -158,19 +158,19 @@ def test_stores_of_the_earlier_layout_are_read_and_upgraded(tmp_path):
     assert set(raw.loc[raw["trial_id"] == "b" * 20, "seed"]) == {1}
 
 
-def test_the_readme_analysis_snippets_run(tmp_path, monkeypatch, repo):
-    """The code of README's "Analysing the Parquet results", on a store where `~` points."""
+def test_the_docs_analysis_snippets_run(tmp_path, monkeypatch, repo):
+    """The code of docs/results.md's "Analysing the Parquet results", on a store where `~` points."""
     monkeypatch.setenv("HOME", str(tmp_path))
     store = SweepStore.for_sweep(tmp_path / "banditsweep-results", "quickstart")
     store.write_outcomes([_outcome(r) for r in RECORDS])
     TrialsTable(store).flush()
-    readme = (repo / "README.md").read_text()
-    section = readme.split("### Analysing the Parquet results", 1)[1].split("\n## ", 1)[0]
+    page = (repo / "docs" / "results.md").read_text()
+    section = page.split("## Analysing the Parquet results", 1)[1].split("\n## ", 1)[0]
     blocks = [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
     assert len(blocks) == 4   # load and compare, the polars and DuckDB recipe, pyarrow alone
     names: dict = {}
     for block in blocks:
-        exec(compile(block, "README.md", "exec"), names)
+        exec(compile(block, "docs/results.md", "exec"), names)
     best = names["best"].set_index(["label", "environment"])
     assert best.loc[("LinUCB", "synthetic:h1"), "mean"] == 5.0 and best.loc[("LinUCB", "synthetic:h1"), "count"] == 2
     assert best.loc[("Random", "kernel:se"), "mean"] == 9.0

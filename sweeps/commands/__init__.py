@@ -14,7 +14,7 @@ EXIT_STORE_UNWRITABLE = 3   # the results folder cannot be written (disk full, r
 EXIT_INCONSISTENT = 4       # `status`: result files damaged or disagreeing with the journal (named)
 EXIT_INTERRUPTED = signals.EXIT_INTERRUPTED   # Ctrl-C or SIGTERM (also when the stop's deadline ends it)
 
-# The one table of what every command's exit code means (README's "Exit codes" and `banditsweep --help`
+# The one table of what every command's exit code means (docs/commands.md's "Exit codes" and `banditsweep --help`
 # say the same; tests/test_exit_codes.py holds them together).
 EXIT_CODES = {
     0: "done",

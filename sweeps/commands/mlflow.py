@@ -7,6 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 
 from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import SweepRequest
@@ -39,30 +42,62 @@ def sync(args: SweepRequest, sweep: Sweep) -> int:
 
 
 def ui(args: SweepRequest, sweep: Sweep) -> int:
-    """Start ``mlflow ui`` on loopback for the sweep's tracking store and say where to look."""
+    """Start ``mlflow ui`` on loopback for the sweep's tracking store, and say where to look once it
+    answers (MLflow's server takes seconds to a minute to start: an address printed earlier would
+    not open)."""
     uri = tracking_uri(args)
     if uri.startswith(("http://", "https://")):
         say(f"{sweep.name}: the tracking server at {redacted(uri)} serves the UI itself: open {redacted(uri)}")
         return 0
     url = f"http://127.0.0.1:{args.port}"
+    say(f"{sweep.name}: starting the MLflow UI of {redacted(uri)} on {url} (MLflow's server takes a while to "
+        "start; its address follows once it answers)", flush=True)
     experiment, note = experiment_of(uri, sweep.name)
     if note:
         say(f"warning: {note}", file=sys.stderr)
     where = f"{url}/#/experiments/{experiment}/runs" if experiment else url
-    say(f"{sweep.name}: MLflow UI of {redacted(uri)} at {where} (the \"Model training\" view shows the "
-          "regret curves; runs with the same `group` tag are the seeds of one cell). Ctrl-C stops it.", flush=True)
     # One worker process: a UI for one user needs no more, and uvicorn's supervisor of several kills a
     # worker that is slow to answer its health check, over and over on a loaded machine (the UI never up).
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
                                "--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"],
                               start_new_session=True)
     try:
+        if not _wait_until_it_answers(server, url):
+            say(f"error: the MLflow UI ended before it answered on {url} (exit code {server.returncode}; is the "
+                "port taken? --port chooses another)", file=sys.stderr)
+            return server.returncode or 1
+        say(f"{sweep.name}: MLflow UI of {redacted(uri)} at {where} (the \"Model training\" view shows the "
+            "regret curves; runs with the same `group` tag are the seeds of one cell). Ctrl-C stops it.", flush=True)
         return server.wait()
     except KeyboardInterrupt:   # Ctrl-C or SIGTERM: the way to stop the UI
         say(f"{sweep.name}: MLflow UI stopped", file=sys.stderr)
         return 0
     finally:
         _end_group(server)
+
+
+# How often `ui` asks whether the server answers, and how often it says that it is still starting.
+POLL_SECONDS = 0.5
+STILL_STARTING_SECONDS = 30.0
+
+
+def _wait_until_it_answers(server: subprocess.Popen, url: str) -> bool:
+    """True once the server answers its health check; False if it ends first."""
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))   # loopback: never through a proxy
+    started = said = time.monotonic()
+    while server.poll() is None:
+        try:
+            direct.open(f"{url}/health", timeout=2).close()
+            return True
+        except urllib.error.HTTPError:   # an answer all the same
+            return True
+        except OSError:   # not listening yet (refused), or not answering yet (timeout)
+            pass
+        if time.monotonic() - said >= STILL_STARTING_SECONDS:
+            said = time.monotonic()
+            say(f"still starting ({said - started:.0f} s)", flush=True)
+        time.sleep(POLL_SECONDS)
+    return False
 
 
 def _end_group(server: subprocess.Popen, grace: float = 15.0) -> None:

@@ -54,9 +54,11 @@ def execute(args: PlanRequest, sweep: Sweep) -> PlanReport:
     done = {trial_id for trial_id, record in records.items() if record.status == "finished"} - set(code.other)
     with data_directory(data_dir):
         plan = plan_sweep(sweep, trials_at_once, records, args.probe_seconds, done)
-    for line in plan.lines():
+    for line in plan.lines() if plan.cells or not done else []:
         say(line)
-    if done:
+    if done and not plan.cells:
+        say(f"nothing to run: all {len(done)} trials of the spec are already finished in {store.root}")
+    elif done:
         say(f"({len(done)} trials of the spec are finished in {store.root} and left out)")
     if code.other:
         seconds = sum(records[trial_id].wall_seconds or 0.0 for trial_id in code.other)

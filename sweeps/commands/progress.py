@@ -3,14 +3,13 @@ actors at work, and each message of the run once (which Ray, sinks that fail). W
 (``--no-progress``) the messages alone, and a line when the run has waited a while for actors no
 node can place yet. Where the output is not a terminal (a Ray job's log, tmux, nohup), no bar: one
 plain line every :data:`LOG_LINE_SECONDS` seconds, whether or not a trial ended meanwhile (a round
-of a big trial may take minutes), with the counts, the rate and the time left."""
+of a big trial may take minutes), with the counts, the rate and the time left. tqdm is imported only
+where a bar is drawn: a notebook's run with ``progress=False`` imports nothing of it."""
 
 from __future__ import annotations
 
 import sys
 import time
-
-from tqdm import tqdm
 
 from banditsweep.sweeps.events import say
 from banditsweep.workers import Progress
@@ -27,8 +26,7 @@ class ProgressDisplay:
         # In a terminal the bar redraws in place; in a log (a Ray job's, a batch scheduler's) every
         # redraw is a line, so there it updates at most every 30 s.
         self.interactive = sys.stderr.isatty()
-        self.bar = (tqdm(total=total, unit="trial", desc=name, dynamic_ncols=True, mininterval=0.1,
-                         maxinterval=10.0) if bar and self.interactive else None)
+        self.bar = _bar(total, name) if bar and self.interactive else None
         self.log_lines = bar and not self.interactive
         self.total, self.name = total, name
         self.started = time.monotonic()
@@ -96,6 +94,12 @@ class ProgressDisplay:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def _bar(total: int, name: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="trial", desc=name, dynamic_ncols=True, mininterval=0.1, maxinterval=10.0)
 
 
 def _duration(seconds: float) -> str:

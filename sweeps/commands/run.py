@@ -9,6 +9,7 @@ left, the store and the sinks are brought up to date.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import sys
@@ -165,7 +166,9 @@ def run_locked(args: SweepRequest, sweep: Sweep, jobs: list[Job], options: RunOp
     report = report or RunReport(0, sweep, store.root, plan.total)
     report.total, report.finished_before, report.failed_before = plan.total, plan.finished, plan.failed
     if not plan.pending:
-        say(f"nothing to run: every trial is recorded in {store.root}")
+        say(f"nothing to run: all {plan.total} trials of the spec are already finished in {store.root}" if not plan.failed
+            else f"nothing to run: of the spec's {plan.total} trials, {plan.finished} are finished and {plan.failed} "
+                 f"failed in {store.root} (--retry-failed runs the failed ones again)")
         caught = catch_up(store, options.sinks, SinkContext(sweep.name, options.results_root,
                                                             sink_options=options.sink_options))
         for warning in caught.warnings:
@@ -175,7 +178,7 @@ def run_locked(args: SweepRequest, sweep: Sweep, jobs: list[Job], options: RunOp
         print_results(store, sweep)
         report.failures = failed_records(store, [job.record.trial_id for job in jobs]) if plan.failed else []
         return EXIT_FAILED_TRIALS if plan.failed else 0
-    say_estimate(sweep, store, plan.pending, options)
+    say_estimate(sweep, store, plan.pending, options, args.spec)
     options = replace(options, spec_text=_spec_text(args.spec), source_commit=source_commit())
     # Which --set planned these trials: `status` and `report` without them find them by it.
     record_run(store.root, args.overrides or [], len(sweep.trials))
@@ -234,7 +237,7 @@ RUN_PROBE_CELLS = 12
 RUN_PROBE_SECONDS = 0.3
 
 
-def say_estimate(sweep: Sweep, store, pending: list[Job], options: RunOptions) -> None:
+def say_estimate(sweep: Sweep, store, pending: list[Job], options: RunOptions, spec: str) -> None:
     """The run's cost in its first lines (sweeps.plan), and a word before a long one starts."""
     from banditsweep.sweeps.plan import LONG_RUN_SECONDS, data_directory, default_workers, duration, plan_sweep
     from banditsweep.sweeps.slurm import time_limit_notes
@@ -245,22 +248,43 @@ def say_estimate(sweep: Sweep, store, pending: list[Job], options: RunOptions) -
     measured = {(r.label, r.environment, r.horizon) for r in records.values() if r.status == "finished"}
     unmeasured = {(t.label, t.environment, t.spec.horizon) for t in sweep.trials if t.trial_id in wanted} - measured
     if len(unmeasured) > RUN_PROBE_CELLS:
-        say(f"estimate: `banditsweep plan {shlex.quote(options.spec_path)}` times its {len(unmeasured)} cells")
+        say(f"estimate: {planning(spec)} times its {len(unmeasured)} cells")
         return
     cpus = len(os.sched_getaffinity(0)) if options.address is None else 0
     workers = options.max_workers or (default_workers(cpus, options.cpus_per_trial) if cpus else 0)
     with data_directory(options.data_dir):
         estimate = plan_sweep(sweep, max(1, workers), records, RUN_PROBE_SECONDS, done, probe_plugins=False)
-    where = f"on {workers} worker(s)" if workers else "of one core (the cluster's size is not known yet)"
+    say(estimate_line(estimate, workers, planning(spec)))
     seconds = estimate.wall_seconds if workers else estimate.serial_seconds
-    unknown = f" ({estimate.unknown} cell(s) not estimated)" if estimate.unknown else ""
-    say(f"estimate: the trials take about {duration(seconds)} {where}{unknown}, plus Ray's start "
-          "(`banditsweep plan` for the breakdown)")
     for line in time_limit_notes(estimate, sweep.spec.checkpoint_every):   # inside a Slurm job
         say(line, file=sys.stderr)
     if seconds > LONG_RUN_SECONDS:
         say(f"note: a long run ({duration(seconds)}); --set horizon=... / --set seeds=... cut it down, and "
               "an interrupted run resumes where it stopped")
+
+
+def planning(spec: str) -> str:
+    """How the user asks for the plan of ``spec``: the command, or the function for a spec given in Python."""
+    return "`banditsweep.plan(spec)`" if isinstance(spec, SpecText) else f"`banditsweep plan {shlex.quote(spec)}`"
+
+
+def estimate_line(estimate, workers: int, planning: str) -> str:
+    """The run's first-line estimate, saying what it covers: the trials it timed, and Ray's start and
+    stop on an embedded Ray (a cluster's Ray is up already; its actors' start is not estimated)."""
+    from banditsweep.sweeps.plan import about
+
+    reasons = sorted({cell.source for cell in estimate.cells if math.isnan(cell.seconds_per_trial)})
+    left_out = f"{estimate.unknown} cell(s) not estimated: {'; '.join(reasons)}" if reasons else ""
+    if not estimate.estimated:
+        ray = f"; Ray's start and stop alone take {about(estimate.ray_start_seconds)}" if workers else ""
+        return f"estimate: none: {left_out}{ray}"
+    left_out = f" ({left_out})" if left_out else ""
+    if not workers:
+        return (f"estimate: the trials take {about(estimate.serial_seconds)} of one core (the cluster's size is "
+                f"not known yet){left_out}, plus the trial actors' start ({planning} for the breakdown)")
+    return (f"estimate: {about(estimate.wall_seconds)} on {workers} worker(s): the trials "
+            f"{about(estimate.trial_seconds)}{left_out}, Ray's start and stop {about(estimate.ray_start_seconds)} "
+            f"({planning} for the breakdown)")
 
 
 def _spec_text(path: str) -> str:

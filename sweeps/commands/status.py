@@ -16,6 +16,7 @@ from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps.commands import EXIT_INCONSISTENT
 from banditsweep.sweeps.commands.shared import jobs_of, say_code_findings, say_health, say_selection, selected_sweep, store_of
+from banditsweep.sweeps.display import display_name
 from banditsweep.sweeps.report import markdown_table
 from banditsweep.sweeps.spec import Sweep
 from banditsweep.workers import STALE_SECONDS, LiveTrial
@@ -57,7 +58,7 @@ def execute(args: SweepRequest, sweep: Sweep) -> StatusReport:
         cells = cells.drop(columns="running")
     if not summary.total("other_code"):
         cells = cells.drop(columns="other_code")
-    say(markdown_table(cells.rename(columns={"other_code": "other code"}), index=False))
+    say(markdown_table(_named(cells, sweep).rename(columns={"other_code": "other code"}), index=False))
     running = f"{summary.total('running')} running, " if summary.running_now else ""
     other = f"{summary.total('other_code')} by other code, " if summary.total("other_code") else ""
     selected = f" (selected by {sweep.selected_by})" if sweep.selected_by else ""
@@ -75,6 +76,15 @@ def execute(args: SweepRequest, sweep: Sweep) -> StatusReport:
         say(f"inconsistent: {problem}", file=sys.stderr)
     report.exit_code = EXIT_INCONSISTENT if summary.inconsistent else 0
     return report
+
+
+def _named(cells: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
+    """The table's algorithms by the names the figures and `run`'s table give them (``LinUCB``, not
+    ``linucb``); the result's ``cells`` keep the labels of the Parquet results."""
+    if cells.empty or "algorithm" not in cells:
+        return cells
+    algorithms = {trial.label: trial.spec.algorithm for trial in sweep.trials}
+    return cells.assign(algorithm=[display_name(label, algorithms.get(label)) for label in cells["algorithm"]])
 
 
 def say_code_state(code) -> None:
