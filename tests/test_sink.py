@@ -444,3 +444,16 @@ def test_an_mlflow_whose_tables_differ_is_written_through_its_client_and_said(tm
     sink.close("FINISHED", {})
     [run] = _runs(uri, sink)["a" * 20]
     assert run.info.status == "FINISHED" and run.data.metrics["final_regret"] == 3.0
+
+
+def test_through_a_tracking_server_the_mirror_hands_the_sink_few_trials_at_a_time(tmp_path):
+    """A bulk transaction's worth (500) on MLflow's own database; through a tracking server (the
+    client's writer) four rounds of its concurrent calls, so that a slow server's progress shows within
+    the mirror's stall limit and a cut-short wait leaves few runs half-written."""
+    from banditsweep.workers.mirrors.mlflow.writers import SERVER_CONCURRENCY
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    sink = MLflowSink(SinkContext("s", str(tmp_path / "results"), sink_options=MLflowOptions(uri).sink_options()))
+    assert sink.ended_per_call == 500
+    sink.use_client()
+    assert sink.ended_per_call == 4 * SERVER_CONCURRENCY == 32

@@ -46,12 +46,14 @@ from banditsweep.workers.mirrors.mlflow.run_content import (best_final_regret, p
                                                             parent_run_params, parent_run_tags, regret_metric,
                                                             run_name, run_tags, trial_end, trial_params)
 from banditsweep.workers.mirrors.mlflow.tracking_store import sqlite_path, store_setup_lock
-from banditsweep.workers.mirrors.mlflow.writers import (DONE, LOGGED, MADE, ClientWriter, RunWriter, log_batch,
-                                                        run_writer)
-from banditsweep.workers.mirrors.sinks import Points, SinkContext
+from banditsweep.workers.mirrors.mlflow.writers import (DONE, LOGGED, MADE, SERVER_CONCURRENCY, ClientWriter,
+                                                        RunWriter, log_batch, run_writer)
+from banditsweep.workers.mirrors.sinks import ENDED_PER_CALL, Points, SinkContext
 from banditsweep.workers.storage.record import FINISHED, TrialRecord, thinned_curve
 
 # The experiment tag MLflow 3's UI chooses an experiment's first page by, and the kind of ours.
+# Through a tracking server, the mirror hands the sink this many rounds of its concurrent calls at a time.
+CLIENT_ROUNDS_PER_CALL = 4
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_DEVELOPMENT = "custom_model_development"
 
@@ -91,6 +93,16 @@ class MLflowSink:
         # keeps the runs a failed create call may have made.
         self.described: set[str] = set()
         self.ended: dict[str, int] = {}
+
+    @property
+    def ended_per_call(self) -> int:
+        """Ended trials the mirror hands this sink at a time (workers.mirrors.sinks): a bulk transaction's
+        worth on MLflow's own database; through a tracking server a few rounds of its concurrent calls,
+        so that what is owed visibly falls even on a slow server (a wait for the mirror that sees no
+        progress for minutes gives up) and a cut-short wait leaves few runs half-written."""
+        if isinstance(self.writer, ClientWriter):
+            return SERVER_CONCURRENCY * CLIENT_ROUNDS_PER_CALL
+        return ENDED_PER_CALL
 
     def use_client(self, client: MlflowClient | None = None) -> None:
         """Write every run through MLflow's client (``client``, else the sink's own), as to a tracking
