@@ -56,8 +56,8 @@ import time
 import numpy as np
 import torch
 
-from banditsweep.core import registry, seeding
-from banditsweep.core.contracts import Problem
+from banditsweep.core.engine import registry, seeding
+from banditsweep.core.engine.contracts import Problem
 from banditsweep.core.training import intra_op_threads
 
 from neural_baseline import PlainBandit

@@ -30,7 +30,7 @@ import math
 import numpy as np
 from pydantic import Field
 
-from banditsweep.core.contracts import Config
+from banditsweep.core.engine.contracts import Config
 
 SETTINGS: dict[int, tuple[int, ...]] = {1: (400,), 2: (20, 20), 3: (10000,), 4: (100, 100)}
 

@@ -15,7 +15,7 @@ step sizes (:class:`Exp3Schedule` of Kernelized and RLS-Kernelized Exp3, :class:
 APG-Exp3) and the Fedorov-Wynn iteration of the G-optimal design (:func:`fedorov_wynn` over the
 :class:`DesignPoints` of one array or of the shards, each move a :class:`DesignStep`).
 
-Lockstep trial batching (:class:`Exp3Batch`, stepped by core.trial.TrialRun): each trial
+Lockstep trial batching (:class:`Exp3Batch`, stepped by core.engine.trial.TrialRun): each trial
 keeps its own policy, weights and random stream and selects exactly as alone, exposing its P_t to
 its adversary (SPEC 2.3); only the estimate is computed for all trials at once, by
 :meth:`Exp3Policy.estimate_batch`. An algorithm opts in by defining ``batch_key`` (Kernelized Exp3:
@@ -33,9 +33,9 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import logsumexp
 
-from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Decision, Policy, PolicyBatch
+from banditsweep.core.engine.contracts import ADVERSARIAL_DOMAIN, Decision, Policy, PolicyBatch
 from banditsweep.core.kernels import growth_rate
-from banditsweep.core.ties import DESIGN_AWAY, seed_words, tie_key, tied_argmax
+from banditsweep.core.engine.ties import DESIGN_AWAY, seed_words, tie_key, tied_argmax
 
 
 class ExponentialWeights:
@@ -208,7 +208,7 @@ class DesignPoints(Protocol):
 
     def largest(self, inverse: np.ndarray) -> tuple[float, int, np.ndarray]:
         """g(x) = psi(x)^T V^{-1} psi(x) for every x from ``inverse``; the largest (among tied ones by
-        core.ties' rule), its index and its features."""
+        core.engine.ties' rule), its index and its features."""
 
     def move(self, step: DesignStep, pick: int) -> tuple[float, int, np.ndarray]:
         """Move the design and g by ``step`` towards ``pick``; the largest g as :meth:`largest`."""
@@ -324,7 +324,7 @@ def g_optimal_design(features: np.ndarray, epsilon: float, max_iterations: int,
       gap, which bounds the distance of log det V to its maximum. O(n r^2 + r^3) per iteration (one
       eigendecomposition of the r x r matrix V), r = number of features.
 
-    The point of largest g (and the away step's of smallest) is chosen among tied ones by core.ties'
+    The point of largest g (and the away step's of smallest) is chosen among tied ones by core.engine.ties'
     rule, priorities keyed by ``key`` (the away step's by a key derived from it; None: the smallest index).
     """
     away_key = None if key is None else tie_key((key,), DESIGN_AWAY)
@@ -386,12 +386,12 @@ class Exp3Policy(Policy):
         self.weights: ExponentialWeights | None = None
         self.probabilities: np.ndarray | None = None  # P_t of the current round
         self._domain: np.ndarray | None = None
-        # The words the policy stream was seeded with (core.ties: the keys of the design's tie
+        # The words the policy stream was seeded with (core.engine.ties: the keys of the design's tie
         # priorities), read now, without a draw: a stream restored from a checkpoint has no seed.
         self.tie_words = seed_words(rng)
 
     def tie_key(self, purpose: int) -> int:
-        """The key of this trial's tie priorities for ``purpose`` (core.ties)."""
+        """The key of this trial's tie priorities for ``purpose`` (core.engine.ties)."""
         return tie_key(self.tie_words, purpose)
 
     @abstractmethod

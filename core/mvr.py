@@ -11,7 +11,7 @@ computed incrementally (a Cholesky factor of K_j + lambda I grown one row at a t
     sigma_j^2 = sigma_{j-1}^2 - v_j^2,
 
 O(n j) per step and O(n L) memory for a sequence of length L. Repeated points are allowed (the noise
-lambda keeps the system regular). Which of several maximisers is chosen is core.ties' rule: values
+lambda keeps the system regular). Which of several maximisers is chosen is core.engine.ties' rule: values
 within RTOL of the largest (at the scale of the prior variance max_x k(x, x)) are tied, and the tie
 goes to the point of largest keyed priority (``key``; None: the smallest index).
 
@@ -29,13 +29,13 @@ from __future__ import annotations
 import numpy as np
 
 from banditsweep.core.kernels import Kernel
-from banditsweep.core.ties import tied_argmax
+from banditsweep.core.engine.ties import tied_argmax
 
 
 def mvr_sequence(kernel: Kernel, domain: np.ndarray, length: int, lam: float,
                  key: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The exact MVR sequence (indices into ``domain``) and the final posterior variance sigma_L^2;
-    ``key``: the tie priorities' (core.ties)."""
+    ``key``: the tie priorities' (core.engine.ties)."""
     if lam <= 0:
         raise ValueError(f"MVR noise lambda must be positive, got {lam}")
     n = len(domain)

@@ -54,7 +54,7 @@ from typing import Callable
 import numpy as np
 from scipy import linalg
 
-from banditsweep.core.ties import tied_argmax
+from banditsweep.core.engine.ties import tied_argmax
 
 Block = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -72,7 +72,7 @@ class NystromSample:
 def keep_columns(points: np.ndarray, keep_probability: np.ndarray, scores: np.ndarray,
                  rng: np.random.Generator, tie_key: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Keep each point independently with its probability (at least the top-scored one: among tied
-    scores by core.ties' rule, priorities of the points' indices keyed by ``tie_key``), and the
+    scores by core.engine.ties' rule, priorities of the points' indices keyed by ``tie_key``), and the
     weights 1/sqrt(p) that make the sampled Nystrom approximation unbiased."""
     kept = np.flatnonzero(rng.random(len(points)) < keep_probability)
     if kept.size == 0:

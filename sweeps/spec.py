@@ -19,7 +19,7 @@ This module holds the schema (pydantic models) and the expansion of a spec into 
 ``--set`` overrides are :mod:`banditsweep.sweeps.spec_overrides`.
 
 A trial is (algorithm, params + one grid point, environment, seed, horizon); see
-:class:`banditsweep.core.trial.TrialSpec`.
+:class:`banditsweep.core.engine.trial.TrialSpec`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from banditsweep.core import registry
-from banditsweep.core.trial import TrialSpec, environment_label
+from banditsweep.core.engine import registry
+from banditsweep.core.engine.trial import TrialSpec, environment_label
 from banditsweep.sweeps.spec_checks import (Collisions, GridPoint, check_environment_repeats, check_every_entry_has_trials,
                                            check_grid_repeats, check_when_values, matches, written_horizons, SHARD_KEYS)
 from banditsweep.sweeps.spec_errors import SpecError, did_you_mean, raise_from_validation, show

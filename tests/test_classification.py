@@ -9,11 +9,11 @@ import pydantic
 import pytest
 from conftest import TEST_DATASETS
 
-from banditsweep.core import registry, seeding
-from banditsweep.core.contracts import Decision
+from banditsweep.core.engine import registry, seeding
+from banditsweep.core.engine.contracts import Decision
 from banditsweep.core.datasets import DatasetError, load_dataset
 from banditsweep.core.environments.classification import ClassificationBandit, ClassificationConfig
-from banditsweep.core.trial import TrialSpec, run_trial
+from banditsweep.core.engine.trial import TrialSpec, run_trial
 
 ROWS = 1000  # every dataset copy in tests/data
 

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from banditsweep.core import registry
+from banditsweep.core.engine import registry
 from banditsweep.workers.provenance import code_identity
 from banditsweep.workers.provenance.code_identity import changed_parts, trial_code
 
@@ -140,8 +140,8 @@ def test_the_shipped_algorithms_share_no_class_code():
     assert all("core/algorithms/neural_base.py" in codes[n].parts for n in ("neural_ucb", "neural_rbmle_ga"))
     assert "core/algorithms/neural_base.py" not in codes["linucb"].parts
     for code in codes.values():
-        assert {"core/round_loop.py", "core/seeding.py", "workers/execution/trial_setup.py"} <= set(code.parts)
-        assert "core/registry.py" not in code.parts   # a name table, not computation
+        assert {"core/engine/round_loop.py", "core/engine/seeding.py", "workers/execution/trial_setup.py"} <= set(code.parts)
+        assert "core/engine/registry.py" not in code.parts   # a name table, not computation
         assert not code.unknown
 
 

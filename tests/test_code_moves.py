@@ -70,7 +70,7 @@ def move_module(package: Path, old: str, new: str) -> None:
         edited = re.sub(rf"(banditsweep|\{{PACKAGE\}})\.{re.escape(old)}(?![\w])", rf"\1.{new}", edited)
         if edited != text:
             path.write_text(edited)
-    codec = package / "core" / "state_codec.py"
+    codec = package / "core" / "engine" / "state_codec.py"
     entries = "".join(f'MOVED_CLASSES[("banditsweep.{old}", "{name}")] = ("banditsweep.{new}", "{name}")\n'
                       for name in classes)
     text = codec.read_text()
@@ -100,9 +100,9 @@ def test_moving_modules_stales_nothing_and_an_edit_after_it_is_seen(tmp_path):
     before = pd.read_parquet(results / "moves" / "trials").set_index("trial_id")
 
     move_module(package, "core.algorithms.linear", "core.algorithms.linear_family.models")
-    move_module(package, "core.seeding", "core.seeds")
+    move_module(package, "core.engine.seeding", "core.engine.seeds")
     move_module(package, "core.kernels", "core.kernel_methods.kernels")
-    assert not (package / "core" / "seeding.py").exists()
+    assert not (package / "core" / "engine" / "seeding.py").exists()
 
     status = _cli(tree, "status", *common, cwd=tmp_path)
     assert status.returncode == 0 and "other code" not in status.stdout, status.stdout + status.stderr

@@ -1,4 +1,4 @@
-"""No kernel design hangs on rounding (core.ties): on grids and settings whose greedy quantities tie
+"""No kernel design hangs on rounding (core.engine.ties): on grids and settings whose greedy quantities tie
 exactly in real arithmetic, perturbing every kernel value by up to 2 ulp, or the lengthscale by a few
 ulp, leaves the design of every algorithm unchanged; one and several shards choose the same design;
 and the design is recorded with every trial (design_digest), which verify does not hold against
@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from banditsweep.core import ties
+from banditsweep.core.engine import ties
 from banditsweep.core.kernels import Kernel
-from banditsweep.core.trial import TrialSpec
+from banditsweep.core.engine.trial import TrialSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -280,7 +280,7 @@ def test_linear_kernel_values_diagonal_and_growth_rate():
 
 @pytest.mark.parametrize("algorithm", ["random", "apg_exp3", "kernel_exp3", "rls_kernel_exp3", "rls_kernel_exp3_amvr"])
 def test_every_kernel_algorithm_runs_with_the_linear_kernel(algorithm):
-    from banditsweep.core.trial import TrialSpec, run_trial
+    from banditsweep.core.engine.trial import TrialSpec, run_trial
 
     env = {"kind": "adversarial_kernel", "domain": {"grid": [8, 8]}, "kernel": "linear", "candidates": 50,
            "centers": 10}
@@ -315,7 +315,7 @@ def test_continuous_domain_is_a_one_over_sqrt_t_net(dim, horizon):
 
 def test_continuous_domain_through_an_environment():
     from banditsweep.core.algorithms.kernel_exp3 import domain_size
-    from banditsweep.core.trial import TrialSpec
+    from banditsweep.core.engine.trial import TrialSpec
 
     environment = {"kind": "adversarial_kernel", "domain": {"continuous": 2}, "candidates": 20, "centers": 5}
     spec = TrialSpec.create("random", {}, environment, 0, 1000)

@@ -15,6 +15,8 @@ LONG_MODULES = {
     "core/training.py": "the batched optimiser of every neural method, forward and backward written out once",
     "core/sharded/protocol.py": "the shard protocol: every request and reply, a few lines each, declared in one "
                                 "place so that it reads as the protocol's table",
+    "core/engine/state_codec.py": "the checkpoint format, and at its end the table of where the classes a "
+                                  "checkpoint may name live now (MOVED_CLASSES, one line a class)",
     "sweeps/spec.py": "the spec's whole contract: every key's model and its expansion into trials, read top to "
                       "bottom as the reference a spec's error messages point to",
 }

@@ -1,4 +1,4 @@
-"""What a checkpoint holds is declared per class (core.state_declaration): read from the source, every
+"""What a checkpoint holds is declared per class (core.engine.state_declaration): read from the source, every
 attribute a checkpointed class sets is declared, so that the rule is kept when the code is written
 and not found out when a checkpoint is played; at run time the codec writes only what is declared,
 refuses what is not, and reads a stored object back against its class's declaration. A plugin's
@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 
 from cases import DATA, specs  # noqa: E402
 
-from banditsweep.core.state_codec import StateFormatError, decode_state, encode_state  # noqa: E402
-from banditsweep.core.state_declaration import (StateDeclarationError,  # noqa: E402
-                                                declaration)
-from banditsweep.core.trial import TrialRun, TrialSpec, run_trial  # noqa: E402
+from banditsweep.core.engine.state_codec import StateFormatError, decode_state, encode_state  # noqa: E402
+from banditsweep.core.engine.state_declaration import (StateDeclarationError,  # noqa: E402
+                                                       declaration)
+from banditsweep.core.engine.trial import TrialRun, TrialSpec, run_trial  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGINS = REPO / "tests" / "plugins"
@@ -47,7 +47,7 @@ class ClassSource:
 
     @property
     def declares(self) -> bool:
-        """As core.state_declaration.declaration reads a class: a declaration in its body, or a
+        """As core.engine.state_declaration.declaration reads a class: a declaration in its body, or a
         dataclass of the library."""
         return self.written or (self.library and self.dataclass)
 
@@ -181,8 +181,8 @@ def _checkpointed() -> list[tuple[str, str]]:
 
 def test_the_source_reader_finds_the_checkpointed_classes():
     found = set(_checkpointed())
-    for key in [("banditsweep.core.trial", "TrialRun"), ("banditsweep.core.algorithms.linear", "LinUCB"),
-                ("banditsweep.core.z_matrix", "ZMatrix"), ("banditsweep.core.trial", "TrialSpec"),
+    for key in [("banditsweep.core.engine.trial", "TrialRun"), ("banditsweep.core.algorithms.linear", "LinUCB"),
+                ("banditsweep.core.z_matrix", "ZMatrix"), ("banditsweep.core.engine.trial", "TrialSpec"),
                 ("stateful_policies", "DeclaredCountingRandom"), ("faulty_algorithms", "CrashOnce")]:
         assert key in found, key
     assert "marker" in CLASSES[("faulty_algorithms", "CrashOnce")].assigned
@@ -286,7 +286,7 @@ def test_a_library_class_that_declares_nothing_is_refused():
         def __init__(self):
             self.value = 1
 
-    Undeclared.__module__ = "banditsweep.core.trial"
+    Undeclared.__module__ = "banditsweep.core.engine.trial"
     with pytest.raises(StateDeclarationError, match="Undeclared declares no STATE"):
         encode_state({"x": Undeclared()})
 

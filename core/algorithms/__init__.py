@@ -1,1 +1,1 @@
-"""Bandit algorithms, one module per paper algorithm (registry names in ``core.registry``)."""
+"""Bandit algorithms, one module per paper algorithm (registry names in ``core.engine.registry``)."""

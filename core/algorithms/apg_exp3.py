@@ -34,7 +34,7 @@ import numpy as np
 from pydantic import Field
 from scipy import linalg
 
-from banditsweep.core.contracts import Config
+from banditsweep.core.engine.contracts import Config
 from banditsweep.core.exp3 import (APGSchedule, DesignStep, Exp3Policy, ExponentialWeights, fedorov_wynn,
                                    g_optimal_design, pgreedy_tolerance)
 from banditsweep.core.kernels import Kernel
@@ -44,7 +44,7 @@ from banditsweep.core.sharded.partition import (block_sums, fixed_bound, from_fi
 from banditsweep.core.sharded.protocol import (DesignDone, DesignInformation, DesignLeverage, DesignMove,
                                                DesignStart, Leverage, LinearEstimate, PivotsDone, ShardGroup, Tied,
                                                Ties, Updated, answers)
-from banditsweep.core.ties import DESIGN, P_GREEDY, design_digest, tie_key, tied_among, tied_argmax, trial_seed_words
+from banditsweep.core.engine.ties import DESIGN, P_GREEDY, design_digest, tie_key, tied_among, tied_argmax, trial_seed_words
 
 __all__ = ["APGExp3", "APGExp3Params", "g_optimal_design", "newton_basis"]
 
@@ -59,7 +59,7 @@ class APGExp3Params(Config):
 
 def newton_basis(kernel: Kernel, domain: np.ndarray, tolerance: float, max_size: int | None = None,
                  key: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """P-greedy: (N (n, D), pivots, final power function P_D(x)). Ties: core.ties' rule at the scale
+    """P-greedy: (N (n, D), pivots, final power function P_D(x)). Ties: core.engine.ties' rule at the scale
     of max_x k(x, x), priorities keyed by ``key`` (None: the smallest index)."""
     n = len(domain)
     max_size = n if max_size is None else min(n, max_size)
@@ -177,7 +177,7 @@ class APGExp3Slice(AlgorithmSlice):
 
     @answers(Ties)
     def ties(self, request: Ties) -> Tied | None:
-        """The slice's part of the design's choice among the points of largest g (core.ties)."""
+        """The slice's part of the design's choice among the points of largest g (core.engine.ties)."""
         if request.quantity != "leverage":
             raise TypeError(f"APG-Exp3's slice has no {request.quantity!r}")
         shard = self.shard

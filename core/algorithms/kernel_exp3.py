@@ -38,13 +38,13 @@ import torch
 from pydantic import Field
 
 from banditsweep.core import domains, kernels
-from banditsweep.core.contracts import Config
+from banditsweep.core.engine.contracts import Config
 from banditsweep.core.exp3 import (RLS_BETA_FACTOR, Exp3Policy, Exp3Schedule, ExponentialWeights,
                                    empirical_distribution, g_optimal_design)
 from banditsweep.core.kernels import check_memory
 from banditsweep.core.mvr import mvr_sequence
-from banditsweep.core.ties import DESIGN, MVR, design_digest
-from banditsweep.core.canonical import canonical_json
+from banditsweep.core.engine.ties import DESIGN, MVR, design_digest
+from banditsweep.core.engine.canonical import canonical_json
 
 # n x n float64 arrays alive at the peak of a round: K, D^{1/2} K, the system and its factor.
 EXACT_WORK_MATRICES = 4
@@ -184,7 +184,7 @@ class KernelExp3(Exp3Policy):
     def estimate(self, probabilities: np.ndarray, arm: int, reward: float) -> np.ndarray:
         return self.estimate_batch([self], probabilities[None], np.array([arm]), np.array([reward]))[0]
 
-    # ---- lockstep trial batching (stepped by the round loop of core.trial) -------------------------------
+    # ---- lockstep trial batching (stepped by the round loop of core.engine.trial) ------------------------
 
     @classmethod
     def estimate_batch(cls, policies, probabilities: np.ndarray, arms: np.ndarray,

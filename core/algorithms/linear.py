@@ -19,7 +19,7 @@ from abc import abstractmethod
 import numpy as np
 from pydantic import Field
 
-from banditsweep.core.contracts import Config, Decision, NonFiniteError, Policy, Problem
+from banditsweep.core.engine.contracts import Config, Decision, NonFiniteError, Policy, Problem
 
 
 class RidgeStatistics:

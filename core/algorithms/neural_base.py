@@ -7,7 +7,7 @@ policy for several compatible trials (same algorithm, environment and structural
 different seeds and per-trial values such as nu or lr) and steps them in lockstep, so each trial's
 result equals running it alone (to float tolerance; tests/test_neural_batching.py).
 
-Per-trial randomness comes only from each trial's own policy stream (core.seeding), consumed in the
+Per-trial randomness comes only from each trial's own policy stream (core.engine.seeding), consumed in the
 same order whether the trial runs alone or in a batch.
 
 Two training recipes (``training``, a parameter of the four baselines NeuralUCB, NeuralTS, DeepFPL
@@ -54,13 +54,13 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from banditsweep.core import seeding
-from banditsweep.core.contracts import (BatchDecision, BatchedPolicy, Config, Decision, NonFiniteError, Policy, Problem,
-                                        first_non_finite)
+from banditsweep.core.engine import seeding
+from banditsweep.core.engine.contracts import (BatchDecision, BatchedPolicy, Config, Decision, NonFiniteError, Policy, Problem,
+                                               first_non_finite)
 from banditsweep.core.networks import (StackedNetwork, initial_biases, initial_parameters, output_scale,
                                        rows_of_contexts, rows_to_arms)
 from banditsweep.core.training import History, gradient_ascent
-from banditsweep.core.canonical import canonical_json
+from banditsweep.core.engine.canonical import canonical_json
 from banditsweep.core.z_matrix import ZMatrix
 
 

@@ -23,7 +23,7 @@ from banditsweep.core.algorithms.neural_base import (
     BiasedParams,
     GradientExplorationPolicy,
 )
-from banditsweep.core.trial import ADDED_LATER
+from banditsweep.core.engine.trial import ADDED_LATER
 from pydantic import Field
 
 

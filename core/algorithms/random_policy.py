@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, CONTEXTUAL, Config, Decision, Policy
+from banditsweep.core.engine.contracts import ADVERSARIAL_DOMAIN, CONTEXTUAL, Config, Decision, Policy
 from banditsweep.core.sharded.algorithm import Round, ShardedAlgorithm
 from banditsweep.core.sharded.protocol import Play, UniformSums
 

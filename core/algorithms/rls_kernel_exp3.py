@@ -66,11 +66,11 @@ from banditsweep.core.sharded.partition import derive_key, global_choice, keyed_
 from banditsweep.core.sharded.protocol import (Candidate, Embed, Embedded, LevelCounts, LevelKeep,
                                                LevelMembers, LevelScores, Members, NystromEstimate, PivotsDone,
                                                PointAt, Scores, SetExploration, Tied, Ties, Updated, answers)
-from banditsweep.core.ties import (APPROXIMATE_MVR, LANDMARK, MVR, design_digest, tie_key, tied_among,
-                                   trial_seed_words)
+from banditsweep.core.engine.ties import (APPROXIMATE_MVR, LANDMARK, MVR, design_digest, tie_key, tied_among,
+                                          trial_seed_words)
 
 BETA_FACTOR = RLS_BETA_FACTOR  # Theorem 3: beta = B (1 + sqrt 2) sqrt(lambda / T)
-# The seeding stream of the sharded sampler's keyed draws (core.seeding has 0: environment, 1: policy).
+# The seeding stream of the sharded sampler's keyed draws (core.engine.seeding has 0: environment, 1: policy).
 SAMPLER_STREAM = 2
 # Levels of the keyed halving: u < 2^-l for l = 0..62.
 MAX_LEVELS = 63
@@ -126,7 +126,7 @@ class RLSKernelExp3(Exp3Policy):
         self.effective_dimensions: list[float] = []
         self.mvr_distinct = 0
         self.mvr_landmarks = 0
-        self.design = float("nan")   # design_digest of the exploration sequence (core.ties)
+        self.design = float("nan")   # design_digest of the exploration sequence (core.engine.ties)
 
     def exploration_sequence(self, domain: np.ndarray) -> np.ndarray:
         """The exact MVR sequence (SPEC 3.2), as in Kernelized Exp3."""
@@ -297,7 +297,7 @@ class RLSKernelExp3Slice(AlgorithmSlice):
 
     @answers(Ties)
     def ties(self, request: Ties) -> Tied | None:
-        """The slice's part of the choice among the level's points of largest score (core.ties)."""
+        """The slice's part of the choice among the level's points of largest score (core.engine.ties)."""
         if request.quantity != "scores":
             raise TypeError(f"RLS-Kernelized Exp3's slice has no {request.quantity!r}")
         indices = self.shard.start + np.asarray(self.level_index)

@@ -7,7 +7,7 @@ radius B, drawn once from the trial seed:
     ||f~^(i)||_k^2 = c^T K c,   f^(i) = min{1, B / ||f~^(i)||_k} f~^(i).
 
 Each round the adversary is fully adaptive: it reads the learner's sampling distribution P_t (the
-policy contract exposes it as ``Decision.probabilities``; see ``core.contracts``) and plays the
+policy contract exposes it as ``Decision.probabilities``; see ``core.engine.contracts``) and plays the
 candidate that maximises the learner's conditional expected regret,
 
     f_t = argmax_i ( max_x f^(i)(x) - sum_x P_t(x) f^(i)(x) )        (ties: smallest i).
@@ -34,7 +34,7 @@ from pydantic import Field, model_validator
 from scipy import sparse
 
 from banditsweep.core import domains
-from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Config, Decision, Environment, Feedback, Problem
+from banditsweep.core.engine.contracts import ADVERSARIAL_DOMAIN, Config, Decision, Environment, Feedback, Problem
 from banditsweep.core.kernels import DEFAULT_TILE_ELEMENTS, Kernel
 
 

@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from banditsweep.core.contracts import Config, Decision, Environment, Feedback, Problem
+from banditsweep.core.engine.contracts import Config, Decision, Environment, Feedback, Problem
 from banditsweep.core.datasets import DATASETS, Encoding, dataset_path, load_dataset
 
 

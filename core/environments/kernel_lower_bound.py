@@ -46,7 +46,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from banditsweep.core.contracts import Decision, Feedback
+from banditsweep.core.engine.contracts import Decision, Feedback
 from banditsweep.core.environments.adversarial_kernel import (KernelDomainConfig, KernelDomainEnvironment,
                                                               RegretTally, domain_and_kernel)
 from banditsweep.core.kernels import Kernel

@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from banditsweep.core.contracts import Config, Decision, Environment, Feedback, Problem
+from banditsweep.core.engine.contracts import Config, Decision, Environment, Feedback, Problem
 
 
 class SyntheticConfig(Config):

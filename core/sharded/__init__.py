@@ -10,5 +10,5 @@
   both Exp3 algorithms share; each shardable algorithm's halves are defined beside it, naming its
   class (``ShardedRandom``, ``ShardedAPGExp3``, ``ShardedRLSKernelExp3``);
 - ``coordinator``: :class:`~banditsweep.core.sharded.coordinator.ShardedKernelTrial`, the kind of the
-  one round loop (core.round_loop) that plays the trial through its shards, and ``run_sharded``.
+  one round loop (core.engine.round_loop) that plays the trial through its shards, and ``run_sharded``.
 """

@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from banditsweep.core.exp3 import draw
-from banditsweep.core.round_loop import check_values
+from banditsweep.core.engine.round_loop import check_values
 from banditsweep.core.sharded.partition import global_argmax, global_choice, owner
-from banditsweep.core.ties import RULE
+from banditsweep.core.engine.ties import RULE
 from banditsweep.core.sharded.protocol import (Answering, Distributed, Distribution, Locate, Located, LogPartition,
                                                Partition, PivotAdd, PivotCandidate, PivotRow, ShardGroup, Updated)
-from banditsweep.core.state_declaration import declaration
+from banditsweep.core.engine.state_declaration import declaration
 
 if TYPE_CHECKING:
     from banditsweep.core.sharded.coordinator import ShardedKernelTrial
@@ -100,7 +100,7 @@ class ShardedAlgorithm(ABC):
     @classmethod
     def saved(cls) -> list[str]:
         """The attributes the checkpoint holds: ``STATE`` of the class and its bases
-        (core.state_declaration), in a fixed order."""
+        (core.engine.state_declaration), in a fixed order."""
         return sorted(declaration(cls).saved)
 
     def state(self) -> dict:
@@ -132,7 +132,7 @@ def pivoted_cholesky(group: ShardGroup, length: int, noise: float | None,
     P-greedy (SPEC 3.5: no noise, stop when max_x sqrt(power(x)) <= ``tolerance``), with
     v_{j+1}(.) = [k(., x_pick) - sum_i v_i(.) v_i(x_pick)] / sqrt(power(x_pick) + noise) and
     power -= v_{j+1}^2. The pivots and the final largest power. Each pivot among the points of
-    largest power by core.ties' rule at the scale of the first (max_x k(x, x)), priorities keyed by
+    largest power by core.engine.ties' rule at the scale of the first (max_x k(x, x)), priorities keyed by
     ``key``: the same choice as core.mvr's and core.algorithms.apg_exp3's
     on the whole of X."""
     maxima = group.map(PivotCandidate())
@@ -156,7 +156,7 @@ class ShardedExp3(ShardedAlgorithm):
     STATE = ("eta", "alpha", "log_totals", "tie_rule")
     # The round asks the shards for Q_t's parts and N(x_t) (APG-Exp3's linear estimate).
     linear: ClassVar[bool] = False
-    # Which rule decided the design's ties (core.ties.RULE), saved: a state saved under another (the
+    # Which rule decided the design's ties (core.engine.ties.RULE), saved: a state saved under another (the
     # smallest index before it) lacks it or differs, and is refused rather than resumed under this one.
     tie_rule: int
 
@@ -183,7 +183,7 @@ class ShardedExp3(ShardedAlgorithm):
         total = sum(part.total * math.exp(part.top - shift) for part in self.log_totals)
         parts = trial.group.map(Distribution(shift, math.log(total), self.alpha, self.linear))
         masses = np.array([part.mass for part in parts])
-        # The round loop's check of P_t (core.round_loop.check_decision), on what reaches the coordinator:
+        # The round loop's check of P_t (core.engine.round_loop.check_decision), on what reaches the coordinator:
         # a NaN or infinite P_t anywhere makes its shard's mass so.
         check_values(t, masses[None], f"{trial.spec.policy_class.quantity()} mass", entry="shard")
         sums = np.sum(np.stack([part.sums for part in parts]), axis=0)

@@ -1,7 +1,7 @@
 """The coordinator of one sharded adversarial-kernel trial (SPEC 4): the kind of the one round loop
-(core.round_loop.RoundLoop) whose state is held by shards in other processes.
+(core.engine.round_loop.RoundLoop) whose state is held by shards in other processes.
 
-:class:`ShardedKernelTrial` differs from the in-process ``core.trial.TrialRun`` only where the round
+:class:`ShardedKernelTrial` differs from the in-process ``core.engine.trial.TrialRun`` only where the round
 loop lets a kind differ: a round is played by a few small requests to the shards through the
 trial's algorithm half (core.sharded.algorithm.sharded_half; the shards learn and move the
 environment on while they reply, so the loop has nothing left to learn after its checks), and the
@@ -22,17 +22,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from banditsweep.core import domains, seeding
-from banditsweep.core.contracts import Feedback
+from banditsweep.core import domains
+from banditsweep.core.engine import seeding
+from banditsweep.core.engine.contracts import Feedback
 from banditsweep.core.environments.adversarial_kernel import AdversarialKernelBandit, RegretTally
 from banditsweep.core.kernels import Kernel
-from banditsweep.core.round_loop import Checkpoints, Played, ProgressCallback, RoundLoop, TrialResult, play_out
+from banditsweep.core.engine.round_loop import Checkpoints, Played, ProgressCallback, RoundLoop, TrialResult, play_out
 from banditsweep.core.sharded.algorithm import ShardedAlgorithm, sharded_half
 from banditsweep.core.sharded.protocol import CheckPart, Describe, DiscardPart, LoadPart, SavePart, ShardGroup, Value
 from banditsweep.core.sharded.shard import check_shardable
-from banditsweep.core.state_codec import StateFormatError, encode_state
-from banditsweep.core.ties import RULE
-from banditsweep.core.trial import TrialSpec, checkpoint_key, resolve_algorithm, resolve_environment
+from banditsweep.core.engine.state_codec import StateFormatError, encode_state
+from banditsweep.core.engine.ties import RULE
+from banditsweep.core.engine.trial import TrialSpec, checkpoint_key, resolve_algorithm, resolve_environment
 
 # The attributes a checkpoint of the landed release could hold (it kept the coordinator's whole, the
 # shard group among them, None in a saved state); today's fields are read out of them.
@@ -43,7 +44,7 @@ LANDED_ATTRIBUTES = frozenset({
 
 
 class ShardedKernelTrial(RoundLoop):
-    """The coordinator of one sharded trial: the one round loop (core.round_loop.RoundLoop) of a
+    """The coordinator of one sharded trial: the one round loop (core.engine.round_loop.RoundLoop) of a
     trial whose state is held by a group of shards (core.sharded.shard.KernelShard). A round is
     played by its algorithm half (:meth:`play`); the state is saved as the coordinator's own under
     the trial's key and each shard's part beside it (:meth:`save`), and taken back by :meth:`resume`."""
@@ -194,7 +195,7 @@ class ShardedKernelTrial(RoundLoop):
 def run_sharded(spec: TrialSpec, group: ShardGroup, on_progress: ProgressCallback | None = None,
                 progress_every: int = 100, checkpoints: Checkpoints | None = None) -> TrialResult:
     """Run a sharded trial to the end over ``group``, through the one checkpoint driver
-    (core.round_loop.play_out): with ``checkpoints`` it resumes from the state saved under the
+    (core.engine.round_loop.play_out): with ``checkpoints`` it resumes from the state saved under the
     trial's key, saves every ``checkpoints.every`` rounds and discards the state when finished."""
     key = checkpoint_key([spec])
     (result,) = play_out(lambda: ShardedKernelTrial(spec, group),

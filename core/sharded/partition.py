@@ -19,7 +19,7 @@ the last bit on identical machines (and to rounding across different CPUs):
   draw is computed without the rest (:func:`keyed_uniforms`).
 
 A maximum over X is the largest of the shards' maxima (:func:`global_argmax`); a choice among the
-points tied at it is core.ties' rule, decided against the global maximum (:func:`global_choice`).
+points tied at it is core.engine.ties' rule, decided against the global maximum (:func:`global_choice`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Sequence, TypeVar
 
 import numpy as np
 
-from banditsweep.core.ties import derive_key, splitmix, threshold  # noqa: F401 (derive_key: the sampler's keys)
+from banditsweep.core.engine.ties import derive_key, splitmix, threshold  # noqa: F401 (derive_key: the sampler's keys)
 
 # Reduction blocks: at least MIN_BLOCKS per domain, each a power of two of at most MAX_BLOCK points.
 MIN_BLOCKS = 64
@@ -171,10 +171,10 @@ def global_argmax(partials: Sequence[Maximum]) -> Maximum:
 
 
 def global_choice(group, partials: Sequence, quantity: str, key: int, scale: float = 0.0):
-    """The choice over X by core.ties' rule, from the shards' maxima ``partials`` of ``quantity``:
+    """The choice over X by core.engine.ties' rule, from the shards' maxima ``partials`` of ``quantity``:
     the tied set's edge from the global maximum (a first reduction), then every shard's most
     prioritised point at or beyond it (a second): a core.sharded.protocol.Tied. The same choice as
-    core.ties.tied_argmax on the whole of X, whatever the shards."""
+    core.engine.ties.tied_argmax on the whole of X, whatever the shards."""
     from banditsweep.core.sharded.protocol import Ties
 
     top = max(part.value for part in partials)

@@ -99,7 +99,7 @@ class LocalShards:
 @dataclass(frozen=True)
 class Candidate:
     """A slice's largest value of a quantity and its global index (where several are largest, the
-    smallest: which of them is chosen is decided over X by core.ties' rule, :class:`Tied`)."""
+    smallest: which of them is chosen is decided over X by core.engine.ties' rule, :class:`Tied`)."""
 
     value: float
     index: int
@@ -107,7 +107,7 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Tied:
-    """A slice's part of a choice over X by the tie rule (core.ties): among its points at or beyond the
+    """A slice's part of a choice over X by the tie rule (core.engine.ties): among its points at or beyond the
     tied set's edge, the one of largest priority: the priority, its global index, its value and, where
     the choice needs them, its features. The choice is the largest priority over the slices."""
 
@@ -447,7 +447,7 @@ class NystromEstimate(Request[Updated]):
 
 @dataclass(frozen=True)
 class Part:
-    """The shard's part of round ``at``'s checkpoint under ``key`` in ``checkpoints`` (core.round_loop)."""
+    """The shard's part of round ``at``'s checkpoint under ``key`` in ``checkpoints`` (core.engine.round_loop)."""
 
     checkpoints: Any
     key: str

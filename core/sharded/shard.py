@@ -10,7 +10,7 @@ are those of the unsharded table, bit for bit.
 It answers the requests of core.sharded.protocol that any algorithm's round needs (the environment,
 the pivots, P_t and the draw, its part of the checkpoint); its algorithm's slice
 (the ``Slice`` of the algorithm's sharded half, core.sharded.algorithm) answers the rest. Every choice
-among tied points is decided over X by core.ties' rule (:class:`Ties`). Every argmax over the slice
+among tied points is decided over X by core.engine.ties' rule (:class:`Ties`). Every argmax over the slice
 that may tie by the domain's symmetry is computed elementwise per point (core.sharded.partition), so
 1, 2, 3 or 4 shards give bit-identical results.
 
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from banditsweep.core import domains, registry, seeding
+from banditsweep.core import domains
+from banditsweep.core.engine import registry, seeding
 from banditsweep.core.environments.adversarial_kernel import (AdversarialKernelBandit, candidate_functions,
                                                               grid_slice, table_columns)
 from banditsweep.core.exp3 import invert
@@ -34,9 +35,9 @@ from banditsweep.core.sharded.protocol import (Answering, Candidate, CheckPart, 
                                                Moved, Partition, PivotAdd, PivotCandidate, PivotRow, PivotsDone, Play,
                                                Point, PointAt, Request, Row, SavePart, SetExploration, Tied, Ties,
                                                UniformSums, Updated, Value, answers)
-from banditsweep.core.ties import tied_among
-from banditsweep.core.state_codec import StateFormatError, decode_state, encode_state
-from banditsweep.core.trial import TrialSpec, resolve_algorithm, resolve_environment
+from banditsweep.core.engine.ties import tied_among
+from banditsweep.core.engine.state_codec import StateFormatError, decode_state, encode_state
+from banditsweep.core.engine.trial import TrialSpec, resolve_algorithm, resolve_environment
 
 
 def shardable_environment(kind: str) -> bool:
@@ -163,7 +164,7 @@ class KernelShard(Answering):
 
     @answers(Ties)
     def ties(self, request: Ties) -> Tied | None:
-        """The slice's part of a pivot's choice among the points of largest power (core.ties); another
+        """The slice's part of a pivot's choice among the points of largest power (core.engine.ties); another
         quantity is its algorithm slice's."""
         if request.quantity != "power":
             return self.algorithm.handle(request)
@@ -238,7 +239,7 @@ class KernelShard(Answering):
 
     def state(self) -> bytes:
         """What changes during the rounds (the table and the points are rebuilt from the seed), as
-        data (core.state_codec)."""
+        data (core.engine.state_codec)."""
         return encode_state({"trial_id": self.spec.trial_id, "range": [self.start, self.stop],
                              **{name: getattr(self, name) for name in self.STATE}})
 

@@ -15,8 +15,8 @@ import traceback
 
 import ray
 
-from banditsweep.core.round_loop import TrialStopped
-from banditsweep.core.trial import TrialSpec, run_trials
+from banditsweep.core.engine.round_loop import TrialStopped
+from banditsweep.core.engine.trial import TrialSpec, run_trials
 from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
 from banditsweep.workers.provenance.code_identity import note_loaded, running_code
 from banditsweep.workers.provenance.load import LoadSampler

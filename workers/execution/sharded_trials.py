@@ -4,7 +4,7 @@ nodes, and the attempts of a trial whose shards die (core.sharded; SPEC 4).
 The coordinator runs in the driver: per round it sends its shards a few small typed requests
 (core.sharded.protocol lists them), each answered by the actor's one entry point,
 :meth:`ShardActor.handle`. It is played out by core's one checkpoint driver
-(core.round_loop.play_out) over the files of ``workers.storage.checkpoint_files``: every ``checkpoint_every``
+(core.engine.round_loop.play_out) over the files of ``workers.storage.checkpoint_files``: every ``checkpoint_every``
 rounds each shard writes its part of the state from its own process
 (``<results>/<sweep>/.checkpoints/<trial key>/shard-<start>.r<round>.state``), then the coordinator
 its own (``<trial key>.state``), which names the round; a round's checkpoint counts once that file
@@ -30,7 +30,7 @@ from banditsweep.core.sharded.coordinator import run_sharded
 from banditsweep.core.sharded.partition import shard_ranges
 from banditsweep.core.sharded.protocol import Request
 from banditsweep.core.sharded.shard import KernelShard, domain_shape
-from banditsweep.core.trial import TrialSpec
+from banditsweep.core.engine.trial import TrialSpec
 from banditsweep.workers.provenance.code_identity import note_loaded, running_code
 from banditsweep.workers.provenance.load import LoadSampler
 from banditsweep.workers.provenance.runtime import runtime_info

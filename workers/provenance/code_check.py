@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from banditsweep.core.trial import TrialSpec
+from banditsweep.core.engine.trial import TrialSpec
 from banditsweep.workers.provenance.code_identity import CodeIdentity, code_of
 from banditsweep.workers.storage.record import FINISHED, TrialRecord
 

@@ -1,12 +1,12 @@
 """The code a trial runs on, as digests that name what changed, and the machine it ran on.
 
-A trial's id is its content (core.trial.TrialSpec.trial_id); what its numbers *mean* also depends
+A trial's id is its content (core.engine.trial.TrialSpec.trial_id); what its numbers *mean* also depends
 on the code that computed them. :func:`trial_code` answers, for a trial, one digest per module of
 that code, each over only the definitions the trial reaches:
 
 - its algorithm's class (with its base classes and everything it names, followed through imports),
 - its environment's class likewise,
-- the code every trial runs: the round loop and the trial (``core.round_loop``, ``core.trial``'s
+- the code every trial runs: the round loop and the trial (``core.engine.round_loop``, ``core.engine.trial``'s
   ``TrialRun`` and ``run_trials``), seeding, and the trial actor's device and thread set-up
   (``workers.execution.trial_setup``); a sharded trial also its engine and its algorithm's sharded half.
 
@@ -44,13 +44,13 @@ from banditsweep.workers.provenance.content_closure import PACKAGE, UNKNOWN, Con
 from banditsweep.workers.provenance.source_index import _Parsed, _normal, _parsed_at, _parsed_text, find_spec_unimported
 
 # What the digests of earlier records left out (workers.provenance.legacy_identity): the registry only.
-_PATH_DIGEST_NOT_CODE = f"{PACKAGE}.core.registry"
+_PATH_DIGEST_NOT_CODE = f"{PACKAGE}.core.engine.registry"
 # What every trial runs, whatever its algorithm: (module, top-level name), or (module, None) whole.
 SHARED_ROOTS = (
-    (f"{PACKAGE}.core.trial", "TrialRun"),
-    (f"{PACKAGE}.core.trial", "run_trials"),
-    (f"{PACKAGE}.core.round_loop", None),
-    (f"{PACKAGE}.core.seeding", None),
+    (f"{PACKAGE}.core.engine.trial", "TrialRun"),
+    (f"{PACKAGE}.core.engine.trial", "run_trials"),
+    (f"{PACKAGE}.core.engine.round_loop", None),
+    (f"{PACKAGE}.core.engine.seeding", None),
     (f"{PACKAGE}.workers.execution.trial_setup", None),
 )
 # A sharded trial's engine, whole (core.sharded and the shard actors; the algorithm's half is a root of
@@ -118,13 +118,13 @@ def changed_parts(old: dict[str, str], new: dict[str, str]) -> list[str]:
 
 
 def code_of(spec, known: CodeIdentity | None = None) -> CodeIdentity:
-    """The code identity of the trial ``spec`` (a core.trial.TrialSpec), through the registry.
+    """The code identity of the trial ``spec`` (a core.engine.trial.TrialSpec), through the registry.
     ``known``: the identity another process (the driver) computed for it, taken where this process
     reads the same bytes in every module it was computed from; a trial actor so spares the parse of
     every source file (0.2 s of CPU per actor, 16 actors on 2 cores) and still records the code it runs."""
     if known is not None and known.sources and all(_source_sha(module) == sha for module, sha in known.sources):
         return known
-    from banditsweep.core import registry
+    from banditsweep.core.engine import registry
 
     return trial_code(spec.policy_class, registry.environment_class(spec.environment["kind"]), spec.sharded)
 

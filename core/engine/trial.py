@@ -4,12 +4,12 @@ A trial is a pure function of its content. That is what makes resume, retries an
 safe: the same content always has the same ``trial_id`` and, on the same machine, bit-identical
 results.
 
-:class:`TrialRun` is the in-process kind of the one round loop (core.round_loop.RoundLoop): it
+:class:`TrialRun` is the in-process kind of the one round loop (core.engine.round_loop.RoundLoop): it
 steps B >= 1 trials of one batch key in lockstep (a single trial is the batch of one) through the
-batched-policy contract of ``core.contracts``. Its whole state (environments, policy, recorded
+batched-policy contract of ``core.engine.contracts``. Its whole state (environments, policy, recorded
 arrays, next round) can be captured between rounds (:meth:`TrialRun.snapshot`) and restored
 (:meth:`TrialRun.restore`). :func:`run_trials` groups trials into batches and plays each out
-through the one checkpoint driver (core.round_loop.play_out).
+through the one checkpoint driver (core.engine.round_loop.play_out).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
-from banditsweep.core import registry, seeding
-from banditsweep.core.canonical import canonical_json
-from banditsweep.core.contracts import BatchedPolicy, Config, Environment, NonFiniteError, Policy
-from banditsweep.core.round_loop import (Checkpoints, Played, ProgressCallback, RoundLoop, TrialResult, at_round,
-                                         check_decision, play_out)
-from banditsweep.core.state_codec import encode_state
-from banditsweep.core.state_declaration import attributes_to_save
+from banditsweep.core.engine import registry, seeding
+from banditsweep.core.engine.canonical import canonical_json
+from banditsweep.core.engine.contracts import BatchedPolicy, Config, Environment, NonFiniteError, Policy
+from banditsweep.core.engine.round_loop import (Checkpoints, Played, ProgressCallback, RoundLoop, TrialResult, at_round,
+                                                check_decision, play_out)
+from banditsweep.core.engine.state_codec import encode_state
+from banditsweep.core.engine.state_declaration import attributes_to_save
 
 
 
@@ -241,8 +241,8 @@ class TrialRun(RoundLoop):
     # ---- capture and restore between rounds --------------------------------------------------------
 
     def snapshot(self) -> bytes:
-        """The state between two rounds (random streams included), as data (core.state_codec): the
-        attributes each class declares (core.state_declaration); restoring it and playing on gives
+        """The state between two rounds (random streams included), as data (core.engine.state_codec): the
+        attributes each class declares (core.engine.state_declaration); restoring it and playing on gives
         the same results as never stopping."""
         return encode_state(attributes_to_save(self))
 
@@ -271,7 +271,7 @@ def run_trials(specs: Sequence[TrialSpec], device: str = "cpu", on_progress: Pro
     """Run ``specs`` and return their results in order. Trials that share one batch key run in
     lockstep batches (as large as the algorithm's ``largest_batch`` allows on ``device``); any
     other set runs one trial at a time. Each batch is played out by the one checkpoint driver
-    (core.round_loop.play_out): with ``checkpoints``, it saves its state every
+    (core.engine.round_loop.play_out): with ``checkpoints``, it saves its state every
     ``checkpoints.every`` rounds, resumes from a saved state and discards it when finished. The
     results are the same, bit for bit, with or without a resume."""
     specs = list(specs)

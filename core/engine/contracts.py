@@ -17,7 +17,7 @@ it checks the environment's values: a policy whose numbers diverged (NaN or infi
 argmax is arm 0 every round) fails its trial, naming the round and the quantity
 (:class:`NonFiniteError`), instead of finishing with a plausible regret.
 
-The in-process kind of the one round loop (``core.trial.TrialRun``; core.round_loop) always steps a
+The in-process kind of the one round loop (``core.engine.trial.TrialRun``; core.engine.round_loop) always steps a
 :class:`BatchedPolicy`: B >= 1 trials of one *batch key*, each with its own environment and random
 streams, in lockstep. A plain
 :class:`Policy` is a batch of one through :class:`PolicyBatch`; an algorithm that computes several
@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict
 
 
 class TrialContent(Protocol):
-    """What a policy's batching hooks read of a trial: its canonical content. ``core.trial.TrialSpec``
+    """What a policy's batching hooks read of a trial: its canonical content. ``core.engine.trial.TrialSpec``
     is one; naming it here would make this module, which the registry and the trial build on, import
     them back."""
 
@@ -196,7 +196,7 @@ class Environment(ABC):
     @classmethod
     def footprint(cls, config: Config, horizon: int) -> tuple[int, int, int]:
         """(arms, dim, bytes), estimated before the environment is built: the problem's size as a
-        policy will see it, and the bytes of the environment's own arrays (core.memory). 0 where
+        policy will see it, and the bytes of the environment's own arrays (core.engine.memory). 0 where
         unknown or negligible."""
         return 0, 0, 0
 
@@ -258,7 +258,7 @@ class Policy(ABC):
     @classmethod
     def footprint(cls, params: Config, arms: int, dim: int, horizon: int) -> int:
         """Bytes of one trial's policy state on a problem of ``arms`` x ``dim`` over ``horizon`` rounds,
-        estimated before anything runs (core.memory). 0: negligible."""
+        estimated before anything runs (core.engine.memory). 0: negligible."""
         return 0
 
     # ---- lockstep trial batching --------------------------------------------------------------

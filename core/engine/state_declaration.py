@@ -7,17 +7,17 @@ that is computed again when asked, a value that a restore sets anew). A class's 
 its own declaration and of its bases' (a subclass declares only what it adds, ``STATE = ()`` when
 nothing). A dataclass's fields are saved without being repeated in ``STATE`` (a dataclass of the
 library declares by its fields alone). Settings models and enumerations are stored by their fields
-and values (core.state_codec) and declare nothing.
+and values (core.engine.state_codec) and declare nothing.
 
 So an attribute added to a checkpointed class is a decision about the checkpoint format, taken when
-it is written: the codec (core.state_codec) writes exactly the declared saved attributes, refuses
+it is written: the codec (core.engine.state_codec) writes exactly the declared saved attributes, refuses
 to save an object that carries an attribute its class declares neither saved nor transient
 (:class:`StateDeclarationError`, naming both), and on reading requires every attribute of
 ``STATE``, drops transient ones (checkpoints written before the declarations hold every attribute)
 and refuses any other. tests/test_state_declaration.py checks, from the source, that every
 attribute a checkpointed class of ``banditsweep.core`` sets is declared.
 
-A plugin's class (core.registry) may declare nothing and is then saved whole (every attribute, as
+A plugin's class (core.engine.registry) may declare nothing and is then saved whole (every attribute, as
 before declarations: code outside this package keeps working unchanged); one that declares is held
 to its declaration. A class of ``banditsweep.core`` that declares nothing is refused. The sharded
 trial's coordinator and shards save their declared ``STATE`` as name tables of their own

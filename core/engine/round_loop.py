@@ -1,7 +1,7 @@
 """The one round loop: play B >= 1 trials of one horizon round by round, record every round with its
 checks, report progress, assemble the results and drive the checkpoints.
 
-Two kinds of trial implement :class:`RoundLoop`: ``core.trial.TrialRun``, a lockstep batch of trials
+Two kinds of trial implement :class:`RoundLoop`: ``core.engine.trial.TrialRun``, a lockstep batch of trials
 held in this process, and ``core.sharded.coordinator.ShardedKernelTrial``, one trial whose domain is split
 over shards that hold their state in other processes. They differ only in
 
@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from banditsweep.core.contracts import BatchDecision, Environment, Feedback, NonFiniteError, first_non_finite
-from banditsweep.core.state_codec import StateFormatError, decode_state, declared_attributes
+from banditsweep.core.engine.contracts import BatchDecision, Environment, Feedback, NonFiniteError, first_non_finite
+from banditsweep.core.engine.state_codec import StateFormatError, decode_state, declared_attributes
 
 if TYPE_CHECKING:
-    from banditsweep.core.trial import TrialSpec
+    from banditsweep.core.engine.trial import TrialSpec
 
 
 @dataclass
@@ -199,7 +199,7 @@ class RoundLoop(ABC):
 
     @classmethod
     def saved_attributes(cls, state: bytes, specs: Sequence[TrialSpec] | None, declared: bool = True) -> dict:
-        """The attributes a saved loop's state holds (core.state_codec). With ``specs``, the state must
+        """The attributes a saved loop's state holds (core.engine.state_codec). With ``specs``, the state must
         be of exactly those trials (in order) and one :func:`play_out` saves: between two of their
         rounds, at least one played and one to play (next round 2..horizon), its recorder holding
         exactly the rounds played (:func:`check_saved_recorder`). :class:`StateFormatError` says

@@ -16,7 +16,7 @@ import importlib
 import os
 import re
 
-from banditsweep.core.contracts import Environment, Policy
+from banditsweep.core.engine.contracts import Environment, Policy
 
 _ALGORITHMS: dict[str, str] = {
     "random": "banditsweep.core.algorithms.random_policy:RandomPolicy",
@@ -160,7 +160,7 @@ def environment_names() -> list[str]:
     return sorted(_ENVIRONMENTS)
 
 
-# The package's library modules whose classes a state holds (core.state_codec): the round loops, the
+# The package's library modules whose classes a state holds (core.engine.state_codec): the round loops, the
 # trials, their environments, policies, networks and kernels all live in banditsweep.core. The rest of
 # the installed package root (tests/, benchmarks/ with their import-time side effects, sweeps/,
 # workers/) is never named by a state.
@@ -168,7 +168,7 @@ _LIBRARY = "banditsweep.core"
 
 
 def trusted_module(module: str) -> bool:
-    """Whether a stored state may name classes of ``module`` (core.state_codec): banditsweep's library
+    """Whether a stored state may name classes of ``module`` (core.engine.state_codec): banditsweep's library
     (``banditsweep.core`` and below), the plugins named in ``BANDITSWEEP_PLUGINS`` and the modules of
     registered algorithms and environments: code this installation runs anyway. Nothing is imported
     here but those plugins."""

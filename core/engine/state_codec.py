@@ -5,12 +5,12 @@ A state is an object graph of plain values (None, bools, numbers, strings, bytes
 tuple, dict, set), NumPy arrays, scalars and generators, PyTorch tensors (storage sharing kept: a
 network's parameters stay views of its flat buffer), devices and dtypes, and instances of the
 project's own library classes (``banditsweep.core.*``) and its registered plugins'
-(``core.registry.trusted_module``). Nothing else is written, and nothing else is read: a class is
+(``core.engine.registry.trusted_module``). Nothing else is written, and nothing else is read: a class is
 looked up by name only among those (a module already imported is taken from ``sys.modules``; no
 other module is ever imported) and rebuilt with ``__new__`` plus its stored attributes
 (no ``__reduce__``, ``__setstate__`` or constructor runs), a NumPy bit generator only from NumPy's own
 list. Of an object, the attributes its class declares are written, and read back against that
-declaration (core.state_declaration). Object identity is kept, as pickle keeps it: the policy and
+declaration (core.engine.state_declaration). Object identity is kept, as pickle keeps it: the policy and
 the round loop share their environments after a restore as before it.
 
 Stored bytes are hostile data (a results folder may come from anyone): any failure to read them
@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from banditsweep.core import registry
-from banditsweep.core.state_declaration import StateDeclarationError, attributes_to_save, declaration
+from banditsweep.core.engine import registry
+from banditsweep.core.engine.state_declaration import StateDeclarationError, attributes_to_save, declaration
 
 FORMAT = "banditsweep-state/1"
 _STATE_ENTRY = "state_json"
@@ -160,7 +160,7 @@ def encode_state(value: Any) -> bytes:
 
 def declared_attributes(cls: type, attributes: dict[str, Any]) -> dict[str, Any]:
     """The ``attributes`` stored for an object of ``cls`` that it takes back, checked against its
-    declaration (core.state_declaration): every declared saved one present, the transient ones left
+    declaration (core.engine.state_declaration): every declared saved one present, the transient ones left
     out (a checkpoint written before the declarations holds them), no other. A class saved whole
     takes them all."""
     try:
@@ -430,3 +430,27 @@ def _decode_state(data: bytes) -> Any:
     if "root" not in structure:
         raise StateFormatError("the state has no root")
     return _Decoder(arrays).decode(structure["root"])
+
+
+# ---- where classes moved (MOVED_CLASSES, above) -----------------------------------------------------
+# core's modules laid out in rooms (engine, baselines, neural, kernel): every class a checkpoint may hold
+# (its exceptions aside), from the module it was defined in then to the one that defines it now. A later
+# move of one of these classes rewrites its value (where it lives now), never its key.
+MOVED_CLASSES[("banditsweep.core.contracts", "TrialContent")] = ("banditsweep.core.engine.contracts", "TrialContent")
+MOVED_CLASSES[("banditsweep.core.contracts", "Config")] = ("banditsweep.core.engine.contracts", "Config")
+MOVED_CLASSES[("banditsweep.core.contracts", "Problem")] = ("banditsweep.core.engine.contracts", "Problem")
+MOVED_CLASSES[("banditsweep.core.contracts", "Decision")] = ("banditsweep.core.engine.contracts", "Decision")
+MOVED_CLASSES[("banditsweep.core.contracts", "BatchDecision")] = ("banditsweep.core.engine.contracts", "BatchDecision")
+MOVED_CLASSES[("banditsweep.core.contracts", "Feedback")] = ("banditsweep.core.engine.contracts", "Feedback")
+MOVED_CLASSES[("banditsweep.core.contracts", "Environment")] = ("banditsweep.core.engine.contracts", "Environment")
+MOVED_CLASSES[("banditsweep.core.contracts", "BatchedPolicy")] = ("banditsweep.core.engine.contracts", "BatchedPolicy")
+MOVED_CLASSES[("banditsweep.core.contracts", "Policy")] = ("banditsweep.core.engine.contracts", "Policy")
+MOVED_CLASSES[("banditsweep.core.contracts", "PolicyBatch")] = ("banditsweep.core.engine.contracts", "PolicyBatch")
+MOVED_CLASSES[("banditsweep.core.trial", "TrialSpec")] = ("banditsweep.core.engine.trial", "TrialSpec")
+MOVED_CLASSES[("banditsweep.core.trial", "TrialRun")] = ("banditsweep.core.engine.trial", "TrialRun")
+MOVED_CLASSES[("banditsweep.core.round_loop", "TrialResult")] = ("banditsweep.core.engine.round_loop", "TrialResult")
+MOVED_CLASSES[("banditsweep.core.round_loop", "TrialRecorder")] = ("banditsweep.core.engine.round_loop", "TrialRecorder")
+MOVED_CLASSES[("banditsweep.core.round_loop", "Played")] = ("banditsweep.core.engine.round_loop", "Played")
+MOVED_CLASSES[("banditsweep.core.round_loop", "RoundLoop")] = ("banditsweep.core.engine.round_loop", "RoundLoop")
+MOVED_CLASSES[("banditsweep.core.round_loop", "Checkpoints")] = ("banditsweep.core.engine.round_loop", "Checkpoints")
+MOVED_CLASSES[("banditsweep.core.state_declaration", "Declaration")] = ("banditsweep.core.engine.state_declaration", "Declaration")

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 
-from banditsweep.core import registry
-from banditsweep.core.trial import TrialSpec, resolve_algorithm, resolve_environment
+from banditsweep.core.engine import registry
+from banditsweep.core.engine.trial import TrialSpec, resolve_algorithm, resolve_environment
 
 ROUND_ARRAYS = 5   # arm, reward, regret, cum_regret, seconds
 

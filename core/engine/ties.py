@@ -29,12 +29,12 @@ import hashlib
 
 import numpy as np
 
-from banditsweep.core.seeding import POLICY_STREAM
+from banditsweep.core.engine.seeding import POLICY_STREAM
 
 RTOL = 1e-9
 # The rule's version, saved by what it decides (a sharded trial's half): 1 is this module's.
 RULE = 1
-# The seeding stream of the tie priorities (core.seeding has 0: environment, 1: policy; the sharded
+# The seeding stream of the tie priorities (core.engine.seeding has 0: environment, 1: policy; the sharded
 # Nystrom sampler's keyed draws use 2).
 TIE_STREAM = 3
 # What a key is for: one priority order per purpose, so that two choices of a trial do not share one.
@@ -66,7 +66,7 @@ def priorities(key: int, indices: np.ndarray) -> np.ndarray:
 
 
 def seed_words(rng: np.random.Generator) -> tuple[int, ...]:
-    """The words a trial's stream was seeded with (core.seeding.stream: (seed, stream)), read without
+    """The words a trial's stream was seeded with (core.engine.seeding.stream: (seed, stream)), read without
     drawing. Read it when the policy is built: a stream restored from a checkpoint keeps its state, not
     its seed, so a policy keeps the key it derives (:func:`tie_key`) as state."""
     sequence = rng.bit_generator.seed_seq
