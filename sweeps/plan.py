@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from banditsweep.core.datasets import DATA_ENV_VAR
+from banditsweep.core.neural.datasets import DATA_ENV_VAR
 from banditsweep.core.engine.memory import gib, trial_footprint
 from banditsweep.core.engine.trial import TrialRun
 from banditsweep.workers import quiet_factor

@@ -137,8 +137,8 @@ def test_the_shipped_algorithms_share_no_class_code():
              for name in ("linucb", "lints", "linrbmle", "neural_ucb", "neural_rbmle_ga", "random")}
     linear = {name: codes[name].parts["core/algorithms/linear.py"] for name in ("linucb", "lints", "linrbmle")}
     assert len(set(linear.values())) == 3
-    assert all("core/algorithms/neural_base.py" in codes[n].parts for n in ("neural_ucb", "neural_rbmle_ga"))
-    assert "core/algorithms/neural_base.py" not in codes["linucb"].parts
+    assert all("core/neural/algorithms/neural_base.py" in codes[n].parts for n in ("neural_ucb", "neural_rbmle_ga"))
+    assert "core/neural/algorithms/neural_base.py" not in codes["linucb"].parts
     for code in codes.values():
         assert {"core/engine/round_loop.py", "core/engine/seeding.py", "workers/execution/trial_setup.py"} <= set(code.parts)
         assert "core/engine/registry.py" not in code.parts   # a name table, not computation

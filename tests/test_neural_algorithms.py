@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from banditsweep.core import likelihoods
+from banditsweep.core.neural import likelihoods
 from banditsweep.core.engine import registry, seeding
 from banditsweep.core.engine.contracts import Problem
 from banditsweep.core.engine.trial import TrialSpec, run_trial

@@ -24,13 +24,13 @@ _ALGORITHMS: dict[str, str] = {
     "lints": "banditsweep.core.algorithms.linear:LinTS",
     "linrbmle": "banditsweep.core.algorithms.linear:LinRBMLE",
     # NeuralRBMLE paper (SPEC 1.3-1.5)
-    "neural_rbmle_ga": "banditsweep.core.algorithms.neural_rbmle_ga:NeuralRBMLEGA",
-    "neural_rbmle_pc": "banditsweep.core.algorithms.neural_rbmle_pc:NeuralRBMLEPC",
-    "neural_ucb": "banditsweep.core.algorithms.neural_ucb:NeuralUCB",
-    "neural_ts": "banditsweep.core.algorithms.neural_ts:NeuralTS",
-    "deep_fpl": "banditsweep.core.algorithms.deep_fpl:DeepFPL",
-    "bootstrapped_nn": "banditsweep.core.algorithms.bootstrapped_nn:BootstrappedNN",
-    "neural_eps_greedy": "banditsweep.core.algorithms.neural_eps_greedy:NeuralEpsGreedy",
+    "neural_rbmle_ga": "banditsweep.core.neural.algorithms.neural_rbmle_ga:NeuralRBMLEGA",
+    "neural_rbmle_pc": "banditsweep.core.neural.algorithms.neural_rbmle_pc:NeuralRBMLEPC",
+    "neural_ucb": "banditsweep.core.neural.algorithms.neural_ucb:NeuralUCB",
+    "neural_ts": "banditsweep.core.neural.algorithms.neural_ts:NeuralTS",
+    "deep_fpl": "banditsweep.core.neural.algorithms.deep_fpl:DeepFPL",
+    "bootstrapped_nn": "banditsweep.core.neural.algorithms.bootstrapped_nn:BootstrappedNN",
+    "neural_eps_greedy": "banditsweep.core.neural.algorithms.neural_eps_greedy:NeuralEpsGreedy",
     # Adversarial kernelized bandits (SPEC 3), in the order the kernel paper reports them (SPEC 3.7)
     "apg_exp3": "banditsweep.core.algorithms.apg_exp3:APGExp3",
     "kernel_exp3": "banditsweep.core.algorithms.kernel_exp3:KernelExp3",
@@ -40,7 +40,7 @@ _ALGORITHMS: dict[str, str] = {
 
 _ENVIRONMENTS: dict[str, str] = {
     "synthetic": "banditsweep.core.environments.synthetic:SyntheticBandit",
-    "classification": "banditsweep.core.environments.classification:ClassificationBandit",
+    "classification": "banditsweep.core.neural.classification:ClassificationBandit",
     "adversarial_kernel": "banditsweep.core.environments.adversarial_kernel:AdversarialKernelBandit",
     "kernel_lower_bound": "banditsweep.core.environments.kernel_lower_bound:KernelLowerBound",
 }

@@ -10,10 +10,10 @@ and then the arm with the largest index
     I_{t,a} = l_lambda(F_t; theta~_{t,a}) + alpha(t) zeta f(x_{t,a}; theta~_{t,a})    (eq. 13, Alg. 1 line 8)
 
 is played, with alpha(t) = nu t^n (n = ``alpha_power``, paper 0.5) and the surrogate likelihood
-r f - b(f) of ``likelihood`` (gaussian | bernoulli | mixture, core.likelihoods).
+r f - b(f) of ``likelihood`` (gaussian | bernoulli | mixture, core.neural.likelihoods).
 
 The K optimisations are one batched computation: the K vectors are the S = K stacked parameter sets
-of core.networks, trained together by core.training.gradient_ascent, with the reward bias entering as
+of core.neural.networks, trained together by core.neural.training.gradient_ascent, with the reward bias entering as
 a per-set weight alpha(t) on arm a's context (the "reserved" history rows). No loop over arms.
 With ``train_every`` > 1 the vectors are re-optimised only every that many rounds; the index (eq. 13)
 is evaluated every round.
@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from banditsweep.core.algorithms.neural_base import SHARED_STRUCTURE, BiasedParams, NeuralPolicy
-from banditsweep.core.networks import rows_of_contexts
-from banditsweep.core.training import log_likelihood
+from banditsweep.core.neural.algorithms.neural_base import SHARED_STRUCTURE, BiasedParams, NeuralPolicy
+from banditsweep.core.neural.networks import rows_of_contexts
+from banditsweep.core.neural.training import log_likelihood
 
 
 class NeuralRBMLEGAParams(BiasedParams):

@@ -22,7 +22,7 @@ i.e. this optimiser's Gaussian step with c1 = 2 lr, row weights w_s = 1/n (``mas
 count), c2 = lr wd and theta_0 replaced by a zero network (weight decay pulls towards 0, not
 theta_0); biases included (:attr:`StackedNetwork.biases`). NeuralRBMLE-GA/-PC keep eq. (10).
 
-One call trains G x S stacked networks (core.networks) at once: per step one forward and one
+One call trains G x S stacked networks (core.neural.networks) at once: per step one forward and one
 backward pass over the history written as batched matmuls, no autograd graph and no Python loop over
 arms or trials. The history is kept grouped by first-layer block (the block-sparse layer of SPEC 1.3).
 
@@ -69,8 +69,8 @@ from functools import partial
 import numpy as np
 import torch
 
-from banditsweep.core import likelihoods
-from banditsweep.core.networks import StackedNetwork
+from banditsweep.core.neural import likelihoods
+from banditsweep.core.neural.networks import StackedNetwork
 
 
 class History:

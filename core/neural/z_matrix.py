@@ -29,7 +29,7 @@ import time
 import numpy as np
 import torch
 
-from banditsweep.core.networks import ArmParameters, StackedNetwork
+from banditsweep.core.neural.networks import ArmParameters, StackedNetwork
 
 
 class ZMatrix:

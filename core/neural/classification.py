@@ -11,7 +11,7 @@ without replacement, in a shuffled order drawn from the trial's environment stre
 longer than the dataset is an error (the paper runs Mushroom, 8124 rows, for T = 8000).
 
 The dataset file is read from the data directory (``BANDITSWEEP_DATA``, see
-:mod:`banditsweep.core.datasets`); the directory is where the data lives, not what the trial
+:mod:`banditsweep.core.neural.datasets`); the directory is where the data lives, not what the trial
 computes, so it is not part of the configuration (nor of the trial id).
 """
 
@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import Field
 
 from banditsweep.core.engine.contracts import Config, Decision, Environment, Feedback, Problem
-from banditsweep.core.datasets import DATASETS, Encoding, dataset_path, load_dataset
+from banditsweep.core.neural.datasets import DATASETS, Encoding, dataset_path, load_dataset
 
 
 # The datasets as the papers name them.

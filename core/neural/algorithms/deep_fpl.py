@@ -5,7 +5,7 @@ choice) on the history with each past reward perturbed by fresh noise, r_s + a z
 a = nu; the next round acts greedily: a_t = argmax_a f(x_{t,a}; theta). The noise of a round is drawn
 from the trial's stream in the order the rewards arrived.
 
-Training (``training``, core.algorithms.neural_base): ``reference`` (default) is the recipe of the
+Training (``training``, core.neural.algorithms.neural_base): ``reference`` (default) is the recipe of the
 baselines' code the paper used (uclaml/NeuralTS ``learner_diag.py`` lines 9-16, 47-64: biases,
 100 steps of SGD lr 0.01 on the MSE mean, weight decay lambda / t towards 0). That code has no
 DeepFPL, so this is project choice: DeepFPL trained as that code trains NeuralUCB / NeuralTS, on the
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from banditsweep.core.algorithms.neural_base import BASELINE_STRUCTURE, BaselineParams, NeuralPolicy
+from banditsweep.core.neural.algorithms.neural_base import BASELINE_STRUCTURE, BaselineParams, NeuralPolicy
 
 
 class DeepFPLParams(BaselineParams):

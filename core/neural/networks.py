@@ -28,7 +28,7 @@ arm-specific estimators, BootstrappedNN's q networks, or 1). Weights are stored 
 Block-sparse first layer (SPEC 1.3). With the disjoint encoding of the classification bandits
 (SPEC 1.2, Problem.disjoint_block = d'), arm a's context is zero outside column block a, so
 W_1 x = W_1[:, block a] x'. The first layer is stored as B = K blocks of d_b = d' columns and every
-row is multiplied only with its own block: rows are kept grouped by block (core.training.History),
+row is multiplied only with its own block: rows are kept grouped by block (core.neural.training.History),
 which turns the first layer into one batched matmul of B blocks — 1/K of the dense FLOPs and
 identical results (the skipped products are exact zeros). Dense contexts are the case B = 1.
 
@@ -155,7 +155,7 @@ class StackedNetwork:
                           if biases else [])
         return cls(W1, hidden, w, out_scale, stacked_biases)
 
-    # ---- rows grouped by block: the history, trained on by core.training -----------------------
+    # ---- rows grouped by block: the history, trained on by core.neural.training ----------------
 
     def forward_rows(self, X: torch.Tensor):
         """f for rows ``X`` (G, B, n, d_b) (row i of block b uses W1[:, b]) under every parameter set.

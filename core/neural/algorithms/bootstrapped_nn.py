@@ -5,7 +5,7 @@ probability p (independent draws when it arrives). After every reward all q netw
 — as one batched computation of q stacked parameter sets; each round one network is drawn uniformly
 and the policy acts greedily on it. Paper settings: q = 10, p = 0.8.
 
-Training (``training``, core.algorithms.neural_base):
+Training (``training``, core.neural.algorithms.neural_base):
 
 - ``reference`` (default): uclaml/NeuralTS ``neural_boost.py``, the code the paper ran: networks
   with biases and nn.Linear's default init (lines 8-18); each member takes the observation with
@@ -14,7 +14,7 @@ Training (``training``, core.algorithms.neural_base):
   member then takes 100 steps of ``optim.SGD(lr=1e-2)`` — no weight decay, so ``lam`` is unused —
   on the MSE mean over its own data (lines 48-55). That code trains on every call (it has no
   ``delay``); ``train_every`` > 1 trains in rounds k, 2k, ... as the NeuralUCB code does.
-- ``paper``: J gradient steps on each member's own Gaussian l_lambda of eq. (10), core.training.
+- ``paper``: J gradient steps on each member's own Gaussian l_lambda of eq. (10), core.neural.training.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from banditsweep.core.algorithms.neural_base import BASELINE_STRUCTURE, BaselineParams, NeuralPolicy
+from banditsweep.core.neural.algorithms.neural_base import BASELINE_STRUCTURE, BaselineParams, NeuralPolicy
 
 
 class BootstrappedNNParams(BaselineParams):

@@ -1,6 +1,6 @@
 """Neural epsilon-greedy (a cheap extra of SPEC 1.5).
 
-The network is trained as NeuralUCB's (J gradient steps on the Gaussian l_lambda, core.training);
+The network is trained as NeuralUCB's (J gradient steps on the Gaussian l_lambda, core.neural.training);
 each round, with probability epsilon an arm is drawn uniformly, otherwise a_t = argmax_a f(x_{t,a}; theta).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from banditsweep.core.algorithms.neural_base import NeuralParams, NeuralPolicy
+from banditsweep.core.neural.algorithms.neural_base import NeuralParams, NeuralPolicy
 
 
 class NeuralEpsGreedyParams(NeuralParams):

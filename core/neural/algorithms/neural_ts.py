@@ -1,7 +1,7 @@
 """NeuralTS (Zhang et al. 2021; SPEC 1.5).
 
 Trained exactly as NeuralUCB (``training``: the reference code, uclaml/NeuralTS ``learner_diag.py``
-with ``--style ts``, by default; or the paper's Gaussian l_lambda, core.training). Each arm's reward
+with ``--style ts``, by default; or the paper's Gaussian l_lambda, core.neural.training). Each arm's reward
 is sampled,
 
     paper form:      r~_a ~ N(f(x_a; theta), nu^2 lambda g_a^T Z^{-1} g_a / m),  Z = lambda I + sum g g^T / m
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from banditsweep.core.algorithms.neural_ucb import NeuralUCB, NeuralUCBParams
+from banditsweep.core.neural.algorithms.neural_ucb import NeuralUCB, NeuralUCBParams
 
 
 class NeuralTSParams(NeuralUCBParams):

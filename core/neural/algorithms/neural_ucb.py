@@ -1,12 +1,12 @@
 """NeuralUCB (Zhou et al. 2020; SPEC 1.5).
 
 The network f(x; theta) is fitted after every reward (``train_every``), warm-started, by one of two
-recipes (``training``, core.algorithms.neural_base): ``reference`` (default), the code the paper ran
+recipes (``training``, core.neural.algorithms.neural_base): ``reference`` (default), the code the paper ran
 its baselines with (uclaml/NeuralTS ``learner_diag.py`` with ``--style ucb``: nn.Linear layers with
 biases, 100 steps of SGD lr 0.01 on the MSE mean with weight decay lambda / t towards 0), or
 ``paper``, J gradient steps of size eta on the squared loss with weight decay
 sum_s (f(x_s; theta) - r_s)^2 / 2 + m lambda ||theta - theta_0||^2 / 2 (the Gaussian l_lambda of
-core.training, eq. 10), no biases. The arm maximising
+core.neural.training, eq. 10), no biases. The arm maximising
 
     paper form:      f(x_a; theta) + nu sqrt(g_a^T Z^{-1} g_a / m),   Z = lambda I + sum g g^T / m
     reference form:  f(x_a; theta) + sqrt(lambda nu g_a^T Z^{-1} g_a), Z = lambda I + sum g g^T
@@ -23,7 +23,7 @@ from typing import Literal
 
 import numpy as np
 import torch
-from banditsweep.core.algorithms.neural_base import (
+from banditsweep.core.neural.algorithms.neural_base import (
     BASELINE_STRUCTURE,
     BaselineParams,
     GradientExplorationPolicy,

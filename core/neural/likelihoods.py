@@ -7,7 +7,7 @@ evaluated at f = f(x; theta):
 - ``bernoulli``: b(z) = log(1 + e^z)       -> r f - log(1 + e^f)
 - ``mixture``:   the Gaussian term plus the Bernoulli term (paper sec. 6, Fig. 2).
 
-``derivative`` is d/df of the term; the optimiser (core.training) multiplies it by g(x; theta)
+``derivative`` is d/df of the term; the optimiser (core.neural.training) multiplies it by g(x; theta)
 to get the gradient of the log-likelihood, so no autograd graph is built per step.
 """
 

@@ -9,7 +9,7 @@ and the arm with the largest surrogate index f(x_{t,a}; theta_bar_{t,a}) is play
 After the reward, theta_hat is retrained on the extended history (line 9) and
 Z_t = Z_{t-1} + g(x_t; theta_hat_t) g(x_t; theta_hat_t)^T / m, Z_0 = lambda I (line 10).
 Z^{-1} is the inverse of Z's diagonal (``z="diag"``, the paper's experiments) or exact (``z="full"``);
-both live in core.z_matrix. alpha(t) = nu t^n.
+both live in core.neural.z_matrix. alpha(t) = nu t^n.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 import torch
-from banditsweep.core.algorithms.neural_base import (
+from banditsweep.core.neural.algorithms.neural_base import (
     SHARED_STRUCTURE,
     BiasedParams,
     GradientExplorationPolicy,
@@ -46,7 +46,7 @@ class NeuralRBMLEPC(GradientExplorationPolicy):
 
     def choose_arms(self, t: int, contexts: np.ndarray):
         """Alg. 2 lines 5-8 for G lockstep trials of K arms: ``contexts`` (G, K, d); ``g`` the gradient
-        of f(x_{t,a}; .) at theta_hat_t for each arm (core.networks.ArmParameters: every layer's
+        of f(x_{t,a}; .) at theta_hat_t for each arm (core.neural.networks.ArmParameters: every layer's
         tensor with a leading (G, K)); the index (G, K)."""
         x = self.active(contexts)
         theta_hat = self.network.arm_parameters(self.block_of_arm)   # theta_hat_t, trained after the last reward

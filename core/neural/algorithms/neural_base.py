@@ -22,7 +22,7 @@ and BootstrappedNN; NeuralRBMLE-GA/-PC always use ``paper``):
   given the same recipe on its perturbed rewards):
 
   * lines 9-16: ``nn.Linear(d, m)``, ReLU, ``nn.Linear(m, 1)``: biases, PyTorch's default
-    initialisation, no sqrt(m) output factor (``init="default"``, core.networks);
+    initialisation, no sqrt(m) output factor (``init="default"``, core.neural.networks);
   * line 48: ``self.len += 1`` per observation, so len = t, the rows in the history;
   * line 49: ``optim.SGD(lr=1e-2, weight_decay=lamdba / len)``: a fresh plain SGD (no momentum, no
     state) per training call; weight decay lambda / t pulls every parameter, biases included,
@@ -32,14 +32,14 @@ and BootstrappedNN; NeuralRBMLE-GA/-PC always use ``paper``):
   * lines 58-64: 100 full-batch steps of ``nn.MSELoss()`` (the mean, gradient 2 (f - r) / n) on the
     whole history (``steps`` = 100);
   * lines 25-26, 37-38, 44: U = lambda + sum g^2 over every parameter, biases included; the
-    exploration term sqrt(sum lambda nu g^2 / U) (``form="reference"``, core.z_matrix).
+    exploration term sqrt(sum lambda nu g^2 / U) (``form="reference"``, core.neural.z_matrix).
 
   ``neural_boost.py`` (BootstrappedNN): lines 8-18 the same network per bootstrap member; line 48
   ``optim.SGD(lr=1e-2)`` without weight decay; line 53 the MSE mean over that member's own data;
   lines 51-55 100 steps every call (no delay); lines 41-47: each member takes the observation with
   probability p, in member order, and the loop stops at the first member still without data.
 
-  In core.training's terms: c1 = 2 lr, row weights 1/n, c2 = lr lambda / t (0 for BootstrappedNN),
+  In core.neural.training's terms: c1 = 2 lr, row weights 1/n, c2 = lr lambda / t (0 for BootstrappedNN),
   decay target 0. Parameters that recipe fixes default to its values (lr = 0.01, init = default,
   form = reference); under ``training="paper"`` they default to the paper's (0.001, paper, paper).
 """
@@ -57,11 +57,11 @@ from pydantic import Field, model_validator
 from banditsweep.core.engine import seeding
 from banditsweep.core.engine.contracts import (BatchDecision, BatchedPolicy, Config, Decision, NonFiniteError, Policy, Problem,
                                                first_non_finite)
-from banditsweep.core.networks import (StackedNetwork, initial_biases, initial_parameters, output_scale,
-                                       rows_of_contexts, rows_to_arms)
-from banditsweep.core.training import History, gradient_ascent
+from banditsweep.core.neural.networks import (StackedNetwork, initial_biases, initial_parameters, output_scale,
+                                              rows_of_contexts, rows_to_arms)
+from banditsweep.core.neural.training import History, gradient_ascent
 from banditsweep.core.engine.canonical import canonical_json
-from banditsweep.core.z_matrix import ZMatrix
+from banditsweep.core.neural.z_matrix import ZMatrix
 
 
 class NeuralParams(Config):
@@ -271,7 +271,7 @@ class NeuralPolicy(Policy, BatchedPolicy):
 
     def train(self, likelihood: str = "gaussian", bias: torch.Tensor | None = None,
               reward: torch.Tensor | None = None) -> None:
-        """J steps of gradient ascent on l_lambda (+ bias) over the history (core.training); under the
+        """J steps of gradient ascent on l_lambda (+ bias) over the history (core.neural.training); under the
         reference recipe the same steps are SGD on the MSE mean with weight decay towards 0 (module
         docstring): each row weighs 1/n, n the rows of that network's data (all rows, or the
         bootstrap member's own, neural_boost.py line 53)."""
