@@ -45,12 +45,12 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from banditsweep.core import domains  # noqa: E402
+from banditsweep.core.kernel import domains  # noqa: E402
 from banditsweep.core.engine import seeding
-from banditsweep.core.algorithms.kernel_exp3 import KernelExp3, KernelExp3Params  # noqa: E402
-from banditsweep.core.algorithms.rls_kernel_exp3 import RLSKernelExp3, RLSKernelExp3Params  # noqa: E402
+from banditsweep.core.kernel.algorithms.kernel_exp3 import KernelExp3, KernelExp3Params  # noqa: E402
+from banditsweep.core.kernel.algorithms.rls_kernel_exp3 import RLSKernelExp3, RLSKernelExp3Params  # noqa: E402
 from banditsweep.core.engine.contracts import ADVERSARIAL_DOMAIN, Problem  # noqa: E402
-from banditsweep.core.kernels import Kernel  # noqa: E402
+from banditsweep.core.kernel.kernels import Kernel  # noqa: E402
 from banditsweep.core.engine.trial import TrialSpec, run_trial, run_trials  # noqa: E402
 
 # The paper's selected (c3, c4, lambda) per kernel (SPEC 3.1).

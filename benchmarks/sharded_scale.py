@@ -1,4 +1,4 @@
-"""One large-|X| adversarial-kernel trial split over shards (core.sharded): memory per shard,
+"""One large-|X| adversarial-kernel trial split over shards (core.kernel.sharded): memory per shard,
 time per round, and where one unsharded process stops fitting.
 
 Runs on ``core`` alone (numpy, scipy): each shard is a process of its own (``multiprocessing``,
@@ -40,10 +40,10 @@ import time
 from pathlib import Path
 from typing import Any, TypeVar
 
-from banditsweep.core.sharded.coordinator import ShardedKernelTrial
-from banditsweep.core.sharded.partition import shard_ranges
-from banditsweep.core.sharded.protocol import Request
-from banditsweep.core.sharded.shard import KernelShard, domain_shape
+from banditsweep.core.kernel.sharded.coordinator import ShardedKernelTrial
+from banditsweep.core.kernel.sharded.partition import shard_ranges
+from banditsweep.core.kernel.sharded.protocol import Request
+from banditsweep.core.kernel.sharded.shard import KernelShard, domain_shape
 from banditsweep.core.engine.trial import TrialSpec
 
 
@@ -67,7 +67,7 @@ R = TypeVar("R")
 
 
 class ProcessShards:
-    """A ShardGroup (core.sharded.protocol) of shard processes on this machine."""
+    """A ShardGroup (core.kernel.sharded.protocol) of shard processes on this machine."""
 
     def __init__(self, spec: TrialSpec | None, count: int):
         n = domain_shape(spec)[0] if spec is not None else count

@@ -357,7 +357,7 @@ def _check_environment(source: str, index: int, env: dict, default_horizon: int)
     try:
         config_cls(**settings)
     except ValidationError as error:
-        from banditsweep.core.sharded.shard import shardable_environment
+        from banditsweep.core.kernel.sharded.shard import shardable_environment
 
         sweep_keys = tuple(k for k in ENVIRONMENT_SWEEP_KEYS if shardable_environment(kind) or k not in SHARD_KEYS)
         raise_from_validation(source, where, error, config_cls, settings, sweep_keys)
@@ -472,8 +472,8 @@ def _sharding(source: str, where: str, entry: AlgorithmEntry, env: dict, env_whe
 
 
 def _shard_count(source: str, where: str, spec: TrialSpec, sharding: tuple[str, str, int]) -> int:
-    from banditsweep.core.sharded.partition import max_shards, shards_for
-    from banditsweep.core.sharded.shard import check_shardable, domain_shape
+    from banditsweep.core.kernel.sharded.partition import max_shards, shards_for
+    from banditsweep.core.kernel.sharded.shard import check_shardable, domain_shape
 
     asked_at, key, value = sharding
     try:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from banditsweep.sweeps.spec import AlgorithmEntry, PlannedTrial
 
 # Execution keys of an environment or algorithm entry: split each trial's domain over shards
-# (core.sharded); ``shards`` a count, ``shard_points`` the most points per shard.
+# (core.kernel.sharded); ``shards`` a count, ``shard_points`` the most points per shard.
 SHARD_KEYS = ("shards", "shard_points")
 
 

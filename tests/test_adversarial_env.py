@@ -6,7 +6,7 @@ from pydantic import ValidationError
 
 from banditsweep.core.engine import registry
 from banditsweep.core.engine.contracts import ADVERSARIAL_DOMAIN, Decision
-from banditsweep.core.environments.adversarial_kernel import AdversarialKernelBandit, AdversarialKernelConfig
+from banditsweep.core.kernel.adversarial_kernel import AdversarialKernelBandit, AdversarialKernelConfig
 from banditsweep.core.engine.trial import TrialSpec, run_trial
 
 

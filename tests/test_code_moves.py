@@ -101,7 +101,7 @@ def test_moving_modules_stales_nothing_and_an_edit_after_it_is_seen(tmp_path):
 
     move_module(package, "core.algorithms.linear", "core.algorithms.linear_family.models")
     move_module(package, "core.engine.seeding", "core.engine.seeds")
-    move_module(package, "core.kernels", "core.kernel_methods.kernels")
+    move_module(package, "core.kernel.kernels", "core.kernel_methods.kernels")
     assert not (package / "core" / "engine" / "seeding.py").exists()
 
     status = _cli(tree, "status", *common, cwd=tmp_path)

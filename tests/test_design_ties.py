@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from banditsweep.core.engine import ties
-from banditsweep.core.kernels import Kernel
+from banditsweep.core.kernel.kernels import Kernel
 from banditsweep.core.engine.trial import TrialSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -150,7 +150,7 @@ def test_the_rule_itself():
 def test_one_and_several_shards_choose_the_same_design(algorithm):
     from test_sharding import _local, _spec
 
-    from banditsweep.core.sharded.coordinator import run_sharded
+    from banditsweep.core.kernel.sharded.coordinator import run_sharded
 
     spec = _spec(algorithm, "setting2", horizon=8)
     designs = {shards: run_sharded(spec, _local(spec, shards)).diagnostics["design_digest"] for shards in (1, 2, 3)}

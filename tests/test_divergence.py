@@ -16,10 +16,10 @@ import yaml
 from conftest import PLUGIN_MODULES, PLUGINS
 
 from banditsweep.core.engine import registry
-from banditsweep.core.sharded.coordinator import run_sharded
-from banditsweep.core.sharded.partition import shard_ranges
-from banditsweep.core.sharded.protocol import LocalShards, Moved
-from banditsweep.core.sharded.shard import KernelShard, domain_shape
+from banditsweep.core.kernel.sharded.coordinator import run_sharded
+from banditsweep.core.kernel.sharded.partition import shard_ranges
+from banditsweep.core.kernel.sharded.protocol import LocalShards, Moved
+from banditsweep.core.kernel.sharded.shard import KernelShard, domain_shape
 from banditsweep.core.engine.trial import NonFiniteError, TrialRun, TrialSpec, run_trial, run_trials
 from banditsweep.sweeps.cli import main
 

@@ -9,10 +9,10 @@ from scipy import optimize
 
 from banditsweep.core.engine import seeding, ties
 from banditsweep.core.engine.ties import tied_argmax
-from banditsweep.core.algorithms.kernel_exp3 import RLS_BETA_FACTOR, kernel_features
+from banditsweep.core.kernel.algorithms.kernel_exp3 import RLS_BETA_FACTOR, kernel_features
 from banditsweep.core.engine.contracts import Decision
-from banditsweep.core.exp3 import g_optimal_design, sample
-from banditsweep.core.kernels import Kernel, growth_rate
+from banditsweep.core.kernel.exp3 import g_optimal_design, sample
+from banditsweep.core.kernel.kernels import Kernel, growth_rate
 from banditsweep.core.engine.trial import TrialSpec, run_trial
 
 SMALL = {"kind": "adversarial_kernel", "domain": {"uniform": 40, "dim": 2}, "kernel": "matern32",
@@ -74,7 +74,7 @@ def test_regularised_design_equals_a_generic_optimiser_on_a_tiny_domain():
 
 def test_ridge_zero_is_the_fedorov_wynn_design_of_apg_exp3():
     """One routine for both designs: APG-Exp3 imports it, and ridge 0 stops at Kiefer-Wolfowitz's D."""
-    from banditsweep.core.algorithms import apg_exp3
+    from banditsweep.core.kernel.algorithms import apg_exp3
 
     assert apg_exp3.g_optimal_design is g_optimal_design
     features = np.random.default_rng(2).normal(size=(80, 4))

@@ -10,8 +10,8 @@ from scipy import special
 
 from banditsweep.core.engine import registry
 from banditsweep.core.engine.contracts import ADVERSARIAL_DOMAIN, Decision
-from banditsweep.core.environments.kernel_lower_bound import (KernelLowerBound, KernelLowerBoundConfig,
-                                                              lower_bound_rate, noise_threshold)
+from banditsweep.core.kernel.kernel_lower_bound import (KernelLowerBound, KernelLowerBoundConfig,
+                                                        lower_bound_rate, noise_threshold)
 from banditsweep.core.engine.trial import TrialSpec, run_trial
 
 ENV = {"kind": "kernel_lower_bound", "domain": {"grid": [15, 4]}, "kernel": "matern52", "centers": 12}
@@ -181,7 +181,7 @@ def test_a_continuous_domain_and_batches_of_exact_kernel_exp3():
 
 
 def test_lower_bound_rate_formulas():
-    from banditsweep.core.kernels import Kernel
+    from banditsweep.core.kernel.kernels import Kernel
 
     t, d = 1000, 1
     variance = 4.0 / (8 * math.log(t))

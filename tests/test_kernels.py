@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from scipy import special
 
-from banditsweep.core import domains
-from banditsweep.core.kernels import Kernel, check_memory, growth_rate
-from banditsweep.core.mvr import approximate_mvr_sequence, mvr_sequence
-from banditsweep.core.nystrom import (nystrom_embedding, recursive_rls_nystrom, recursive_rls_nystrom_theory,
-                                      weighted_kernel_block)
+from banditsweep.core.kernel import domains
+from banditsweep.core.kernel.kernels import Kernel, check_memory, growth_rate
+from banditsweep.core.kernel.mvr import approximate_mvr_sequence, mvr_sequence
+from banditsweep.core.kernel.nystrom import (nystrom_embedding, recursive_rls_nystrom, recursive_rls_nystrom_theory,
+                                             weighted_kernel_block)
 
 
 def random_points(seed, n=60, d=2):
@@ -314,7 +314,7 @@ def test_continuous_domain_is_a_one_over_sqrt_t_net(dim, horizon):
 
 
 def test_continuous_domain_through_an_environment():
-    from banditsweep.core.algorithms.kernel_exp3 import domain_size
+    from banditsweep.core.kernel.algorithms.kernel_exp3 import domain_size
     from banditsweep.core.engine.trial import TrialSpec
 
     environment = {"kind": "adversarial_kernel", "domain": {"continuous": 2}, "candidates": 20, "centers": 5}

@@ -75,7 +75,7 @@ def test_a_kernel_checkpoint_saved_before_the_tie_rule_is_refused_and_the_trial_
 def test_an_earlier_releases_sharded_checkpoint_is_refused_for_its_tie_rule():
     from test_sharding import MemoryCheckpoints, _local, _spec
 
-    from banditsweep.core.sharded.coordinator import run_sharded
+    from banditsweep.core.kernel.sharded.coordinator import run_sharded
 
     spec = _spec("rls_kernel_exp3", "setting2", horizon=20)
     key = checkpoint_key([spec])

@@ -13,7 +13,7 @@ PACKAGE_DIRS = ("core", "workers", "sweeps")
 # Modules allowed past MAX_LINES, with why.
 LONG_MODULES = {
     "core/neural/training.py": "the batched optimiser of every neural method, forward and backward written out once",
-    "core/sharded/protocol.py": "the shard protocol: every request and reply, a few lines each, declared in one "
+    "core/kernel/sharded/protocol.py": "the shard protocol: every request and reply, a few lines each, declared in one "
                                 "place so that it reads as the protocol's table",
     "core/engine/state_codec.py": "the checkpoint format, and at its end the table of where the classes a "
                                   "checkpoint may name live now (MOVED_CLASSES, one line a class)",

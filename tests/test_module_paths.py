@@ -133,7 +133,7 @@ _DOTTED = re.compile(r"`(?:banditsweep\.)?((?:core|workers|sweeps)(?:\.\w+)+)")
 
 
 def _is_named(dotted: str) -> bool:
-    """A module, or a name at most two attributes below one (``core.kernels.growth_rate``,
+    """A module, or a name at most two attributes below one (``core.kernel.kernels.growth_rate``,
     ``core.engine.trial.TrialRun.advance``)."""
     parts = dotted.split(".")
     for length in range(len(parts), 0, -1):

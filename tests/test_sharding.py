@@ -1,4 +1,4 @@
-"""One kernel trial split over shards (core.sharded; SPEC 4): the same answer for
+"""One kernel trial split over shards (core.kernel.sharded; SPEC 4): the same answer for
 any number of shards, the unsharded answer for random and APG-Exp3, resumable between rounds through
 the one checkpoint driver (core.engine.round_loop.play_out)."""
 
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import yaml
 
-from banditsweep.core.sharded.coordinator import ShardedKernelTrial, run_sharded
-from banditsweep.core.sharded.partition import (block_size, from_fixed, keyed_uniforms, max_shards, shard_ranges,
-                                                shards_for, to_fixed)
-from banditsweep.core.sharded.protocol import LocalShards
-from banditsweep.core.sharded.shard import KernelShard, domain_shape
+from banditsweep.core.kernel.sharded.coordinator import ShardedKernelTrial, run_sharded
+from banditsweep.core.kernel.sharded.partition import (block_size, from_fixed, keyed_uniforms, max_shards, shard_ranges,
+                                                       shards_for, to_fixed)
+from banditsweep.core.kernel.sharded.protocol import LocalShards
+from banditsweep.core.kernel.sharded.shard import KernelShard, domain_shape
 from banditsweep.core.engine.state_codec import decode_state, encode_state
 from banditsweep.core.engine.trial import TrialSpec, checkpoint_key, run_trial
 from banditsweep.sweeps.spec import SpecError, parse_sweep

@@ -186,7 +186,7 @@ def test_the_source_reader_finds_the_checkpointed_classes():
                 ("stateful_policies", "DeclaredCountingRandom"), ("faulty_algorithms", "CrashOnce")]:
         assert key in found, key
     assert "marker" in CLASSES[("faulty_algorithms", "CrashOnce")].assigned
-    assert {"domain", "kernel"} <= set(CLASSES[("banditsweep.core.environments.kernel_lower_bound",
+    assert {"domain", "kernel"} <= set(CLASSES[("banditsweep.core.kernel.kernel_lower_bound",
                                                 "KernelLowerBound")].assigned)
 
 
@@ -294,9 +294,9 @@ def test_a_library_class_that_declares_nothing_is_refused():
 def test_the_sharded_engine_declares_its_state_as_the_rest_does():
     """The coordinator, its algorithm halves and the shards save the names their classes declare
     (bases included), and name what they rebuild."""
-    from banditsweep.core.algorithms.rls_kernel_exp3 import Landmarks, ShardedRLSKernelExp3
-    from banditsweep.core.sharded.coordinator import ShardedKernelTrial
-    from banditsweep.core.sharded.shard import KernelShard
+    from banditsweep.core.kernel.algorithms.rls_kernel_exp3 import Landmarks, ShardedRLSKernelExp3
+    from banditsweep.core.kernel.sharded.coordinator import ShardedKernelTrial
+    from banditsweep.core.kernel.sharded.shard import KernelShard
 
     assert declaration(ShardedKernelTrial).saved == set(ShardedKernelTrial.STATE)
     assert "group" in declaration(ShardedKernelTrial).transient   # the process's handle, never saved

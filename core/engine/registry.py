@@ -19,7 +19,7 @@ import re
 from banditsweep.core.engine.contracts import Environment, Policy
 
 _ALGORITHMS: dict[str, str] = {
-    "random": "banditsweep.core.algorithms.random_policy:RandomPolicy",
+    "random": "banditsweep.core.kernel.algorithms.random_policy:RandomPolicy",
     "linucb": "banditsweep.core.algorithms.linear:LinUCB",
     "lints": "banditsweep.core.algorithms.linear:LinTS",
     "linrbmle": "banditsweep.core.algorithms.linear:LinRBMLE",
@@ -32,17 +32,17 @@ _ALGORITHMS: dict[str, str] = {
     "bootstrapped_nn": "banditsweep.core.neural.algorithms.bootstrapped_nn:BootstrappedNN",
     "neural_eps_greedy": "banditsweep.core.neural.algorithms.neural_eps_greedy:NeuralEpsGreedy",
     # Adversarial kernelized bandits (SPEC 3), in the order the kernel paper reports them (SPEC 3.7)
-    "apg_exp3": "banditsweep.core.algorithms.apg_exp3:APGExp3",
-    "kernel_exp3": "banditsweep.core.algorithms.kernel_exp3:KernelExp3",
-    "rls_kernel_exp3": "banditsweep.core.algorithms.rls_kernel_exp3:RLSKernelExp3",
-    "rls_kernel_exp3_amvr": "banditsweep.core.algorithms.rls_kernel_exp3:RLSKernelExp3AMVR",
+    "apg_exp3": "banditsweep.core.kernel.algorithms.apg_exp3:APGExp3",
+    "kernel_exp3": "banditsweep.core.kernel.algorithms.kernel_exp3:KernelExp3",
+    "rls_kernel_exp3": "banditsweep.core.kernel.algorithms.rls_kernel_exp3:RLSKernelExp3",
+    "rls_kernel_exp3_amvr": "banditsweep.core.kernel.algorithms.rls_kernel_exp3:RLSKernelExp3AMVR",
 }
 
 _ENVIRONMENTS: dict[str, str] = {
     "synthetic": "banditsweep.core.environments.synthetic:SyntheticBandit",
     "classification": "banditsweep.core.neural.classification:ClassificationBandit",
-    "adversarial_kernel": "banditsweep.core.environments.adversarial_kernel:AdversarialKernelBandit",
-    "kernel_lower_bound": "banditsweep.core.environments.kernel_lower_bound:KernelLowerBound",
+    "adversarial_kernel": "banditsweep.core.kernel.adversarial_kernel:AdversarialKernelBandit",
+    "kernel_lower_bound": "banditsweep.core.kernel.kernel_lower_bound:KernelLowerBound",
 }
 
 # The names this package itself gives: a class registered later may not take them.

@@ -2,7 +2,7 @@
 checks, report progress, assemble the results and drive the checkpoints.
 
 Two kinds of trial implement :class:`RoundLoop`: ``core.engine.trial.TrialRun``, a lockstep batch of trials
-held in this process, and ``core.sharded.coordinator.ShardedKernelTrial``, one trial whose domain is split
+held in this process, and ``core.kernel.sharded.coordinator.ShardedKernelTrial``, one trial whose domain is split
 over shards that hold their state in other processes. They differ only in
 
 - how a round is played (:meth:`RoundLoop.play`: the arms, each trial's :class:`Feedback`, and the

@@ -21,7 +21,7 @@ A plugin's class (core.engine.registry) may declare nothing and is then saved wh
 before declarations: code outside this package keeps working unchanged); one that declares is held
 to its declaration. A class of ``banditsweep.core`` that declares nothing is refused. The sharded
 trial's coordinator and shards save their declared ``STATE`` as name tables of their own
-(core.sharded), under the same declarations.
+(core.kernel.sharded), under the same declarations.
 """
 
 from __future__ import annotations

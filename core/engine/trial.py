@@ -112,7 +112,7 @@ class TrialSpec:
     environment: dict[str, Any]  # includes "kind"
     seed: int
     horizon: int
-    # Run with its domain split over shards (core.sharded). Part of the content because the
+    # Run with its domain split over shards (core.kernel.sharded). Part of the content because the
     # sharded engine draws the Nystrom sampler's random numbers per point; the number of shards is
     # not: it does not change the results.
     sharded: bool = False

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from banditsweep.core.engine import registry
-from banditsweep.core.algorithms.random_policy import RandomPolicy
+from banditsweep.core.kernel.algorithms.random_policy import RandomPolicy
 from banditsweep.core.engine.contracts import Config
 from banditsweep.core.environments.synthetic import SyntheticBandit
 

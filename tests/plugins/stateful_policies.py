@@ -9,7 +9,7 @@ import time
 
 from banditsweep.core.engine import registry
 from banditsweep.core.algorithms.linear import LinTS
-from banditsweep.core.algorithms.random_policy import RandomPolicy
+from banditsweep.core.kernel.algorithms.random_policy import RandomPolicy
 
 
 class CountingRandom(RandomPolicy):

@@ -53,11 +53,11 @@ SHARED_ROOTS = (
     (f"{PACKAGE}.core.engine.seeding", None),
     (f"{PACKAGE}.workers.execution.trial_setup", None),
 )
-# A sharded trial's engine, whole (core.sharded and the shard actors; the algorithm's half is a root of
-# its own, core.sharded.algorithm.sharded_half): no algorithm class names it, so no closure reaches it.
+# A sharded trial's engine, whole (core.kernel.sharded and the shard actors; the algorithm's half is a root of
+# its own, core.kernel.sharded.algorithm.sharded_half): no algorithm class names it, so no closure reaches it.
 SHARDED_ROOTS = tuple((f"{PACKAGE}.{module}", None) for module in (
-    "core.sharded.coordinator", "core.sharded.shard", "core.sharded.algorithm", "core.sharded.protocol",
-    "core.sharded.partition", "workers.execution.sharded_trials"))
+    "core.kernel.sharded.coordinator", "core.kernel.sharded.shard", "core.kernel.sharded.algorithm", "core.kernel.sharded.protocol",
+    "core.kernel.sharded.partition", "workers.execution.sharded_trials"))
 
 
 @dataclass(frozen=True)
@@ -250,8 +250,8 @@ def _current_stamp() -> tuple:
 def _trial_code(algorithm_class: type, environment_class: type, sharded: bool, stamp: tuple) -> CodeIdentity:
     roots: list[tuple[str, str | None]] = [*SHARED_ROOTS, *(SHARDED_ROOTS if sharded else ())]
     half = None
-    if sharded:   # imported here: core.sharded.algorithm loads scipy, which a pooled trial may never need
-        from banditsweep.core.sharded.algorithm import sharded_half
+    if sharded:   # imported here: core.kernel.sharded.algorithm loads scipy, which a pooled trial may never need
+        from banditsweep.core.kernel.sharded.algorithm import sharded_half
 
         half = sharded_half(algorithm_class)
     classes = (algorithm_class, environment_class, *((half,) if half is not None else ()))

@@ -3,7 +3,7 @@
 
 :class:`ShardedKernelTrial` differs from the in-process ``core.engine.trial.TrialRun`` only where the round
 loop lets a kind differ: a round is played by a few small requests to the shards through the
-trial's algorithm half (core.sharded.algorithm.sharded_half; the shards learn and move the
+trial's algorithm half (core.kernel.sharded.algorithm.sharded_half; the shards learn and move the
 environment on while they reply, so the loop has nothing left to learn after its checks), and the
 state is saved as each shard's part, written where the shard runs, and then the coordinator's own,
 which names the round of the parts. The loop itself, the recording and its finiteness checks, the
@@ -14,7 +14,7 @@ half's ``STATE``; the domain, the kernel, the parameters and the candidates' max
 the spec and the shards when it resumes. A checkpoint of the landed release, which kept the
 coordinator's attributes whole, is read into the same fields.
 
-:func:`run_sharded` plays a trial out over a :class:`~banditsweep.core.sharded.protocol.ShardGroup`:
+:func:`run_sharded` plays a trial out over a :class:`~banditsweep.core.kernel.sharded.protocol.ShardGroup`:
 ``LocalShards`` in one process, ``workers.execution.sharded_trials.RayShards`` over Ray actors.
 """
 
@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from banditsweep.core import domains
+from banditsweep.core.kernel import domains
 from banditsweep.core.engine import seeding
 from banditsweep.core.engine.contracts import Feedback
-from banditsweep.core.environments.adversarial_kernel import AdversarialKernelBandit, RegretTally
-from banditsweep.core.kernels import Kernel
+from banditsweep.core.kernel.adversarial_kernel import AdversarialKernelBandit, RegretTally
+from banditsweep.core.kernel.kernels import Kernel
 from banditsweep.core.engine.round_loop import Checkpoints, Played, ProgressCallback, RoundLoop, TrialResult, play_out
-from banditsweep.core.sharded.algorithm import ShardedAlgorithm, sharded_half
-from banditsweep.core.sharded.protocol import CheckPart, Describe, DiscardPart, LoadPart, SavePart, ShardGroup, Value
-from banditsweep.core.sharded.shard import check_shardable
+from banditsweep.core.kernel.sharded.algorithm import ShardedAlgorithm, sharded_half
+from banditsweep.core.kernel.sharded.protocol import CheckPart, Describe, DiscardPart, LoadPart, SavePart, ShardGroup, Value
+from banditsweep.core.kernel.sharded.shard import check_shardable
 from banditsweep.core.engine.state_codec import StateFormatError, encode_state
 from banditsweep.core.engine.ties import RULE
 from banditsweep.core.engine.trial import TrialSpec, checkpoint_key, resolve_algorithm, resolve_environment
@@ -45,7 +45,7 @@ LANDED_ATTRIBUTES = frozenset({
 
 class ShardedKernelTrial(RoundLoop):
     """The coordinator of one sharded trial: the one round loop (core.engine.round_loop.RoundLoop) of a
-    trial whose state is held by a group of shards (core.sharded.shard.KernelShard). A round is
+    trial whose state is held by a group of shards (core.kernel.sharded.shard.KernelShard). A round is
     played by its algorithm half (:meth:`play`); the state is saved as the coordinator's own under
     the trial's key and each shard's part beside it (:meth:`save`), and taken back by :meth:`resume`."""
 

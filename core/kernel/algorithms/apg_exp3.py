@@ -11,17 +11,17 @@ The kernel bandit is reduced to a (misspecified) linear bandit on Newton-basis f
    step gamma_k = (g_k / D - 1) / (g_k - 1) towards the maximiser; stop at g_k <= (1 + eps) D
    (Kiefer-Wolfowitz: the optimum is D). V^{-1} and the g(x) are updated by Sherman-Morrison, O(n D)
    per iteration, and recomputed from scratch every ``REFRESH`` iterations. The routine is
-   :func:`banditsweep.core.exp3.g_optimal_design` (ridge 0), shared with Kernelized Exp3's
+   :func:`banditsweep.core.kernel.exp3.g_optimal_design` (ridge 0), shared with Kernelized Exp3's
    ``exploration: g_optimal`` (the regularised design of the kernel paper's App. 16).
-3. **Linear Exp3**: P_t = (1 - alpha) exp-weights + alpha pi~ (core.exp3); Q_t = sum_x P_t(x) N(x) N(x)^T;
+3. **Linear Exp3**: P_t = (1 - alpha) exp-weights + alpha pi~ (core.kernel.exp3); Q_t = sum_x P_t(x) N(x) N(x)^T;
    theta^_t = Q_t^{-1} N(x_t) y_t; the estimate of f_t is u_t(x) = N(x)^T theta^_t.
-   eta = c1 / sqrt(D_T T), alpha = c2 eta D_T (capped at 1, project choice): :class:`core.exp3.APGSchedule`.
+   eta = c1 / sqrt(D_T T), alpha = c2 eta D_T (capped at 1, project choice): :class:`core.kernel.exp3.APGSchedule`.
 
 Defaults (c1, c2) = (0.5, 0.1): the paper's selected constants for all three kernels.
 
-On a sharded domain (SPEC 4, core.sharded) :class:`ShardedAPGExp3` runs the same three steps: the
-P-greedy basis as the shards' pivoted Cholesky (core.sharded.algorithm.pivoted_cholesky), the design by the
-same Fedorov-Wynn iteration (core.exp3.fedorov_wynn) over :class:`ShardedDesign`, whose information
+On a sharded domain (SPEC 4, core.kernel.sharded) :class:`ShardedAPGExp3` runs the same three steps: the
+P-greedy basis as the shards' pivoted Cholesky (core.kernel.sharded.algorithm.pivoted_cholesky), the design by the
+same Fedorov-Wynn iteration (core.kernel.exp3.fedorov_wynn) over :class:`ShardedDesign`, whose information
 matrix V(pi) is an exact fixed-point sum over the shards' blocks, and Q_t summed over the shards'
 parts; :class:`APGExp3Slice` is its part on each shard. It agrees with the unsharded run to rounding.
 """
@@ -35,15 +35,15 @@ from pydantic import Field
 from scipy import linalg
 
 from banditsweep.core.engine.contracts import Config
-from banditsweep.core.exp3 import (APGSchedule, DesignStep, Exp3Policy, ExponentialWeights, fedorov_wynn,
-                                   g_optimal_design, pgreedy_tolerance)
-from banditsweep.core.kernels import Kernel
-from banditsweep.core.sharded.algorithm import AlgorithmSlice, ShardedExp3, pivoted_cholesky
-from banditsweep.core.sharded.partition import (block_sums, fixed_bound, from_fixed, global_choice, rowwise_dot,
-                                                rowwise_matmul)
-from banditsweep.core.sharded.protocol import (DesignDone, DesignInformation, DesignLeverage, DesignMove,
-                                               DesignStart, Leverage, LinearEstimate, PivotsDone, ShardGroup, Tied,
-                                               Ties, Updated, answers)
+from banditsweep.core.kernel.exp3 import (APGSchedule, DesignStep, Exp3Policy, ExponentialWeights, fedorov_wynn,
+                                          g_optimal_design, pgreedy_tolerance)
+from banditsweep.core.kernel.kernels import Kernel
+from banditsweep.core.kernel.sharded.algorithm import AlgorithmSlice, ShardedExp3, pivoted_cholesky
+from banditsweep.core.kernel.sharded.partition import (block_sums, fixed_bound, from_fixed, global_choice, rowwise_dot,
+                                                       rowwise_matmul)
+from banditsweep.core.kernel.sharded.protocol import (DesignDone, DesignInformation, DesignLeverage, DesignMove,
+                                                      DesignStart, Leverage, LinearEstimate, PivotsDone, ShardGroup, Tied,
+                                                      Ties, Updated, answers)
 from banditsweep.core.engine.ties import DESIGN, P_GREEDY, design_digest, tie_key, tied_among, tied_argmax, trial_seed_words
 
 __all__ = ["APGExp3", "APGExp3Params", "g_optimal_design", "newton_basis"]
@@ -130,12 +130,12 @@ class APGExp3(Exp3Policy):
         return dict(self.values)
 
 
-# ---- on a sharded domain (SPEC 4, core.sharded) --------------------------------------------------
+# ---- on a sharded domain (SPEC 4, core.kernel.sharded) -------------------------------------------
 
 
 class APGExp3Slice(AlgorithmSlice):
     """APG-Exp3's part of one shard: the G-optimal design pi on the slice, with g(x) computed
-    elementwise per point (core.sharded.partition), and the linear estimate N(x)^T theta."""
+    elementwise per point (core.kernel.sharded.partition), and the linear estimate N(x)^T theta."""
 
     def __init__(self, shard):
         super().__init__(shard)
@@ -201,7 +201,7 @@ class APGExp3Slice(AlgorithmSlice):
 
 
 class ShardedDesign:
-    """The G-optimal design's points on the shards (core.exp3.DesignPoints): V(pi) as an exact
+    """The G-optimal design's points on the shards (core.kernel.exp3.DesignPoints): V(pi) as an exact
     fixed-point sum over the shards' blocks (scale ``bound``), g(x) and the design's moves on each slice."""
 
     def __init__(self, group: ShardGroup, bound: float, key: int):

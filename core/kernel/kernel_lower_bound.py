@@ -47,9 +47,9 @@ import numpy as np
 from pydantic import Field
 
 from banditsweep.core.engine.contracts import Decision, Feedback
-from banditsweep.core.environments.adversarial_kernel import (KernelDomainConfig, KernelDomainEnvironment,
-                                                              RegretTally, domain_and_kernel)
-from banditsweep.core.kernels import Kernel
+from banditsweep.core.kernel.adversarial_kernel import (KernelDomainConfig, KernelDomainEnvironment,
+                                                        RegretTally, domain_and_kernel)
+from banditsweep.core.kernel.kernels import Kernel
 
 
 class KernelLowerBoundConfig(KernelDomainConfig):

@@ -165,7 +165,7 @@ Maximum = TypeVar("Maximum")
 
 def global_argmax(partials: Sequence[Maximum]) -> Maximum:
     """The largest of the shards' maxima (replies with a ``value`` and a global ``index``, such as
-    core.sharded.protocol.Candidate), ties to the smallest index: where the largest value is all that
+    core.kernel.sharded.protocol.Candidate), ties to the smallest index: where the largest value is all that
     is wanted (a choice among tied points is :func:`global_choice`'s)."""
     return max(partials, key=lambda item: (item.value, -item.index))
 
@@ -173,9 +173,9 @@ def global_argmax(partials: Sequence[Maximum]) -> Maximum:
 def global_choice(group, partials: Sequence, quantity: str, key: int, scale: float = 0.0):
     """The choice over X by core.engine.ties' rule, from the shards' maxima ``partials`` of ``quantity``:
     the tied set's edge from the global maximum (a first reduction), then every shard's most
-    prioritised point at or beyond it (a second): a core.sharded.protocol.Tied. The same choice as
+    prioritised point at or beyond it (a second): a core.kernel.sharded.protocol.Tied. The same choice as
     core.engine.ties.tied_argmax on the whole of X, whatever the shards."""
-    from banditsweep.core.sharded.protocol import Ties
+    from banditsweep.core.kernel.sharded.protocol import Ties
 
     top = max(part.value for part in partials)
     tied = [part for part in group.map(Ties(quantity, threshold(top, scale), key)) if part is not None]

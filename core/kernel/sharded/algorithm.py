@@ -6,21 +6,21 @@ names the algorithm's class it shards (``class ShardedAPGExp3(ShardedExp3, shard
 ``Slice``, the :class:`AlgorithmSlice` on the shards (what it computes on X[start:stop] beyond the
 shard's own requests). :func:`sharded_half` finds it from the trial's algorithm class, that class
 exactly: a subclass, which may compute otherwise, is not sharded by its base's half.
-``core.algorithms.random_policy``, ``apg_exp3`` and ``rls_kernel_exp3`` define theirs beside the
+``core.kernel.algorithms.random_policy``, ``apg_exp3`` and ``rls_kernel_exp3`` define theirs beside the
 unsharded algorithm. A trial's code identity (workers.provenance.code_identity) counts the half as
 code of its sharded trials only.
 
 The coordinator's half saves exactly its declared ``STATE`` in the trial's checkpoint; everything
 else it holds is rebuilt from the spec when the trial resumes.
 
-:class:`ShardedExp3` is the round of core.exp3 on shards, in round t:
+:class:`ShardedExp3` is the round of core.kernel.exp3 on shards, in round t:
 
     P_t(x) = (1 - alpha) exp(L_t(x) - log Z_t) + alpha pi(x),   Z_t = sum_x exp(L_t(x)),
 
 with L_t the log-weights (shifted by their global maximum) and log Z_t from the shards' partials
-(:class:`~banditsweep.core.sharded.protocol.Partition`); the adversary from the shards' sums
-F[:, slice] P_t[slice]; x_t by inversion (core.exp3.draw over the slices' masses, then
-core.exp3.invert inside the slice drawn); and the algorithm's estimate u_t added by the shards
+(:class:`~banditsweep.core.kernel.sharded.protocol.Partition`); the adversary from the shards' sums
+F[:, slice] P_t[slice]; x_t by inversion (core.kernel.exp3.draw over the slices' masses, then
+core.kernel.exp3.invert inside the slice drawn); and the algorithm's estimate u_t added by the shards
 (:meth:`ShardedExp3.update`).
 """
 
@@ -33,17 +33,17 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from banditsweep.core.exp3 import draw
+from banditsweep.core.kernel.exp3 import draw
 from banditsweep.core.engine.round_loop import check_values
-from banditsweep.core.sharded.partition import global_argmax, global_choice, owner
+from banditsweep.core.kernel.sharded.partition import global_argmax, global_choice, owner
 from banditsweep.core.engine.ties import RULE
-from banditsweep.core.sharded.protocol import (Answering, Distributed, Distribution, Locate, Located, LogPartition,
-                                               Partition, PivotAdd, PivotCandidate, PivotRow, ShardGroup, Updated)
+from banditsweep.core.kernel.sharded.protocol import (Answering, Distributed, Distribution, Locate, Located, LogPartition,
+                                                      Partition, PivotAdd, PivotCandidate, PivotRow, ShardGroup, Updated)
 from banditsweep.core.engine.state_declaration import declaration
 
 if TYPE_CHECKING:
-    from banditsweep.core.sharded.coordinator import ShardedKernelTrial
-    from banditsweep.core.sharded.shard import KernelShard
+    from banditsweep.core.kernel.sharded.coordinator import ShardedKernelTrial
+    from banditsweep.core.kernel.sharded.shard import KernelShard
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def pivoted_cholesky(group: ShardGroup, length: int, noise: float | None,
     v_{j+1}(.) = [k(., x_pick) - sum_i v_i(.) v_i(x_pick)] / sqrt(power(x_pick) + noise) and
     power -= v_{j+1}^2. The pivots and the final largest power. Each pivot among the points of
     largest power by core.engine.ties' rule at the scale of the first (max_x k(x, x)), priorities keyed by
-    ``key``: the same choice as core.mvr's and core.algorithms.apg_exp3's
+    ``key``: the same choice as core.kernel.mvr's and core.kernel.algorithms.apg_exp3's
     on the whole of X."""
     maxima = group.map(PivotCandidate())
     scale = global_argmax(maxima).value
@@ -188,7 +188,7 @@ class ShardedExp3(ShardedAlgorithm):
         check_values(t, masses[None], f"{trial.spec.policy_class.quantity()} mass", entry="shard")
         sums = np.sum(np.stack([part.sums for part in parts]), axis=0)
         candidate = trial.adversary(sums)
-        drawn = draw(masses, trial.rng)   # one uniform number of the policy stream, as core.exp3.sample
+        drawn = draw(masses, trial.rng)   # one uniform number of the policy stream, as core.kernel.exp3.sample
         located = trial.group.ask(drawn.index, Locate(drawn.rest, self.linear))
         reward = trial.reward_at(drawn.index, candidate, located.index)
         updated = self.update(trial, t, parts, located, candidate, reward)
@@ -198,7 +198,7 @@ class ShardedExp3(ShardedAlgorithm):
     @classmethod
     def from_landed(cls, attributes: dict) -> dict:
         # The landed release decided ties by the smallest index and saved no rule: refused by
-        # core.sharded.coordinator's check, saying so.
+        # core.kernel.sharded.coordinator's check, saying so.
         values = super().from_landed({**attributes, "tie_rule": attributes.get("tie_rule")})
         # The landed release kept the partials as (top, total) pairs.
         values["log_totals"] = [Partition(float(top), float(total)) for top, total in values["log_totals"]]

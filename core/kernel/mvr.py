@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from banditsweep.core.kernels import Kernel
+from banditsweep.core.kernel.kernels import Kernel
 from banditsweep.core.engine.ties import tied_argmax
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from banditsweep.core.engine.contracts import ADVERSARIAL_DOMAIN, CONTEXTUAL, Config, Decision, Policy
-from banditsweep.core.sharded.algorithm import Round, ShardedAlgorithm
-from banditsweep.core.sharded.protocol import Play, UniformSums
+from banditsweep.core.kernel.sharded.algorithm import Round, ShardedAlgorithm
+from banditsweep.core.kernel.sharded.protocol import Play, UniformSums
 
 
 class RandomParams(Config):
@@ -39,7 +39,7 @@ class RandomPolicy(Policy):
         pass
 
 
-# ---- on a sharded domain (SPEC 4, core.sharded) --------------------------------------------------
+# ---- on a sharded domain (SPEC 4, core.kernel.sharded) -------------------------------------------
 
 
 class ShardedRandom(ShardedAlgorithm, shards=RandomPolicy):

@@ -8,7 +8,7 @@ Newton basis of APG-Exp3), s = the landmarks of RLS-Kernelized Exp3's sampler an
 its embedding. Nothing |X|-sized (n or w) ever crosses: per round a few partial sums of m, D x D,
 s x s or r x r numbers, and the draw.
 
-A shard (core.sharded.shard.KernelShard) and its algorithm's slice (core.sharded.algorithm) are
+A shard (core.kernel.sharded.shard.KernelShard) and its algorithm's slice (core.kernel.sharded.algorithm) are
 :class:`Answering`: each method marked ``@answers(SomeRequest)`` answers that request, and
 :meth:`Answering.handle` is the one entry point a transport calls. A :class:`ShardGroup` carries a
 request to every shard (``map``) or to one (``ask``): :class:`LocalShards` in this process,
@@ -248,13 +248,13 @@ class SetExploration(Request[None]):
     sequence: np.ndarray
 
 
-# ---- the G-optimal design of APG-Exp3 (SPEC 3.5, core.exp3.fedorov_wynn) --------------------------
+# ---- the G-optimal design of APG-Exp3 (SPEC 3.5, core.kernel.exp3.fedorov_wynn) -------------------
 
 
 @dataclass(frozen=True)
 class DesignStart(Request[np.ndarray]):
     """The uniform design pi = 1/n; the slice's sum_x pi(x) N(x) N(x)^T as exact fixed-point words
-    (D, D, 2) at the scale ``bound`` (core.sharded.partition.to_fixed), added over the shards as integers."""
+    (D, D, 2) at the scale ``bound`` (core.kernel.sharded.partition.to_fixed), added over the shards as integers."""
 
     bound: float
 
@@ -282,7 +282,7 @@ class DesignLeverage(Request[Leverage]):
 
 @dataclass(frozen=True)
 class DesignMove(Request[Leverage]):
-    """The design and g moved by ``step`` (a core.exp3.DesignStep: D numbers) towards ``pick``."""
+    """The design and g moved by ``step`` (a core.kernel.exp3.DesignStep: D numbers) towards ``pick``."""
 
     step: Any
     pick: int
@@ -293,7 +293,7 @@ class DesignDone(Request[np.ndarray]):
     """pi = the design; the global indices of the slice's points that carry mass."""
 
 
-# ---- Exp3 rounds (core.exp3, SPEC 3.1) -------------------------------------------------------------
+# ---- Exp3 rounds (core.kernel.exp3, SPEC 3.1) ------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -332,7 +332,7 @@ class Located:
 
 @dataclass(frozen=True)
 class Locate(Request[Located]):
-    """x_t inside the slice: where the slice's cumulative P_t passes ``target`` (core.exp3.invert)."""
+    """x_t inside the slice: where the slice's cumulative P_t passes ``target`` (core.kernel.exp3.invert)."""
 
     target: float
     features: bool

@@ -9,7 +9,7 @@ only in pi (MVR design, G-optimal design, uniform) and in the estimator u_t. :cl
 keeps the scores in log space (eta times the cumulative estimates), so that exp never overflows
 however large the importance-weighted estimates get; :class:`Exp3Policy` is the round skeleton.
 
-What the unsharded algorithms and the sharded trial (core.sharded) share is here, once: the draw
+What the unsharded algorithms and the sharded trial (core.kernel.sharded) share is here, once: the draw
 of x_t ~ P_t by inversion (:func:`sample`, :func:`draw` and :func:`invert`), the
 step sizes (:class:`Exp3Schedule` of Kernelized and RLS-Kernelized Exp3, :class:`APGSchedule` of
 APG-Exp3) and the Fedorov-Wynn iteration of the G-optimal design (:func:`fedorov_wynn` over the
@@ -34,7 +34,7 @@ from scipy.optimize import brentq
 from scipy.special import logsumexp
 
 from banditsweep.core.engine.contracts import ADVERSARIAL_DOMAIN, Decision, Policy, PolicyBatch
-from banditsweep.core.kernels import growth_rate
+from banditsweep.core.kernel.kernels import growth_rate
 from banditsweep.core.engine.ties import DESIGN_AWAY, seed_words, tie_key, tied_argmax
 
 
@@ -198,7 +198,7 @@ class DesignStep:
 
 class DesignPoints(Protocol):
     """The points of a ridge-0 design and the design on them: one array of features
-    (:func:`g_optimal_design`) or the slices of a sharded trial (core.algorithms.apg_exp3.ShardedDesign)."""
+    (:func:`g_optimal_design`) or the slices of a sharded trial (core.kernel.algorithms.apg_exp3.ShardedDesign)."""
 
     def start(self) -> np.ndarray:
         """Set the uniform design; its V(pi)^{-1}."""

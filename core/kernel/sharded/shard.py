@@ -7,11 +7,11 @@ itself from the trial's seed and its range: the candidates' centres and coeffici
 the environment's stream exactly as ``AdversarialKernelBandit`` draws them, and its table columns
 are those of the unsharded table, bit for bit.
 
-It answers the requests of core.sharded.protocol that any algorithm's round needs (the environment,
+It answers the requests of core.kernel.sharded.protocol that any algorithm's round needs (the environment,
 the pivots, P_t and the draw, its part of the checkpoint); its algorithm's slice
-(the ``Slice`` of the algorithm's sharded half, core.sharded.algorithm) answers the rest. Every choice
+(the ``Slice`` of the algorithm's sharded half, core.kernel.sharded.algorithm) answers the rest. Every choice
 among tied points is decided over X by core.engine.ties' rule (:class:`Ties`). Every argmax over the slice
-that may tie by the domain's symmetry is computed elementwise per point (core.sharded.partition), so
+that may tie by the domain's symmetry is computed elementwise per point (core.kernel.sharded.partition), so
 1, 2, 3 or 4 shards give bit-identical results.
 
 Which trials can be sharded: an environment whose class is ``AdversarialKernelBandit`` and an
@@ -22,19 +22,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from banditsweep.core import domains
+from banditsweep.core.kernel import domains
 from banditsweep.core.engine import registry, seeding
-from banditsweep.core.environments.adversarial_kernel import (AdversarialKernelBandit, candidate_functions,
-                                                              grid_slice, table_columns)
-from banditsweep.core.exp3 import invert
-from banditsweep.core.kernels import Kernel
-from banditsweep.core.sharded.algorithm import sharded_half
-from banditsweep.core.sharded.partition import blocks_in, rowwise_dot
-from banditsweep.core.sharded.protocol import (Answering, Candidate, CheckPart, Describe, Description, DiscardPart,
-                                               Distributed, Distribution, Located, LoadPart, Locate, LogPartition,
-                                               Moved, Partition, PivotAdd, PivotCandidate, PivotRow, PivotsDone, Play,
-                                               Point, PointAt, Request, Row, SavePart, SetExploration, Tied, Ties,
-                                               UniformSums, Updated, Value, answers)
+from banditsweep.core.kernel.adversarial_kernel import (AdversarialKernelBandit, candidate_functions,
+                                                        grid_slice, table_columns)
+from banditsweep.core.kernel.exp3 import invert
+from banditsweep.core.kernel.kernels import Kernel
+from banditsweep.core.kernel.sharded.algorithm import sharded_half
+from banditsweep.core.kernel.sharded.partition import blocks_in, rowwise_dot
+from banditsweep.core.kernel.sharded.protocol import (Answering, Candidate, CheckPart, Describe, Description, DiscardPart,
+                                                      Distributed, Distribution, Located, LoadPart, Locate, LogPartition,
+                                                      Moved, Partition, PivotAdd, PivotCandidate, PivotRow, PivotsDone, Play,
+                                                      Point, PointAt, Request, Row, SavePart, SetExploration, Tied, Ties,
+                                                      UniformSums, Updated, Value, answers)
 from banditsweep.core.engine.ties import tied_among
 from banditsweep.core.engine.state_codec import StateFormatError, decode_state, encode_state
 from banditsweep.core.engine.trial import TrialSpec, resolve_algorithm, resolve_environment
@@ -201,7 +201,7 @@ class KernelShard(Answering):
         inside = sequence[(sequence >= self.start) & (sequence < self.stop)] - self.start
         self.exploration = np.bincount(inside, minlength=self.stop - self.start) / len(sequence)
 
-    # ---- Exp3 rounds (core.exp3, SPEC 3.1) -------------------------------------------------------
+    # ---- Exp3 rounds (core.kernel.exp3, SPEC 3.1) ------------------------------------------------
 
     @answers(LogPartition)
     def log_partition(self, request: LogPartition | None = None) -> Partition:

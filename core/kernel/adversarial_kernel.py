@@ -33,9 +33,9 @@ import numpy as np
 from pydantic import Field, model_validator
 from scipy import sparse
 
-from banditsweep.core import domains
+from banditsweep.core.kernel import domains
 from banditsweep.core.engine.contracts import ADVERSARIAL_DOMAIN, Config, Decision, Environment, Feedback, Problem
-from banditsweep.core.kernels import DEFAULT_TILE_ELEMENTS, Kernel
+from banditsweep.core.kernel.kernels import DEFAULT_TILE_ELEMENTS, Kernel
 
 
 class KernelDomainConfig(Config):

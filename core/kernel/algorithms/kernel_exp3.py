@@ -3,14 +3,14 @@
 Before the first round:
     gamma_T = (log T)^{d+1} (log log T)^{-d}                  (SE)
             = T^{d/(2nu+d)} (log T)^{(4nu+d)/(2nu+d)}          (Matern)
-            = d log T                                          (linear)          (core.kernels.growth_rate)
+            = d log T                                          (linear)          (core.kernel.kernels.growth_rate)
     eta = c3 / sqrt(T gamma_T),   alpha = c4 eta gamma_T,   beta = B sqrt(lambda / T),   mu = lambda / T
     pi = the exploration distribution, ``exploration`` (paper Alg. 1 line 2 and App. 16):
          mvr        the empirical distribution of the MVR sequence of length ceil(T alpha), GP noise lambda
                     (SPEC 3.2; the paper's choice, default)
          g_optimal  the generalised G-optimal design of App. 16,
                     pi* = argmin_P max_x psi(x)^T (sum_x' P(x') psi(x') psi(x')^T + lambda / (T alpha) I)^{-1} psi(x),
-                    by Frank-Wolfe on log det (core.exp3.g_optimal_design, the routine of APG-Exp3's design,
+                    by Frank-Wolfe on log det (core.kernel.exp3.g_optimal_design, the routine of APG-Exp3's design,
                     with ridge lambda / (T alpha)) on features psi of the kernel matrix K (its eigenvectors
                     scaled by the square roots of the eigenvalues; eigenvalues below 1e-12 times the
                     largest are dropped, which moves no g(x) by more than n 1e-12 / ridge). Stops at
@@ -18,7 +18,7 @@ Before the first round:
          uniform    pi(x) = 1 / |X| (App. 16, "Uniform distribution"; no preparation at all)
 
 Round t:
-    P_t = (1 - alpha) P~_t + alpha pi,  P~_t(x) proportional to exp(eta sum_{s<t} u_s(x))    (core.exp3)
+    P_t = (1 - alpha) P~_t + alpha pi,  P~_t(x) proportional to exp(eta sum_{s<t} u_s(x))    (core.kernel.exp3)
     draw x_t ~ P_t, observe y_t = f_tProject choices (recorded in diagnostics): alpha is capped at 1 (the tuning grid reaches
 c4 eta gamma_T > 1, where the formula is not a mixing weight); ``beta`` overrides the formula.
 ``beta_rule: theorem3`` replaces Theorem 1's width by RLS-Kernelized Exp3's (Theorem 3),
@@ -37,18 +37,18 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from banditsweep.core import domains, kernels
+from banditsweep.core.kernel import domains, kernels
 from banditsweep.core.engine.contracts import Config
-from banditsweep.core.exp3 import (RLS_BETA_FACTOR, Exp3Policy, Exp3Schedule, ExponentialWeights,
-                                   empirical_distribution, g_optimal_design)
-from banditsweep.core.kernels import check_memory
-from banditsweep.core.mvr import mvr_sequence
+from banditsweep.core.kernel.exp3 import (RLS_BETA_FACTOR, Exp3Policy, Exp3Schedule, ExponentialWeights,
+                                          empirical_distribution, g_optimal_design)
+from banditsweep.core.kernel.kernels import check_memory
+from banditsweep.core.kernel.mvr import mvr_sequence
 from banditsweep.core.engine.ties import DESIGN, MVR, design_digest
 from banditsweep.core.engine.canonical import canonical_json
 
 # n x n float64 arrays alive at the peak of a round: K, D^{1/2} K, the system and its factor.
 EXACT_WORK_MATRICES = 4
-# Environment kinds with a finite domain X described by ``setting`` / ``domain`` (core.domains).
+# Environment kinds with a finite domain X described by ``setting`` / ``domain`` (core.kernel.domains).
 KERNEL_ENVIRONMENTS = ("adversarial_kernel", "kernel_lower_bound")
 # Eigenvalues of K below this fraction of the largest are dropped from the g_optimal design's features.
 FEATURE_TOLERANCE = 1e-12
@@ -230,7 +230,7 @@ class KernelExp3(Exp3Policy):
         None (the trial runs alone) for a domain drawn from the seed ({uniform: n, dim: d}: the
         trials' K would differ) and when the work arrays of a batch of ``LOCKSTEP_BATCH`` = 8 trials,
         (1 + 3 * 8) n x n float64 (:func:`work_bytes`; n = 10^4: 20 GB), would not fit in the free host
-        memory when the key is computed (core.kernels.check_memory). :meth:`largest_batch` checks the
+        memory when the key is computed (core.kernel.kernels.check_memory). :meth:`largest_batch` checks the
         memory of the device the batch actually runs on, and the runner splits the batch to fit.
         """
         n = domain_size(spec.environment, spec.horizon)

@@ -3,7 +3,7 @@ variant (Alg. 6, App. 14).
 
 As Kernelized Exp3 (``kernel_exp3``: same eta, alpha, gamma_T, MVR exploration), but G_t is replaced
 by its projection onto s_t landmark columns chosen each round by recursive RLS-Nystrom
-(``core.nystrom``, SPEC 3.3) on the P_t-weighted kernel
+(``core.kernel.nystrom``, SPEC 3.3) on the P_t-weighted kernel
 
     k~_t(x, x') = sqrt(P_t(x) P_t(x')) k(x, x')     with ridge mu = lambda / T.
 
@@ -29,13 +29,13 @@ value, this is Kernelized Exp3 to rounding error (tested).
 ``sampler`` chooses the recursive RLS-Nystrom routine: ``practical`` (default, SPEC 3.3's fixed-ridge
 variant: deterministic halving, oversampling ``oversample`` log(d_eff / delta), base level ``base_size``)
 or ``theory`` (Musco & Musco's Algorithm 2 as analysed, with its factors and small-n rule; see
-core.nystrom). ``oversample`` and ``base_size`` only apply to ``practical``.
+core.kernel.nystrom). ``oversample`` and ``base_size`` only apply to ``practical``.
 
 ``rls_kernel_exp3_amvr`` (paper Alg. 6): the MVR sequence is computed on a recursive RLS-Nystrom
 approximation of k itself (ridge lambda, the GP noise), O(n s L) instead of O(n L^2) for length L.
 
-On a sharded domain (SPEC 4, core.sharded) :class:`ShardedRLSKernelExp3` runs the practical sampler
-with its random numbers drawn per point from keyed streams (core.sharded.partition.keyed_uniforms),
+On a sharded domain (SPEC 4, core.kernel.sharded) :class:`ShardedRLSKernelExp3` runs the practical sampler
+with its random numbers drawn per point from keyed streams (core.kernel.sharded.partition.keyed_uniforms),
 so that no shard needs another's: point i is in level l when its uniform number u_i of the round is
 below 2^-l (the random halvings of Musco & Musco's Alg. 2), and is kept at a level when a second
 keyed uniform is below min(1, q l~_i). The unsharded trial draws a permutation from the policy
@@ -54,18 +54,18 @@ import numpy as np
 from pydantic import Field
 from scipy import linalg
 
-from banditsweep.core.algorithms.kernel_exp3 import Exp3ScheduleParams
-from banditsweep.core.environments.adversarial_kernel import kernel_problem
-from banditsweep.core.exp3 import RLS_BETA_FACTOR, Exp3Policy, Exp3Schedule, ExponentialWeights, empirical_distribution
-from banditsweep.core.kernels import Kernel
-from banditsweep.core.mvr import approximate_mvr_sequence, mvr_sequence
-from banditsweep.core.nystrom import (NystromSample, leverage_scores, nystrom_embedding, nystrom_projection,
-                                      recursive_rls_nystrom, recursive_rls_nystrom_theory, weighted_kernel_block)
-from banditsweep.core.sharded.algorithm import AlgorithmSlice, ShardedExp3, pivoted_cholesky
-from banditsweep.core.sharded.partition import derive_key, global_choice, keyed_uniforms, owner
-from banditsweep.core.sharded.protocol import (Candidate, Embed, Embedded, LevelCounts, LevelKeep,
-                                               LevelMembers, LevelScores, Members, NystromEstimate, PivotsDone,
-                                               PointAt, Scores, SetExploration, Tied, Ties, Updated, answers)
+from banditsweep.core.kernel.algorithms.kernel_exp3 import Exp3ScheduleParams
+from banditsweep.core.kernel.adversarial_kernel import kernel_problem
+from banditsweep.core.kernel.exp3 import RLS_BETA_FACTOR, Exp3Policy, Exp3Schedule, ExponentialWeights, empirical_distribution
+from banditsweep.core.kernel.kernels import Kernel
+from banditsweep.core.kernel.mvr import approximate_mvr_sequence, mvr_sequence
+from banditsweep.core.kernel.nystrom import (NystromSample, leverage_scores, nystrom_embedding, nystrom_projection,
+                                             recursive_rls_nystrom, recursive_rls_nystrom_theory, weighted_kernel_block)
+from banditsweep.core.kernel.sharded.algorithm import AlgorithmSlice, ShardedExp3, pivoted_cholesky
+from banditsweep.core.kernel.sharded.partition import derive_key, global_choice, keyed_uniforms, owner
+from banditsweep.core.kernel.sharded.protocol import (Candidate, Embed, Embedded, LevelCounts, LevelKeep,
+                                                      LevelMembers, LevelScores, Members, NystromEstimate, PivotsDone,
+                                                      PointAt, Scores, SetExploration, Tied, Ties, Updated, answers)
 from banditsweep.core.engine.ties import (APPROXIMATE_MVR, LANDMARK, MVR, design_digest, tie_key, tied_among,
                                           trial_seed_words)
 
@@ -217,7 +217,7 @@ class RLSKernelExp3AMVR(RLSKernelExp3):
         return sequence
 
 
-# ---- on a sharded domain (SPEC 4, core.sharded) --------------------------------------------------
+# ---- on a sharded domain (SPEC 4, core.kernel.sharded) -------------------------------------------
 
 
 @dataclass
@@ -278,7 +278,7 @@ class RLSKernelExp3Slice(AlgorithmSlice):
 
     @answers(LevelScores)
     def score(self, request: LevelScores) -> Scores:
-        """Ridge leverage scores of the level's points on the P_t-weighted kernel (core.nystrom.leverage_scores)."""
+        """Ridge leverage scores of the level's points on the P_t-weighted kernel (core.kernel.nystrom.leverage_scores)."""
         shard = self.shard
         self.level_index = self._level(request.key, request.level)
         probabilities = shard.probabilities[self.level_index]
@@ -375,7 +375,7 @@ class ShardedRLSKernelExp3(ShardedExp3, shards=RLSKernelExp3):
                        "design_digest": design_digest(sequence)}
 
     def landmarks(self, trial, t: int) -> Landmarks:
-        """S_t: recursive RLS-Nystrom (the practical fixed-ridge variant, core.nystrom) with the
+        """S_t: recursive RLS-Nystrom (the practical fixed-ridge variant, core.kernel.nystrom) with the
         halvings and keep decisions drawn from keyed streams (module docstring)."""
         params, group = self.params, trial.group
         level_key = derive_key(self.sampler_key, t, 0)
@@ -390,7 +390,7 @@ class ShardedRLSKernelExp3(ShardedExp3, shards=RLSKernelExp3):
             q = params.oversample * max(1.0, math.log(max(effective, 1e-300) / params.delta))
             kept = Landmarks.gather(group.map(LevelKeep(derive_key(self.sampler_key, t, level + 1), q)))
             if not len(kept.index):
-                # Project choice (core.nystrom.keep_columns): keep the point of largest score.
+                # Project choice (core.kernel.nystrom.keep_columns): keep the point of largest score.
                 where = global_choice(group, [part.largest for part in parts], "scores",
                                       tie_key(self.tie_words, LANDMARK)).index
                 point = group.ask(owner(group.ranges, where), PointAt(where))
