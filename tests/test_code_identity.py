@@ -130,12 +130,12 @@ def test_a_shared_base_class_flags_both(package):
 
 
 def test_the_shipped_algorithms_share_no_class_code():
-    """LinUCB, LinTS and LinRBMLE share core/algorithms/linear.py, but not each other's methods;
+    """LinUCB, LinTS and LinRBMLE share core/baselines/linear.py, but not each other's methods;
     every neural method reaches neural_base.py; every trial reaches the round loop."""
     env = registry.environment_class("synthetic")
     codes = {name: trial_code(registry.algorithm_class(name), env)
              for name in ("linucb", "lints", "linrbmle", "neural_ucb", "neural_rbmle_ga", "random")}
-    linear = {name: codes[name].parts["core/algorithms/linear.py"] for name in ("linucb", "lints", "linrbmle")}
+    linear = {name: codes[name].parts["core/baselines/linear.py"] for name in ("linucb", "lints", "linrbmle")}
     assert len(set(linear.values())) == 3
     assert all("core/neural/algorithms/neural_base.py" in codes[n].parts for n in ("neural_ucb", "neural_rbmle_ga"))
     assert "core/neural/algorithms/neural_base.py" not in codes["linucb"].parts
@@ -286,8 +286,8 @@ def test_digests_of_earlier_records_stand_for_their_content():
     assert LEGACY_DIGESTS.get(code.path_digest) == code.digest == content_digest_of(code.path_digest)
     assert not code.same_code("0" * 16) and not code.same_code("0" * 24) and not code.same_code(None)
     # A record of the earlier kind names the changed files in its own terms.
-    stale = {**code.path_parts, "core/algorithms/linear.py": "0" * 16}
-    assert code.changed_since(stale, "0" * 16) == ["core/algorithms/linear.py"]
+    stale = {**code.path_parts, "core/baselines/linear.py": "0" * 16}
+    assert code.changed_since(stale, "0" * 16) == ["core/baselines/linear.py"]
 
 
 def test_a_known_identity_is_taken_only_where_the_sources_are_the_same_bytes(package):

@@ -181,7 +181,7 @@ def _checkpointed() -> list[tuple[str, str]]:
 
 def test_the_source_reader_finds_the_checkpointed_classes():
     found = set(_checkpointed())
-    for key in [("banditsweep.core.engine.trial", "TrialRun"), ("banditsweep.core.algorithms.linear", "LinUCB"),
+    for key in [("banditsweep.core.engine.trial", "TrialRun"), ("banditsweep.core.baselines.linear", "LinUCB"),
                 ("banditsweep.core.neural.z_matrix", "ZMatrix"), ("banditsweep.core.engine.trial", "TrialSpec"),
                 ("stateful_policies", "DeclaredCountingRandom"), ("faulty_algorithms", "CrashOnce")]:
         assert key in found, key

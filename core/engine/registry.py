@@ -20,9 +20,9 @@ from banditsweep.core.engine.contracts import Environment, Policy
 
 _ALGORITHMS: dict[str, str] = {
     "random": "banditsweep.core.kernel.algorithms.random_policy:RandomPolicy",
-    "linucb": "banditsweep.core.algorithms.linear:LinUCB",
-    "lints": "banditsweep.core.algorithms.linear:LinTS",
-    "linrbmle": "banditsweep.core.algorithms.linear:LinRBMLE",
+    "linucb": "banditsweep.core.baselines.linear:LinUCB",
+    "lints": "banditsweep.core.baselines.linear:LinTS",
+    "linrbmle": "banditsweep.core.baselines.linear:LinRBMLE",
     # NeuralRBMLE paper (SPEC 1.3-1.5)
     "neural_rbmle_ga": "banditsweep.core.neural.algorithms.neural_rbmle_ga:NeuralRBMLEGA",
     "neural_rbmle_pc": "banditsweep.core.neural.algorithms.neural_rbmle_pc:NeuralRBMLEPC",
@@ -39,7 +39,7 @@ _ALGORITHMS: dict[str, str] = {
 }
 
 _ENVIRONMENTS: dict[str, str] = {
-    "synthetic": "banditsweep.core.environments.synthetic:SyntheticBandit",
+    "synthetic": "banditsweep.core.baselines.synthetic:SyntheticBandit",
     "classification": "banditsweep.core.neural.classification:ClassificationBandit",
     "adversarial_kernel": "banditsweep.core.kernel.adversarial_kernel:AdversarialKernelBandit",
     "kernel_lower_bound": "banditsweep.core.kernel.kernel_lower_bound:KernelLowerBound",

@@ -17,7 +17,7 @@ from pathlib import Path
 from banditsweep.core.engine import registry
 from banditsweep.core.kernel.algorithms.random_policy import RandomPolicy
 from banditsweep.core.engine.contracts import Config
-from banditsweep.core.environments.synthetic import SyntheticBandit
+from banditsweep.core.baselines.synthetic import SyntheticBandit
 
 
 class AlwaysRaises(RandomPolicy):

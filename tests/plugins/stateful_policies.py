@@ -8,7 +8,7 @@ held to it (core.engine.state_declaration). Both are ``random`` counting the rou
 import time
 
 from banditsweep.core.engine import registry
-from banditsweep.core.algorithms.linear import LinTS
+from banditsweep.core.baselines.linear import LinTS
 from banditsweep.core.kernel.algorithms.random_policy import RandomPolicy
 
 

@@ -43,7 +43,7 @@ class CodeComparison:
         return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
 
     def other_code_line(self, most_cells: int = 6) -> str:
-        """``12 finished trials were computed by other code (core/algorithms/linear.py changed):
+        """``12 finished trials were computed by other code (core/baselines/linear.py changed):
         LinUCB | synthetic:h1 (6), ...``; "" when there are none."""
         if not self.other:
             return ""

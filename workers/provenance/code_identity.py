@@ -14,7 +14,7 @@ The closure is drawn from the source, statically (nothing is imported to digest 
 definition (a class, function or assignment) names other definitions of its module and imported
 ones; each reached definition is normalised (its AST without docstrings, so comments and
 docstrings change nothing) and hashed per module. So a change to LinUCB's methods changes the digest
-of ``core/algorithms/linear.py`` for LinUCB's trials only (LinTS and LinRBMLE, in the same module,
+of ``core/baselines/linear.py`` for LinUCB's trials only (LinTS and LinRBMLE, in the same module,
 do not reach LinUCB's code), while a change to ``neural_base.py`` rightly changes every neural
 method's. Modules of installed libraries (torch, numpy, scipy) are recorded by version instead
 (workers.provenance.runtime). The registry (a table of names) is not part of any trial's code: the class
@@ -63,7 +63,7 @@ SHARDED_ROOTS = tuple((f"{PACKAGE}.{module}", None) for module in (
 @dataclass(frozen=True)
 class CodeIdentity:
     """The code of one trial: ``digest``, of its content (what the trial's roots reach, wherever it
-    lives), and for messages ``parts``, which maps each file it reaches (``core/algorithms/linear.py``)
+    lives), and for messages ``parts``, which maps each file it reaches (``core/baselines/linear.py``)
     to a digest of what it uses there, or to ``"unknown: why"`` where the source could not be read.
     ``path_digest`` and ``path_parts`` (computed on demand) are the same code in the terms of records
     stamped before digests were of content (workers.provenance.legacy_identity)."""

@@ -189,7 +189,7 @@ def content_hash(texts: Iterable[str]) -> str:
 
 
 def part_name(module: str, path: str | None) -> str:
-    """``core/algorithms/linear.py`` for the package's modules, the dotted path as a file elsewhere."""
+    """``core/baselines/linear.py`` for the package's modules, the dotted path as a file elsewhere."""
     parts = module.split(".")
     if parts[0] == PACKAGE:
         parts = parts[1:]
