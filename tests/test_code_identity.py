@@ -275,15 +275,17 @@ def test_recursive_definitions_are_digested_together(package):
 
 def test_digests_of_earlier_records_stand_for_their_content():
     """Records stamped before digests were of content carry 16-digit path-keyed ones: the table made on
-    that tree maps every registered trial kind's to today's content digest, and today's code still
-    gives the path-keyed digest of code that has not moved."""
+    that tree maps every registered trial kind's to today's content digest, also where the code has
+    moved since (LinUCB's module did), and today's code gives the path-keyed digest of its files where
+    they are now."""
     from banditsweep.workers.provenance.legacy_digests import LEGACY_DIGESTS
     from banditsweep.workers.provenance.legacy_identity import content_digest_of, is_path_digest
 
     code = trial_code(registry.algorithm_class("linucb"), registry.environment_class("synthetic"))
     assert len(code.digest) == 24 and not is_path_digest(code.digest)
     assert is_path_digest(code.path_digest) and code.same_code(code.path_digest)
-    assert LEGACY_DIGESTS.get(code.path_digest) == code.digest == content_digest_of(code.path_digest)
+    stamped = [old for old, new in LEGACY_DIGESTS.items() if new == code.digest]
+    assert stamped and all(content_digest_of(old) == code.digest and code.same_code(old) for old in stamped)
     assert not code.same_code("0" * 16) and not code.same_code("0" * 24) and not code.same_code(None)
     # A record of the earlier kind names the changed files in its own terms.
     stale = {**code.path_parts, "core/baselines/linear.py": "0" * 16}
@@ -336,3 +338,18 @@ def test_a_trial_run_by_code_edited_after_it_was_loaded_is_recorded_unknown(pack
 
     note_loaded()
     assert running_code(Again).digest is not None
+
+
+def test_a_digest_a_move_changed_stands_for_todays_code(monkeypatch):
+    """A trial stamped before a move that had to split an import statement of a module a root takes
+    whole (workers.provenance.moved_digests) is current: its digest leads to today's, through every
+    later such move; any other digest does not."""
+    from banditsweep.workers.provenance import legacy_identity
+    from banditsweep.workers.provenance.moved_digests import MOVED_DIGESTS
+
+    assert MOVED_DIGESTS and all(len(old) == len(new) == 24 for old, new in MOVED_DIGESTS.items())
+    code = trial_code(registry.algorithm_class("random"), registry.environment_class("adversarial_kernel"), True)
+    monkeypatch.setattr(legacy_identity, "MOVED_DIGESTS", {"a" * 24: "b" * 24, "b" * 24: code.digest})
+    assert legacy_identity.content_digest_of("a" * 24) == code.digest
+    assert code.same_code("a" * 24) and code.same_code("b" * 24) and code.same_code(code.digest)
+    assert not code.same_code("c" * 24)

@@ -100,7 +100,7 @@ class CodeIdentity:
         if not stored:
             return False
         if not is_path_digest(stored):
-            return stored == self.digest
+            return content_digest_of(stored) == self.digest   # itself, or what a move made of it
         return content_digest_of(stored) == self.digest or stored == self.path_digest
 
     def changed_since(self, stored_parts: dict[str, str] | None, stored_digest: str | None) -> list[str]:
