@@ -145,8 +145,8 @@ def verify(spec, *, results=None, mlflow_uri: str | None = None, overrides=None,
 
 
 def register_algorithm(name: str, cls: type) -> None:
-    """Make ``cls`` (a ``banditsweep.core.engine.contracts.Policy`` with its ``Params`` model) the algorithm
-    ``name`` of the specs run from this process, on every Ray worker of their runs too: a class
+    """Make ``cls`` (a ``banditsweep.core.engine.contracts.Policy`` with its ``Params`` model) the
+    algorithm ``name`` of the specs run from this process, on every Ray worker of their runs too: a class
     defined in a notebook or a script's ``__main__`` travels by value with each run, with its source
     (its trials' ``code`` digests it: a change to the class marks its finished trials as computed by
     other code). A class of an importable module travels by name: the workers must import it."""
@@ -177,7 +177,8 @@ def _check_registration(name, cls, base: type, model: str, config: type, kind: s
     declared = getattr(cls, model, None)
     if not (isinstance(declared, type) and issubclass(declared, config)):
         raise OptionTypeError(f"register_{kind}({name!r}, ...): {cls.__qualname__}.{model} must be a "
-                        f"banditsweep.core.engine.contracts.Config model (its {'parameters' if kind == 'algorithm' else 'settings'})")
+                              f"banditsweep.core.engine.contracts.Config model "
+                              f"(its {'parameters' if kind == 'algorithm' else 'settings'})")
     if registry.is_builtin(kind, name):
         raise ValueError(f"register_{kind}: {name!r} is banditsweep's own {kind}; choose another name")
 

@@ -140,7 +140,8 @@ def test_the_shipped_algorithms_share_no_class_code():
     assert all("core/neural/algorithms/neural_base.py" in codes[n].parts for n in ("neural_ucb", "neural_rbmle_ga"))
     assert "core/neural/algorithms/neural_base.py" not in codes["linucb"].parts
     for code in codes.values():
-        assert {"core/engine/round_loop.py", "core/engine/seeding.py", "workers/execution/trial_setup.py"} <= set(code.parts)
+        assert {"core/engine/round_loop.py", "core/engine/seeding.py",
+                "workers/execution/trial_setup.py"} <= set(code.parts)
         assert "core/engine/registry.py" not in code.parts   # a name table, not computation
         assert not code.unknown
 

@@ -116,7 +116,7 @@ def test_each_room_of_core_imports_only_the_rooms_it_builds_on(room):
     for module, names in IMPORTS.items():
         if module.startswith(f"core/{room}/"):
             wrong = sorted({name for name in names if _room(name) is not None and _room(name) not in allowed})
-            assert not wrong, f"{module} imports {wrong}: core.{room} builds on {sorted(CORE_ROOMS[room]) or 'no other room'}"
+            assert not wrong, f"{module} imports {wrong}: core.{room} builds on {sorted(CORE_ROOMS[room]) or 'none'}"
 
 
 def test_the_papers_rooms_never_import_each_other():
@@ -137,7 +137,8 @@ def test_every_room_of_core_has_a_light_front_door():
         doc = importlib.import_module(f"banditsweep.core.{room}").__doc__
         assert doc and len(doc) > 200 and "import" in doc, room
     code = ("import json, sys; import " + ", ".join(f"banditsweep.core.{room}" for room in CORE_ROOMS) + "; "
-            "print(json.dumps([sorted(m for m in sys.modules if m.startswith('banditsweep.core.')), 'torch' in sys.modules]))")
+            "loaded = sorted(m for m in sys.modules if m.startswith('banditsweep.core.')); "
+            "print(json.dumps([loaded, 'torch' in sys.modules]))")
     loaded, torch = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                               check=True).stdout)
     assert loaded == sorted(f"banditsweep.core.{room}" for room in CORE_ROOMS) and not torch, loaded

@@ -18,9 +18,9 @@ Ties of priorities (probability 2^-53) go to the smallest index. Values at least
 tied: RTOL = 1e-9 is 10^4 to 10^6 times the rounding of these quantities after hundreds of steps
 (eps = 2.2e-16 per operation) and far below any difference that matters to a design.
 
-Only the kernel algorithms reach this module (core.kernel.mvr, core.kernel.exp3, core.kernel.nystrom, the kernel policies
-and their sharded halves); the environment's adversary keeps SPEC 2.3's smallest-index rule, and the
-neural and linear policies' arm choices are not decided here.
+Only the kernel algorithms reach this module (core.kernel.mvr, core.kernel.exp3, core.kernel.nystrom,
+the kernel policies and their sharded halves); the environment's adversary keeps SPEC 2.3's
+smallest-index rule, and the neural and linear policies' arm choices are not decided here.
 """
 
 from __future__ import annotations

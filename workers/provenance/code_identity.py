@@ -56,8 +56,8 @@ SHARED_ROOTS = (
 # A sharded trial's engine, whole (core.kernel.sharded and the shard actors; the algorithm's half is a root of
 # its own, core.kernel.sharded.algorithm.sharded_half): no algorithm class names it, so no closure reaches it.
 SHARDED_ROOTS = tuple((f"{PACKAGE}.{module}", None) for module in (
-    "core.kernel.sharded.coordinator", "core.kernel.sharded.shard", "core.kernel.sharded.algorithm", "core.kernel.sharded.protocol",
-    "core.kernel.sharded.partition", "workers.execution.sharded_trials"))
+    "core.kernel.sharded.coordinator", "core.kernel.sharded.shard", "core.kernel.sharded.algorithm",
+    "core.kernel.sharded.protocol", "core.kernel.sharded.partition", "workers.execution.sharded_trials"))
 
 
 @dataclass(frozen=True)

@@ -42,9 +42,10 @@ from banditsweep.core.kernel.sharded.algorithm import AlgorithmSlice, ShardedExp
 from banditsweep.core.kernel.sharded.partition import (block_sums, fixed_bound, from_fixed, global_choice, rowwise_dot,
                                                        rowwise_matmul)
 from banditsweep.core.kernel.sharded.protocol import (DesignDone, DesignInformation, DesignLeverage, DesignMove,
-                                                      DesignStart, Leverage, LinearEstimate, PivotsDone, ShardGroup, Tied,
-                                                      Ties, Updated, answers)
-from banditsweep.core.engine.ties import DESIGN, P_GREEDY, design_digest, tie_key, tied_among, tied_argmax, trial_seed_words
+                                                      DesignStart, Leverage, LinearEstimate, PivotsDone, ShardGroup,
+                                                      Tied, Ties, Updated, answers)
+from banditsweep.core.engine.ties import (DESIGN, P_GREEDY, design_digest, tie_key, tied_among, tied_argmax,
+                                          trial_seed_words)
 
 __all__ = ["APGExp3", "APGExp3Params", "g_optimal_design", "newton_basis"]
 

@@ -56,7 +56,8 @@ from scipy import linalg
 
 from banditsweep.core.kernel.algorithms.kernel_exp3 import Exp3ScheduleParams
 from banditsweep.core.kernel.adversarial_kernel import kernel_problem
-from banditsweep.core.kernel.exp3 import RLS_BETA_FACTOR, Exp3Policy, Exp3Schedule, ExponentialWeights, empirical_distribution
+from banditsweep.core.kernel.exp3 import (RLS_BETA_FACTOR, Exp3Policy, Exp3Schedule, ExponentialWeights,
+                                          empirical_distribution)
 from banditsweep.core.kernel.kernels import Kernel
 from banditsweep.core.kernel.mvr import approximate_mvr_sequence, mvr_sequence
 from banditsweep.core.kernel.nystrom import (NystromSample, leverage_scores, nystrom_embedding, nystrom_projection,
@@ -278,7 +279,8 @@ class RLSKernelExp3Slice(AlgorithmSlice):
 
     @answers(LevelScores)
     def score(self, request: LevelScores) -> Scores:
-        """Ridge leverage scores of the level's points on the P_t-weighted kernel (core.kernel.nystrom.leverage_scores)."""
+        """Ridge leverage scores of the level's points on the P_t-weighted kernel
+        (core.kernel.nystrom.leverage_scores)."""
         shard = self.shard
         self.level_index = self._level(request.key, request.level)
         probabilities = shard.probabilities[self.level_index]

@@ -37,8 +37,9 @@ from banditsweep.core.kernel.exp3 import draw
 from banditsweep.core.engine.round_loop import check_values
 from banditsweep.core.kernel.sharded.partition import global_argmax, global_choice, owner
 from banditsweep.core.engine.ties import RULE
-from banditsweep.core.kernel.sharded.protocol import (Answering, Distributed, Distribution, Locate, Located, LogPartition,
-                                                      Partition, PivotAdd, PivotCandidate, PivotRow, ShardGroup, Updated)
+from banditsweep.core.kernel.sharded.protocol import (Answering, Distributed, Distribution, Locate, Located,
+                                                      LogPartition, Partition, PivotAdd, PivotCandidate, PivotRow,
+                                                      ShardGroup, Updated)
 from banditsweep.core.engine.state_declaration import declaration
 
 if TYPE_CHECKING:

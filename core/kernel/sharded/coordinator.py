@@ -29,7 +29,8 @@ from banditsweep.core.kernel.adversarial_kernel import AdversarialKernelBandit, 
 from banditsweep.core.kernel.kernels import Kernel
 from banditsweep.core.engine.round_loop import Checkpoints, Played, ProgressCallback, RoundLoop, TrialResult, play_out
 from banditsweep.core.kernel.sharded.algorithm import ShardedAlgorithm, sharded_half
-from banditsweep.core.kernel.sharded.protocol import CheckPart, Describe, DiscardPart, LoadPart, SavePart, ShardGroup, Value
+from banditsweep.core.kernel.sharded.protocol import (CheckPart, Describe, DiscardPart, LoadPart, SavePart,
+                                                      ShardGroup, Value)
 from banditsweep.core.kernel.sharded.shard import check_shardable
 from banditsweep.core.engine.state_codec import StateFormatError, encode_state
 from banditsweep.core.engine.ties import RULE

@@ -30,11 +30,12 @@ from banditsweep.core.kernel.exp3 import invert
 from banditsweep.core.kernel.kernels import Kernel
 from banditsweep.core.kernel.sharded.algorithm import sharded_half
 from banditsweep.core.kernel.sharded.partition import blocks_in, rowwise_dot
-from banditsweep.core.kernel.sharded.protocol import (Answering, Candidate, CheckPart, Describe, Description, DiscardPart,
-                                                      Distributed, Distribution, Located, LoadPart, Locate, LogPartition,
-                                                      Moved, Partition, PivotAdd, PivotCandidate, PivotRow, PivotsDone, Play,
-                                                      Point, PointAt, Request, Row, SavePart, SetExploration, Tied, Ties,
-                                                      UniformSums, Updated, Value, answers)
+from banditsweep.core.kernel.sharded.protocol import (Answering, Candidate, CheckPart, Describe, Description,
+                                                      DiscardPart, Distributed, Distribution, Located, LoadPart,
+                                                      Locate, LogPartition, Moved, Partition, PivotAdd,
+                                                      PivotCandidate, PivotRow, PivotsDone, Play, Point, PointAt,
+                                                      Request, Row, SavePart, SetExploration, Tied, Ties, UniformSums,
+                                                      Updated, Value, answers)
 from banditsweep.core.engine.ties import tied_among
 from banditsweep.core.engine.state_codec import StateFormatError, decode_state, encode_state
 from banditsweep.core.engine.trial import TrialSpec, resolve_algorithm, resolve_environment

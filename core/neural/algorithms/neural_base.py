@@ -55,8 +55,8 @@ import torch
 from pydantic import Field, model_validator
 
 from banditsweep.core.engine import seeding
-from banditsweep.core.engine.contracts import (BatchDecision, BatchedPolicy, Config, Decision, NonFiniteError, Policy, Problem,
-                                               first_non_finite)
+from banditsweep.core.engine.contracts import (BatchDecision, BatchedPolicy, Config, Decision, NonFiniteError, Policy,
+                                               Problem, first_non_finite)
 from banditsweep.core.neural.networks import (StackedNetwork, initial_biases, initial_parameters, output_scale,
                                               rows_of_contexts, rows_to_arms)
 from banditsweep.core.neural.training import History, gradient_ascent
