@@ -17,6 +17,9 @@ Stored bytes are hostile data (a results folder may come from anyone): any failu
 (not a zip, a compressed or oversized entry, an array header that claims more than its entry holds,
 JSON nested deeper than :data:`MAX_DEPTH`, a missing entry, a wrong type, an unknown class, and
 whatever else reading them raises: RecursionError, MemoryError, ...) raises :class:`StateFormatError`.
+
+Its length is the format and, at its end, the table of where the classes a checkpoint may name live
+now (``MOVED_CLASSES``, one line a class).
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ MAX_DEPTH = 200
 _JSON_TOKEN = re.compile(rb'[\[\]{}"\\]')
 # Where a class stored under an earlier name lives now: a checkpoint names each object's class by the
 # module it was defined in, so moving or renaming a class would otherwise orphan every checkpoint that
-# holds one. Keys and values are (module, qualname); an entry is added with each move and never removed.
+# holds one. Keys and values are (module, qualname); an entry is added with each move and never removed
+# (the entries: at the end of this module).
 MOVED_CLASSES: dict[tuple[str, str], tuple[str, str]] = {}
 
 

@@ -59,6 +59,9 @@ with the layer-by-layer path and dense autograd):
 - Threads. The G x S optimisations are independent (GA's K arms, BootstrappedNN's q networks, the
   trials of a batch); on a CPU, a step large enough (:data:`MIN_CHUNK_FLOPS`) is split over the
   process's intra-op threads, one chunk of sets or trials each.
+
+Its length is that of one subject: the optimiser of every neural method, forward and backward
+written out once for each of these forms.
 """
 
 from __future__ import annotations

@@ -8,11 +8,13 @@ Newton basis of APG-Exp3), s = the landmarks of RLS-Kernelized Exp3's sampler an
 its embedding. Nothing |X|-sized (n or w) ever crosses: per round a few partial sums of m, D x D,
 s x s or r x r numbers, and the draw.
 
-A shard (core.kernel.sharded.shard.KernelShard) and its algorithm's slice (core.kernel.sharded.algorithm) are
-:class:`Answering`: each method marked ``@answers(SomeRequest)`` answers that request, and
-:meth:`Answering.handle` is the one entry point a transport calls. A :class:`ShardGroup` carries a
+A shard (core.kernel.sharded.shard.KernelShard) and its algorithm's slice
+(core.kernel.sharded.algorithm) are :class:`Answering`: each method marked ``@answers(SomeRequest)``
+answers that request, and :meth:`Answering.handle` is the one entry point a transport calls. A :class:`ShardGroup` carries a
 request to every shard (``map``) or to one (``ask``): :class:`LocalShards` in this process,
 ``workers.execution.sharded_trials.RayShards`` to Ray actors.
+
+Its length is the protocol's table: every request and reply, a few lines each, declared in one place.
 """
 
 from __future__ import annotations
