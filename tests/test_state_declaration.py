@@ -277,7 +277,7 @@ def test_a_state_holds_exactly_the_declared_attributes():
 def test_an_attribute_declared_nowhere_is_refused_when_saved_naming_class_and_attribute():
     run = _stopped(specs("linucb_h1"))
     run.policy.policies[0].newcomer = 1
-    with pytest.raises(StateDeclarationError, match=r"algorithms\.linear\.LinUCB carries newcomer"):
+    with pytest.raises(StateDeclarationError, match=r"baselines\.linear\.LinUCB carries newcomer"):
         run.snapshot()
 
 
