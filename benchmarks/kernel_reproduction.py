@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from banditsweep.core.trial import TrialSpec, run_trial  # noqa: E402
+from banditsweep.core.engine.trial import TrialSpec, run_trial  # noqa: E402
 
 # The paper's selected constants (App. 17; SPEC 3.1, 3.5), as in sweeps/kernel_exp3/table3.yaml.
 EXP3_CONSTANTS = {"se": {"c3": 5.0, "c4": 0.1, "lam": 1.0}, "matern52": {"c3": 10.0, "c4": 0.1, "lam": 10.0},

@@ -13,7 +13,7 @@ Output: one JSON line per (algorithm, n, kernel)
 then one line per n where both run with ``"algorithm": "ratio"`` and ``seconds_per_round`` the ratio
 exact / RLS.
 
-``--batch B`` instead measures lockstep trial batching of exact Kernelized Exp3 (core.trial
+``--batch B`` instead measures lockstep trial batching of exact Kernelized Exp3 (core.engine.trial
 ``run_trials``): B trials (seeds 0..B-1) of the adversarial environment on the same n-point grid, run
 once as one lockstep batch (one batched Cholesky of the B weighted systems per round) and once one
 after another with ``run_trial``, through the same code the sweeps use. Round 1 (preparation) is
@@ -45,12 +45,13 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from banditsweep.core import domains, seeding  # noqa: E402
-from banditsweep.core.algorithms.kernel_exp3 import KernelExp3, KernelExp3Params  # noqa: E402
-from banditsweep.core.algorithms.rls_kernel_exp3 import RLSKernelExp3, RLSKernelExp3Params  # noqa: E402
-from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Problem  # noqa: E402
-from banditsweep.core.kernels import Kernel  # noqa: E402
-from banditsweep.core.trial import TrialSpec, run_trial, run_trials  # noqa: E402
+from banditsweep.core.kernel import domains  # noqa: E402
+from banditsweep.core.engine import seeding
+from banditsweep.core.kernel.algorithms.kernel_exp3 import KernelExp3, KernelExp3Params  # noqa: E402
+from banditsweep.core.kernel.algorithms.rls_kernel_exp3 import RLSKernelExp3, RLSKernelExp3Params  # noqa: E402
+from banditsweep.core.engine.contracts import ADVERSARIAL_DOMAIN, Problem  # noqa: E402
+from banditsweep.core.kernel.kernels import Kernel  # noqa: E402
+from banditsweep.core.engine.trial import TrialSpec, run_trial, run_trials  # noqa: E402
 
 # The paper's selected (c3, c4, lambda) per kernel (SPEC 3.1).
 PAPER_CONSTANTS = {"se": (5.0, 0.1, 1.0), "matern52": (10.0, 0.1, 10.0), "matern32": (5.0, 0.1, 5.0)}

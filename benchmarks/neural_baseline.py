@@ -2,7 +2,7 @@
 
 Written the straightforward way: one network per arm as a list of autograd leaves, a Python loop over
 arms, dense d'K-dimensional contexts, one trial at a time, autograd for every gradient. Same
-computation as banditsweep.core.algorithms (paper eq. 2, 10, 12-15; SPEC 1.4-1.5) with the Gaussian
+computation as banditsweep.core.neural.algorithms (paper eq. 2, 10, 12-15; SPEC 1.4-1.5) with the Gaussian
 likelihood, the diagonal Z and ``objective_scale="mean"``.
 """
 

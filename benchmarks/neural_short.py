@@ -1,7 +1,7 @@
 """Short neural trials, this tree against an older commit's, side by side in one run.
 
 Each case is a whole trial of T rounds (default 500) from an empty history at one dataset's shape
-(core.datasets' catalogue: d', K), m = 100, J = 100, 1 intra-op thread. Two worker processes, one
+(core.neural.datasets' catalogue: d', K), m = 100, J = 100, 1 intra-op thread. Two worker processes, one
 importing banditsweep from this checkout and one from the older commit's tree (``git archive`` of
 ``--base``, unpacked into a temporary folder), run the same cases in alternation: repeat r of the base
 then repeat r of this tree, so a change of the machine's load hits both alike. Per case one JSON line:
@@ -30,7 +30,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CHECKOUT = HERE.parent
-SHAPES = {"adult": (2, 14), "shuttle": (7, 9)}  # (K, d') as in core.datasets.DATASETS
+SHAPES = {"adult": (2, 14), "shuttle": (7, 9)}  # (K, d') as in core.neural.datasets.DATASETS
 
 
 def worker() -> None:

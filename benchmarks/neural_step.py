@@ -16,8 +16,8 @@ Cases (shapes of the classification bandits of SPEC 1.2, width m = 100, J = 100,
 Timing. The machine may be shared: every repeat measures ours and the baseline back to back, and the
 figures are medians over the repeats. The baseline (a plain implementation, as a user would write it)
 is measured with 1 thread and with ``--baseline-threads`` (default: all cores) and the faster median is
-reported; ours likewise with ``banditsweep.core.training.intra_op_threads``' advice and with all cores
-(or only ``--threads``): with several threads, core.training splits GA's K independent optimisations
+reported; ours likewise with ``banditsweep.core.neural.training.intra_op_threads``' advice and with all cores
+(or only ``--threads``): with several threads, core.neural.training splits GA's K independent optimisations
 (or a batch's trials) over them once a step is large enough. The baseline's
 round cost is a fixed part plus J identical gradient steps: it is measured with 2 and 6 steps and
 extrapolated to J; for the short trial it is averaged over 5 evenly spaced history lengths (its cost is
@@ -32,7 +32,7 @@ the start of the run on all cores of the device (the physical limit).
 Runs with torch and numpy only: ``python benchmarks/neural_step.py [--quick] [--device cpu|cuda]``.
 
 Per-shape table (``--table``): one round (select + update) at a history of 500, 2000 and 8000 rows on
-the shapes of the six datasets of core.datasets' catalogue (d', K), for NeuralRBMLE-GA, -PC, NeuralUCB,
+the shapes of the six datasets of core.neural.datasets' catalogue (d', K), for NeuralRBMLE-GA, -PC, NeuralUCB,
 NeuralTS, DeepFPL and BootstrappedNN at their default parameters (m = 100, J = 100), at ``--threads``
 (default 1) intra-op threads. A round whose J = 100 steps would take more than ``--full-seconds`` is
 measured with 2 and 6 steps and extrapolated to J (its cost is a fixed part plus J equal steps); the
@@ -56,13 +56,13 @@ import time
 import numpy as np
 import torch
 
-from banditsweep.core import registry, seeding
-from banditsweep.core.contracts import Problem
-from banditsweep.core.training import intra_op_threads
+from banditsweep.core.engine import registry, seeding
+from banditsweep.core.engine.contracts import Problem
+from banditsweep.core.neural.training import intra_op_threads
 
 from neural_baseline import PlainBandit
 
-from banditsweep.core.datasets import DATASETS
+from banditsweep.core.neural.datasets import DATASETS
 
 #: (K, d') of every dataset of the catalogue (SPEC 1.2).
 SHAPES = {name: (info.classes, info.features) for name, info in DATASETS.items()}
@@ -277,7 +277,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 repeat, T = 30 for the trials (a smoke run)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per case (median)")
     parser.add_argument("--threads", type=int, default=0,
-                        help="intra-op threads for banditsweep (0: core.training.intra_op_threads)")
+                        help="intra-op threads for banditsweep (0: core.neural.training.intra_op_threads)")
     parser.add_argument("--baseline-threads", type=int, default=0,
                         help="threads tried for the baseline besides 1 (0: all cores)")
     parser.add_argument("--table", action="store_true", help="the per-shape table instead of the cases above")

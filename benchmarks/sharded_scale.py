@@ -1,4 +1,4 @@
-"""One large-|X| adversarial-kernel trial split over shards (core.sharded): memory per shard,
+"""One large-|X| adversarial-kernel trial split over shards (core.kernel.sharded): memory per shard,
 time per round, and where one unsharded process stops fitting.
 
 Runs on ``core`` alone (numpy, scipy): each shard is a process of its own (``multiprocessing``,
@@ -8,7 +8,7 @@ figures are the algorithm's, and every shard reports its own peak resident memor
 ``memory``
     a fixed |X| (default a 400 x 400 grid, 1000 candidates, T rounds of ``--algorithm``) with 1, 2
     and 4 shards: peak memory per shard, seconds to build the shards, seconds per round; plus the
-    peak memory of one unsharded trial (core.trial, the ordinary path) at the same |X|, and a fresh
+    peak memory of one unsharded trial (core.engine.trial, the ordinary path) at the same |X|, and a fresh
     shard process that built nothing (the constant).
 ``run``
     one trial at ``--grid N N`` with ``--shards S`` (e.g. 1000 x 1000 = 10^6 points, 4 shards, T = 100).
@@ -40,11 +40,11 @@ import time
 from pathlib import Path
 from typing import Any, TypeVar
 
-from banditsweep.core.sharded.coordinator import ShardedKernelTrial
-from banditsweep.core.sharded.partition import shard_ranges
-from banditsweep.core.sharded.protocol import Request
-from banditsweep.core.sharded.shard import KernelShard, domain_shape
-from banditsweep.core.trial import TrialSpec
+from banditsweep.core.kernel.sharded.coordinator import ShardedKernelTrial
+from banditsweep.core.kernel.sharded.partition import shard_ranges
+from banditsweep.core.kernel.sharded.protocol import Request
+from banditsweep.core.kernel.sharded.shard import KernelShard, domain_shape
+from banditsweep.core.engine.trial import TrialSpec
 
 
 def _peak_mb() -> float:
@@ -67,7 +67,7 @@ R = TypeVar("R")
 
 
 class ProcessShards:
-    """A ShardGroup (core.sharded.protocol) of shard processes on this machine."""
+    """A ShardGroup (core.kernel.sharded.protocol) of shard processes on this machine."""
 
     def __init__(self, spec: TrialSpec | None, count: int):
         n = domain_shape(spec)[0] if spec is not None else count
@@ -124,7 +124,7 @@ def sharded_run(spec: TrialSpec, shards: int) -> dict[str, Any]:
 
 
 def _unsharded_peak(spec_json: str, connection) -> None:
-    from banditsweep.core.trial import run_trial
+    from banditsweep.core.engine.trial import run_trial
 
     content = json.loads(spec_json)
     spec = TrialSpec.create(content["algorithm"], content["params"], content["environment"], content["seed"],
@@ -198,7 +198,7 @@ def main() -> None:
     if args.mode == "memory":
         empty = ProcessShards(None, 1)
         print(json.dumps({"constant_mb (a shard process that built nothing)": round(empty.close()[0])}))
-        print(json.dumps({"unsharded (core.trial)": unsharded_run(spec)}), flush=True)
+        print(json.dumps({"unsharded (core.engine.trial)": unsharded_run(spec)}), flush=True)
     for shards in args.shards:
         print(json.dumps(sharded_run(spec, shards)), flush=True)
 

@@ -145,39 +145,40 @@ def verify(spec, *, results=None, mlflow_uri: str | None = None, overrides=None,
 
 
 def register_algorithm(name: str, cls: type) -> None:
-    """Make ``cls`` (a ``banditsweep.core.contracts.Policy`` with its ``Params`` model) the algorithm
-    ``name`` of the specs run from this process, on every Ray worker of their runs too: a class
+    """Make ``cls`` (a ``banditsweep.core.engine.contracts.Policy`` with its ``Params`` model) the
+    algorithm ``name`` of the specs run from this process, on every Ray worker of their runs too: a class
     defined in a notebook or a script's ``__main__`` travels by value with each run, with its source
     (its trials' ``code`` digests it: a change to the class marks its finished trials as computed by
     other code). A class of an importable module travels by name: the workers must import it."""
-    from banditsweep.core.contracts import Config, Policy
+    from banditsweep.core.engine.contracts import Config, Policy
 
     _check_registration(name, cls, Policy, "Params", Config, "algorithm")
     _ship("algorithm", name, cls)
 
 
 def register_environment(name: str, cls: type) -> None:
-    """Make ``cls`` (a ``banditsweep.core.contracts.Environment`` with its ``Config`` model) the
+    """Make ``cls`` (a ``banditsweep.core.engine.contracts.Environment`` with its ``Config`` model) the
     environment kind ``name``, as :func:`register_algorithm` does for an algorithm."""
-    from banditsweep.core.contracts import Config, Environment
+    from banditsweep.core.engine.contracts import Config, Environment
 
     _check_registration(name, cls, Environment, "Config", Config, "environment")
     _ship("environment", name, cls)
 
 
 def _check_registration(name, cls, base: type, model: str, config: type, kind: str) -> None:
-    from banditsweep.core import registry
+    from banditsweep.core.engine import registry
 
     if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"register_{kind}: {name!r} is not a name; give letters, digits, - and _, "
                          f"e.g. 'eps_greedy'")
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise OptionTypeError(f"register_{kind}({name!r}, ...): {cls!r} is not a subclass of "
-                        f"banditsweep.core.contracts.{base.__name__}")
+                        f"banditsweep.core.engine.contracts.{base.__name__}")
     declared = getattr(cls, model, None)
     if not (isinstance(declared, type) and issubclass(declared, config)):
         raise OptionTypeError(f"register_{kind}({name!r}, ...): {cls.__qualname__}.{model} must be a "
-                        f"banditsweep.core.contracts.Config model (its {'parameters' if kind == 'algorithm' else 'settings'})")
+                              f"banditsweep.core.engine.contracts.Config model "
+                              f"(its {'parameters' if kind == 'algorithm' else 'settings'})")
     if registry.is_builtin(kind, name):
         raise ValueError(f"register_{kind}: {name!r} is banditsweep's own {kind}; choose another name")
 

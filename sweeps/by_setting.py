@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from banditsweep.core.canonical import canonical_json
+from banditsweep.core.engine.canonical import canonical_json
 from banditsweep.sweeps.tables import MISSING
 
 

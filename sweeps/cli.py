@@ -22,8 +22,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from banditsweep.core.datasets import DatasetError
-from banditsweep.core.registry import PluginError
+from banditsweep.core.neural.datasets import DatasetError
+from banditsweep.core.engine.registry import PluginError
 from banditsweep.sweeps.commands import EXIT_BAD_INPUT, EXIT_INCONSISTENT, EXIT_INTERRUPTED, EXIT_STORE_UNWRITABLE
 from banditsweep.sweeps.commands.arguments import check_arguments, check_sweep_folder, results_root
 from banditsweep.sweeps.options import REQUESTS, Request, SweepRequest, add_options, request_of

@@ -126,7 +126,7 @@ def reference_regret(config: dict, horizon: int) -> float | None:
     without a trial: T (1 - 1/K) on a classification bandit of a catalogued dataset; else None."""
     if config.get("kind") != "classification":
         return None
-    from banditsweep.core.datasets import DATASETS
+    from banditsweep.core.neural.datasets import DATASETS
 
     info = DATASETS.get(config.get("dataset"))
     return None if info is None else random_policy_regret(horizon, info.classes)

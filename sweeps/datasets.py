@@ -11,7 +11,7 @@ file the user put there on purpose.
 
 Categorical features are written as strings, so the order in which OpenML's ARFF file declares their
 values (which gives the reference code's ordinal codes) is not in the file; the default ordinal
-encoding takes it from ``banditsweep.core.datasets.OPENML_CATEGORIES`` and rejects a value that the
+encoding takes it from ``banditsweep.core.neural.datasets.OPENML_CATEGORIES`` and rejects a value that the
 declaration lacks.
 """
 
@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from banditsweep.core.datasets import (
+from banditsweep.core.neural.datasets import (
     CLASS_COLUMN,
     DATA_ENV_VAR,
     DatasetError,
@@ -178,7 +178,7 @@ def ensure_datasets_for(environment_configs: Iterable[dict[str, Any]], data_dir:
 
 def chosen_data_dir(data_dir: str | None) -> Path | None:
     """The data directory a run uses, absolute: ``--data-dir``, else ``$BANDITSWEEP_DATA``; None:
-    the default (core.datasets), wherever each process looks. A path that is a file is refused
+    the default (core.neural.datasets), wherever each process looks. A path that is a file is refused
     (exit 2), naming where it came from."""
     if data_dir is not None:
         source, value = "--data-dir", data_dir

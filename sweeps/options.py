@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
-from banditsweep.core.datasets import DATA_ENV_VAR
+from banditsweep.core.neural.datasets import DATA_ENV_VAR
 from banditsweep.sweeps.spec_errors import show
 from banditsweep.sweeps.spec_overrides import OVERRIDABLE
 from banditsweep.workers import InputError

@@ -2,7 +2,7 @@
 
 Per cell of the sweep (label x environment x horizon: the trials that differ only by seed and grid
 point cost the same) the plan gives the trials, the trial-rounds, the seconds a round takes, the
-memory a trial needs (core.memory) and the GPUs it asks for; then the total as wall time on the
+memory a trial needs (core.engine.memory) and the GPUs it asks for; then the total as wall time on the
 cluster at hand, or on ``--workers N`` / ``--gpus N``.
 
 Seconds per round come from, in order of trust:
@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from banditsweep.core.datasets import DATA_ENV_VAR
-from banditsweep.core.memory import gib, trial_footprint
-from banditsweep.core.trial import TrialRun
+from banditsweep.core.neural.datasets import DATA_ENV_VAR
+from banditsweep.core.engine.memory import gib, trial_footprint
+from banditsweep.core.engine.trial import TrialRun
 from banditsweep.sweeps.display import display_name
 from banditsweep.workers import quiet_factor
 

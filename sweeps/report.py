@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from banditsweep.core.trial import environment_label, environment_title
+from banditsweep.core.engine.trial import environment_label, environment_title
 from banditsweep.sweeps.by_setting import setting_table  # noqa: F401 (API: tests and notebooks build it alone)
 from banditsweep.sweeps.display import DISPLAY_NAMES, display_name, grid_point_latex  # noqa: F401 (DISPLAY_NAMES: API)
 from banditsweep.sweeps.figures import plot_curves
@@ -265,7 +265,7 @@ def code_marks(trials: pd.DataFrame, best: pd.DataFrame, other_code: dict[str, l
 
 
 def environment_titles(trials: pd.DataFrame, envs: list[str]) -> dict[str, str]:
-    """Each environment's title in figures and LaTeX (core.trial.environment_title): the spec's
+    """Each environment's title in figures and LaTeX (core.engine.trial.environment_title): the spec's
     label where it gave one (the trials' name is then not the one their settings make), else the
     kind's title of its settings (``Mushroom``)."""
     configs = dict(trials.drop_duplicates("environment")[["environment", "environment_config"]]

@@ -19,7 +19,7 @@ This module holds the schema (pydantic models) and the expansion of a spec into 
 ``--set`` overrides are :mod:`banditsweep.sweeps.spec_overrides`.
 
 A trial is (algorithm, params + one grid point, environment, seed, horizon); see
-:class:`banditsweep.core.trial.TrialSpec`.
+:class:`banditsweep.core.engine.trial.TrialSpec`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from banditsweep.core import registry
-from banditsweep.core.trial import TrialSpec, environment_label
+from banditsweep.core.engine import registry
+from banditsweep.core.engine.trial import TrialSpec, environment_label
 from banditsweep.sweeps.spec_checks import (Collisions, GridPoint, check_environment_repeats, check_every_entry_has_trials,
                                            check_grid_repeats, check_when_values, matches, written_horizons, SHARD_KEYS)
 from banditsweep.sweeps.spec_errors import SpecError, did_you_mean, raise_from_validation, show
@@ -357,7 +357,7 @@ def _check_environment(source: str, index: int, env: dict, default_horizon: int)
     try:
         config_cls(**settings)
     except ValidationError as error:
-        from banditsweep.core.sharded.shard import shardable_environment
+        from banditsweep.core.kernel.sharded.shard import shardable_environment
 
         sweep_keys = tuple(k for k in ENVIRONMENT_SWEEP_KEYS if shardable_environment(kind) or k not in SHARD_KEYS)
         raise_from_validation(source, where, error, config_cls, settings, sweep_keys)
@@ -472,8 +472,8 @@ def _sharding(source: str, where: str, entry: AlgorithmEntry, env: dict, env_whe
 
 
 def _shard_count(source: str, where: str, spec: TrialSpec, sharding: tuple[str, str, int]) -> int:
-    from banditsweep.core.sharded.partition import max_shards, shards_for
-    from banditsweep.core.sharded.shard import check_shardable, domain_shape
+    from banditsweep.core.kernel.sharded.partition import max_shards, shards_for
+    from banditsweep.core.kernel.sharded.shard import check_shardable, domain_shape
 
     asked_at, key, value = sharding
     try:

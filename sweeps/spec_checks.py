@@ -9,16 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from banditsweep.core import registry
-from banditsweep.core.canonical import canonical_json
-from banditsweep.core.trial import TrialSpec, environment_label, resolve_environment
+from banditsweep.core.engine import registry
+from banditsweep.core.engine.canonical import canonical_json
+from banditsweep.core.engine.trial import TrialSpec, environment_label, resolve_environment
 from banditsweep.sweeps.spec_errors import SpecError, show
 
 if TYPE_CHECKING:
     from banditsweep.sweeps.spec import AlgorithmEntry, PlannedTrial
 
 # Execution keys of an environment or algorithm entry: split each trial's domain over shards
-# (core.sharded); ``shards`` a count, ``shard_points`` the most points per shard.
+# (core.kernel.sharded); ``shards`` a count, ``shard_points`` the most points per shard.
 SHARD_KEYS = ("shards", "shard_points")
 
 

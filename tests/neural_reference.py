@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from banditsweep.core.contracts import Config, Decision, Environment, Feedback, Problem
+from banditsweep.core.engine.contracts import Config, Decision, Environment, Feedback, Problem
 
 
 def dense_parameters(network, group: int = 0, parameter_set: int = 0) -> list[torch.Tensor]:

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from banditsweep.core import registry
-from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Decision
-from banditsweep.core.environments.adversarial_kernel import AdversarialKernelBandit, AdversarialKernelConfig
-from banditsweep.core.trial import TrialSpec, run_trial
+from banditsweep.core.engine import registry
+from banditsweep.core.engine.contracts import ADVERSARIAL_DOMAIN, Decision
+from banditsweep.core.kernel.adversarial_kernel import AdversarialKernelBandit, AdversarialKernelConfig
+from banditsweep.core.engine.trial import TrialSpec, run_trial
 
 
 def small_env(seed=0, horizon=20, **overrides):

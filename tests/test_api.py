@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import banditsweep
-from banditsweep.core.trial import run_trials
+from banditsweep.core.engine.trial import run_trials
 from banditsweep.sweeps.cli import main
 from banditsweep.sweeps.spec_errors import SpecError
 from banditsweep.workers import InputError, code_of
@@ -25,7 +25,7 @@ CELL = textwrap.dedent('''
     import numpy as np
     from pydantic import Field
 
-    from banditsweep.core.contracts import Config, Decision, Policy
+    from banditsweep.core.engine.contracts import Config, Decision, Policy
 
 
     class GreedyParams(Config):
@@ -77,7 +77,7 @@ def run_cell(source: str, name: str = "/tmp/ipykernel_0/cell_1.py", keep_source:
 @pytest.fixture
 def registered():
     """The test's registrations undone afterwards (they would travel with every later run)."""
-    from banditsweep.core import registry
+    from banditsweep.core.engine import registry
     from banditsweep.workers.provenance import code_identity
 
     before, algorithms = dict(shipped._SHIPPED), dict(registry._ALGORITHMS)
@@ -156,8 +156,8 @@ def test_a_shipped_class_is_found_by_a_checkpoint_where_its_module_lacks_it(regi
     registered class is what it finds (here, pytest's ``__main__`` lacks it likewise)."""
     import numpy as np
 
-    from banditsweep.core.contracts import Problem
-    from banditsweep.core.state_codec import decode_state, encode_state
+    from banditsweep.core.engine.contracts import Problem
+    from banditsweep.core.engine.state_codec import decode_state, encode_state
 
     cell = run_cell(CELL)
     banditsweep.register_algorithm("eps_greedy", cell["EpsGreedy"])

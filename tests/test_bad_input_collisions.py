@@ -282,7 +282,7 @@ def test_a_plugin_module_that_cannot_be_imported_is_named_with_its_error(case, c
 
 def test_the_plugin_error_is_typed_in_the_core_layer(monkeypatch):
     """core raises its own PluginError (it imports nothing of sweeps); the CLI maps it to exit 2."""
-    from banditsweep.core import registry
+    from banditsweep.core.engine import registry
 
     monkeypatch.setenv("BANDITSWEEP_PLUGINS", "no_such_module")
     with pytest.raises(registry.PluginError) as error:

@@ -1,6 +1,6 @@
 """How the dispatcher cuts trials into lockstep batches."""
 
-from banditsweep.core.trial import TrialSpec
+from banditsweep.core.engine.trial import TrialSpec
 from banditsweep.workers.execution.batches import make_batches
 from banditsweep.workers.execution.run_values import Job
 

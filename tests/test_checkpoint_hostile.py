@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import yaml
 
-from banditsweep.core.state_codec import MAX_DEPTH, StateFormatError, decode_state
-from banditsweep.core.trial import TrialRun, TrialSpec, checkpoint_key, run_trial
+from banditsweep.core.engine.state_codec import MAX_DEPTH, StateFormatError, decode_state
+from banditsweep.core.engine.trial import TrialRun, TrialSpec, checkpoint_key, run_trial
 from banditsweep.sweeps.cli import main
 from banditsweep.workers.storage.store import SweepStore
 
@@ -147,8 +147,8 @@ def test_a_ray_worker_decoding_a_state_that_names_a_test_plugin_module_does_not_
     def probe(data: bytes, spec) -> tuple[str, bool]:
         import sys as worker_sys
 
-        from banditsweep.core.state_codec import StateFormatError as Refused
-        from banditsweep.core.trial import TrialRun as Run
+        from banditsweep.core.engine.state_codec import StateFormatError as Refused
+        from banditsweep.core.engine.trial import TrialRun as Run
 
         try:
             Run.restore(data, [spec])
@@ -195,8 +195,8 @@ def test_decode_turns_every_failure_into_a_state_format_error():
     for root in ({"t": "dict", "v": 5, "id": 0}, {"t": "dict", "v": [[1]], "id": 0},
                  {"t": "list", "v": [{"t": "ref", "id": [1]}], "id": 0}, {"t": "float", "v": "x" * 10},
                  {"t": "np_generator", "kind": "PCG64", "state": {"t": "dict", "v": [], "id": 1}, "id": 0},
-                 {"t": "object", "cls": ["banditsweep.core.trial", "TrialRun.__init__"], "attrs": {}, "id": 0},
-                 {"t": "object", "cls": ["banditsweep.core.trial", "<locals>"], "attrs": {}, "id": 0}):
+                 {"t": "object", "cls": ["banditsweep.core.engine.trial", "TrialRun.__init__"], "attrs": {}, "id": 0},
+                 {"t": "object", "cls": ["banditsweep.core.engine.trial", "<locals>"], "attrs": {}, "id": 0}):
         with pytest.raises(StateFormatError):
             decode_state(_npz({"format": FORMAT, "root": root}))
     # A moderately nested but legal structure is still read.

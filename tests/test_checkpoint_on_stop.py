@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cases import DATA, specs  # noqa: E402
 from test_sharding import MemoryCheckpoints  # noqa: E402
 
-from banditsweep.core.round_loop import TrialStopped  # noqa: E402
-from banditsweep.core.trial import checkpoint_key, run_trials  # noqa: E402
+from banditsweep.core.engine.round_loop import TrialStopped  # noqa: E402
+from banditsweep.core.engine.trial import checkpoint_key, run_trials  # noqa: E402
 from banditsweep.workers.storage.checkpoint_files import CheckpointFiles  # noqa: E402
 from banditsweep.workers.storage.store import SweepStore  # noqa: E402
 

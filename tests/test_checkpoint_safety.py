@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cases import DATA, specs  # noqa: E402
 
-from banditsweep.core.state_codec import StateFormatError, decode_state, encode_state  # noqa: E402
-from banditsweep.core.trial import TrialRun, TrialSpec, checkpoint_key, run_trial  # noqa: E402
+from banditsweep.core.engine.state_codec import StateFormatError, decode_state, encode_state  # noqa: E402
+from banditsweep.core.engine.trial import TrialRun, TrialSpec, checkpoint_key, run_trial  # noqa: E402
 from banditsweep.sweeps.cli import main  # noqa: E402
 from banditsweep.workers.storage.store import SweepStore  # noqa: E402
 
@@ -128,7 +128,7 @@ def test_a_planted_or_unusable_checkpoint_is_set_aside_and_its_trial_starts_from
 def test_a_sharded_trials_states_refuse_a_pickle_and_another_trials_state(tmp_path):
     from test_sharding import MemoryCheckpoints, _local, _spec as sharded_spec
 
-    from banditsweep.core.sharded.coordinator import ShardedKernelTrial
+    from banditsweep.core.kernel.sharded.coordinator import ShardedKernelTrial
 
     spec = sharded_spec("rls_kernel_exp3", "setting2", horizon=20)
     other = sharded_spec("rls_kernel_exp3", "setting2", horizon=21)

@@ -9,11 +9,11 @@ import pydantic
 import pytest
 from conftest import TEST_DATASETS
 
-from banditsweep.core import registry, seeding
-from banditsweep.core.contracts import Decision
-from banditsweep.core.datasets import DatasetError, load_dataset
-from banditsweep.core.environments.classification import ClassificationBandit, ClassificationConfig
-from banditsweep.core.trial import TrialSpec, run_trial
+from banditsweep.core.engine import registry, seeding
+from banditsweep.core.engine.contracts import Decision
+from banditsweep.core.neural.datasets import DatasetError, load_dataset
+from banditsweep.core.neural.classification import ClassificationBandit, ClassificationConfig
+from banditsweep.core.engine.trial import TrialSpec, run_trial
 
 ROWS = 1000  # every dataset copy in tests/data
 
@@ -137,7 +137,7 @@ def test_ga_on_shuttle_is_unchanged_by_buckets_gram_form_and_threads(monkeypatch
     registry equals the one computed by the generic layer-by-layer optimiser on one thread."""
     import torch
 
-    from banditsweep.core import training
+    from banditsweep.core.neural import training
 
     spec = TrialSpec.create("neural_rbmle_ga", {"width": 8, "steps": 4, "lr": 0.05, "nu": 0.1,
                                                 "precision": "float64"},

@@ -51,7 +51,7 @@ def test_the_data_directory_reaches_the_trial_actors_as_a_value(tmp_path, monkey
     copy although the shared Ray's workers have the test copies' directory in their environment, and
     the driver's environment is left as it was."""
     import banditsweep
-    from banditsweep.core.trial import TrialSpec, run_trial
+    from banditsweep.core.engine.trial import TrialSpec, run_trial
 
     data = tmp_path / "data"
     data.mkdir()

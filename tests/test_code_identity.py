@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from banditsweep.core import registry
+from banditsweep.core.engine import registry
 from banditsweep.workers.provenance import code_identity
 from banditsweep.workers.provenance.code_identity import changed_parts, trial_code
 
@@ -130,18 +130,19 @@ def test_a_shared_base_class_flags_both(package):
 
 
 def test_the_shipped_algorithms_share_no_class_code():
-    """LinUCB, LinTS and LinRBMLE share core/algorithms/linear.py, but not each other's methods;
+    """LinUCB, LinTS and LinRBMLE share core/baselines/linear.py, but not each other's methods;
     every neural method reaches neural_base.py; every trial reaches the round loop."""
     env = registry.environment_class("synthetic")
     codes = {name: trial_code(registry.algorithm_class(name), env)
              for name in ("linucb", "lints", "linrbmle", "neural_ucb", "neural_rbmle_ga", "random")}
-    linear = {name: codes[name].parts["core/algorithms/linear.py"] for name in ("linucb", "lints", "linrbmle")}
+    linear = {name: codes[name].parts["core/baselines/linear.py"] for name in ("linucb", "lints", "linrbmle")}
     assert len(set(linear.values())) == 3
-    assert all("core/algorithms/neural_base.py" in codes[n].parts for n in ("neural_ucb", "neural_rbmle_ga"))
-    assert "core/algorithms/neural_base.py" not in codes["linucb"].parts
+    assert all("core/neural/algorithms/neural_base.py" in codes[n].parts for n in ("neural_ucb", "neural_rbmle_ga"))
+    assert "core/neural/algorithms/neural_base.py" not in codes["linucb"].parts
     for code in codes.values():
-        assert {"core/round_loop.py", "core/seeding.py", "workers/execution/trial_setup.py"} <= set(code.parts)
-        assert "core/registry.py" not in code.parts   # a name table, not computation
+        assert {"core/engine/round_loop.py", "core/engine/seeding.py",
+                "workers/execution/trial_setup.py"} <= set(code.parts)
+        assert "core/engine/registry.py" not in code.parts   # a name table, not computation
         assert not code.unknown
 
 
@@ -275,19 +276,21 @@ def test_recursive_definitions_are_digested_together(package):
 
 def test_digests_of_earlier_records_stand_for_their_content():
     """Records stamped before digests were of content carry 16-digit path-keyed ones: the table made on
-    that tree maps every registered trial kind's to today's content digest, and today's code still
-    gives the path-keyed digest of code that has not moved."""
+    that tree maps every registered trial kind's to today's content digest, also where the code has
+    moved since (LinUCB's module did), and today's code gives the path-keyed digest of its files where
+    they are now."""
     from banditsweep.workers.provenance.legacy_digests import LEGACY_DIGESTS
     from banditsweep.workers.provenance.legacy_identity import content_digest_of, is_path_digest
 
     code = trial_code(registry.algorithm_class("linucb"), registry.environment_class("synthetic"))
     assert len(code.digest) == 24 and not is_path_digest(code.digest)
     assert is_path_digest(code.path_digest) and code.same_code(code.path_digest)
-    assert LEGACY_DIGESTS.get(code.path_digest) == code.digest == content_digest_of(code.path_digest)
+    stamped = [old for old, new in LEGACY_DIGESTS.items() if new == code.digest]
+    assert stamped and all(content_digest_of(old) == code.digest and code.same_code(old) for old in stamped)
     assert not code.same_code("0" * 16) and not code.same_code("0" * 24) and not code.same_code(None)
     # A record of the earlier kind names the changed files in its own terms.
-    stale = {**code.path_parts, "core/algorithms/linear.py": "0" * 16}
-    assert code.changed_since(stale, "0" * 16) == ["core/algorithms/linear.py"]
+    stale = {**code.path_parts, "core/baselines/linear.py": "0" * 16}
+    assert code.changed_since(stale, "0" * 16) == ["core/baselines/linear.py"]
 
 
 def test_a_known_identity_is_taken_only_where_the_sources_are_the_same_bytes(package):
@@ -336,3 +339,18 @@ def test_a_trial_run_by_code_edited_after_it_was_loaded_is_recorded_unknown(pack
 
     note_loaded()
     assert running_code(Again).digest is not None
+
+
+def test_a_digest_a_move_changed_stands_for_todays_code(monkeypatch):
+    """A trial stamped before a move that had to split an import statement of a module a root takes
+    whole (workers.provenance.moved_digests) is current: its digest leads to today's, through every
+    later such move; any other digest does not."""
+    from banditsweep.workers.provenance import legacy_identity
+    from banditsweep.workers.provenance.moved_digests import MOVED_DIGESTS
+
+    assert MOVED_DIGESTS and all(len(old) == len(new) == 24 for old, new in MOVED_DIGESTS.items())
+    code = trial_code(registry.algorithm_class("random"), registry.environment_class("adversarial_kernel"), True)
+    monkeypatch.setattr(legacy_identity, "MOVED_DIGESTS", {"a" * 24: "b" * 24, "b" * 24: code.digest})
+    assert legacy_identity.content_digest_of("a" * 24) == code.digest
+    assert code.same_code("a" * 24) and code.same_code("b" * 24) and code.same_code(code.digest)
+    assert not code.same_code("c" * 24)

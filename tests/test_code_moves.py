@@ -70,7 +70,7 @@ def move_module(package: Path, old: str, new: str) -> None:
         edited = re.sub(rf"(banditsweep|\{{PACKAGE\}})\.{re.escape(old)}(?![\w])", rf"\1.{new}", edited)
         if edited != text:
             path.write_text(edited)
-    codec = package / "core" / "state_codec.py"
+    codec = package / "core" / "engine" / "state_codec.py"
     entries = "".join(f'MOVED_CLASSES[("banditsweep.{old}", "{name}")] = ("banditsweep.{new}", "{name}")\n'
                       for name in classes)
     text = codec.read_text()
@@ -99,10 +99,10 @@ def test_moving_modules_stales_nothing_and_an_edit_after_it_is_seen(tmp_path):
     assert done.returncode == 0, done.stderr
     before = pd.read_parquet(results / "moves" / "trials").set_index("trial_id")
 
-    move_module(package, "core.algorithms.linear", "core.algorithms.linear_family.models")
-    move_module(package, "core.seeding", "core.seeds")
-    move_module(package, "core.kernels", "core.kernel_methods.kernels")
-    assert not (package / "core" / "seeding.py").exists()
+    move_module(package, "core.baselines.linear", "core.baselines.linear_family.models")
+    move_module(package, "core.engine.seeding", "core.engine.seeds")
+    move_module(package, "core.kernel.kernels", "core.kernel.methods.kernels")
+    assert not (package / "core" / "engine" / "seeding.py").exists()
 
     status = _cli(tree, "status", *common, cwd=tmp_path)
     assert status.returncode == 0 and "other code" not in status.stdout, status.stdout + status.stderr
@@ -124,13 +124,13 @@ def test_moving_modules_stales_nothing_and_an_edit_after_it_is_seen(tmp_path):
     assert landed.returncode == 0 and " passed" in landed.stdout, landed.stdout[-3000:]
 
     # An edit of one method after the moves: that class's trials, and only those.
-    models = package / "core" / "algorithms" / "linear_family" / "models.py"
+    models = package / "core" / "baselines" / "linear_family" / "models.py"
     index = "        return mean + self.params.nu * np.sqrt(np.maximum(variance, 0.0))"
     text = models.read_text()
     assert index in text
     models.write_text(text.replace(index, index.replace("mean + ", "mean - ")))
     status = _cli(tree, "status", *common, cwd=tmp_path)
-    assert "2 finished trial(s) were computed by other code (core/algorithms/linear_family/models.py changed)" \
+    assert "2 finished trial(s) were computed by other code (core/baselines/linear_family/models.py changed)" \
         in status.stdout, status.stdout
     rerun = _cli(tree, "run", *common, "--sink", "none", "--no-progress", cwd=tmp_path)
     assert rerun.returncode == 0 and "2 finished, 0 failed" in rerun.stdout, rerun.stdout

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import TEST_DATASETS
 
-from banditsweep.core import datasets as core_datasets
-from banditsweep.core.datasets import DATASETS, DatasetError, data_directory, load_dataset, read_table
+from banditsweep.core.neural import datasets as core_datasets
+from banditsweep.core.neural.datasets import DATASETS, DatasetError, data_directory, load_dataset, read_table
 from banditsweep.sweeps import datasets as sweep_datasets
 from banditsweep.sweeps.datasets import ensure_dataset, ensure_datasets_for
 

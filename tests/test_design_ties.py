@@ -1,4 +1,4 @@
-"""No kernel design hangs on rounding (core.ties): on grids and settings whose greedy quantities tie
+"""No kernel design hangs on rounding (core.engine.ties): on grids and settings whose greedy quantities tie
 exactly in real arithmetic, perturbing every kernel value by up to 2 ulp, or the lengthscale by a few
 ulp, leaves the design of every algorithm unchanged; one and several shards choose the same design;
 and the design is recorded with every trial (design_digest), which verify does not hold against
@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from banditsweep.core import ties
-from banditsweep.core.kernels import Kernel
-from banditsweep.core.trial import TrialSpec
+from banditsweep.core.engine import ties
+from banditsweep.core.kernel.kernels import Kernel
+from banditsweep.core.engine.trial import TrialSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -150,7 +150,7 @@ def test_the_rule_itself():
 def test_one_and_several_shards_choose_the_same_design(algorithm):
     from test_sharding import _local, _spec
 
-    from banditsweep.core.sharded.coordinator import run_sharded
+    from banditsweep.core.kernel.sharded.coordinator import run_sharded
 
     spec = _spec(algorithm, "setting2", horizon=8)
     designs = {shards: run_sharded(spec, _local(spec, shards)).diagnostics["design_digest"] for shards in (1, 2, 3)}

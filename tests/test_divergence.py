@@ -15,12 +15,12 @@ import pytest
 import yaml
 from conftest import PLUGIN_MODULES, PLUGINS
 
-from banditsweep.core import registry
-from banditsweep.core.sharded.coordinator import run_sharded
-from banditsweep.core.sharded.partition import shard_ranges
-from banditsweep.core.sharded.protocol import LocalShards, Moved
-from banditsweep.core.sharded.shard import KernelShard, domain_shape
-from banditsweep.core.trial import NonFiniteError, TrialRun, TrialSpec, run_trial, run_trials
+from banditsweep.core.engine import registry
+from banditsweep.core.kernel.sharded.coordinator import run_sharded
+from banditsweep.core.kernel.sharded.partition import shard_ranges
+from banditsweep.core.kernel.sharded.protocol import LocalShards, Moved
+from banditsweep.core.kernel.sharded.shard import KernelShard, domain_shape
+from banditsweep.core.engine.trial import NonFiniteError, TrialRun, TrialSpec, run_trial, run_trials
 from banditsweep.sweeps.cli import main
 
 SYNTHETIC = {"kind": "synthetic", "function": "h1", "dim": 3, "arms": 4}
@@ -171,7 +171,7 @@ def test_a_sharded_trial_applies_the_same_checks(monkeypatch):
 
 @pytest.mark.parametrize("algorithm", ["apg_exp3", "rls_kernel_exp3"])
 def test_a_shard_reporting_a_nan_reward_stops_its_trial_at_that_round(monkeypatch, algorithm):
-    """The sharded trial records through the one round loop (core.round_loop), so the value a shard
+    """The sharded trial records through the one round loop (core.engine.round_loop), so the value a shard
     reports for f_t(x_t) passes the same finiteness check as an environment's feedback."""
     spec = TrialSpec.create(algorithm, {}, KERNEL, 0, 10, sharded=True)
     value, calls = KernelShard.value, []
@@ -199,7 +199,7 @@ def test_a_nan_in_a_shards_table_stops_its_trial_naming_the_round(monkeypatch):
 def test_apg_exp3_on_a_horizon_shorter_than_log_x_fails_saying_why():
     """T = 3 on 64 points: the P-greedy tolerance log|X| / T = 1.39 exceeds every sqrt(k(x, x)) = 1, the
     Newton basis is empty and eta = c1 / sqrt(D_T T) undefined: a clear error, not a ZeroDivisionError."""
-    from banditsweep.core.trial import TrialSpec, run_trial
+    from banditsweep.core.engine.trial import TrialSpec, run_trial
 
     environment = {"kind": "adversarial_kernel", "domain": {"grid": [8, 8]}, "candidates": 10, "centers": 3}
     with pytest.raises(ValueError, match=r"Newton basis is empty; use a horizon T > log\|X\| = 4.16"):

@@ -70,7 +70,7 @@ def test_run_resume_report(tmp_path, monkeypatch, capsys, shared_ray):
     assert linucb.data.metrics["final_regret"] == pytest.approx(row["final_regret"])
     # The code it ran on and where, as in the Parquet record (workers.provenance.code_identity).
     assert linucb.data.tags["code_digest"] == row["code_digest"]
-    assert linucb.data.tags["code.core/algorithms/linear.py"] == json.loads(row["code"])["core/algorithms/linear.py"]
+    assert linucb.data.tags["code.core/baselines/linear.py"] == json.loads(row["code"])["core/baselines/linear.py"]
     assert linucb.data.tags["runtime.cpu"] == row["runtime_cpu"] and "runtime.numpy" in linucb.data.tags
     # Runs name their grid point; the seeds of one cell share a group; single values are parameters,
     # so the chart view holds the curves (cum_regret/<environment>, final_regret, seconds_per_round) only:

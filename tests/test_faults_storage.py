@@ -197,7 +197,7 @@ def test_a_checkpoint_that_cannot_be_saved_does_not_fail_its_trial(tmp_path, mon
 
     import numpy as np
 
-    from banditsweep.core.trial import TrialSpec, run_trial, run_trials
+    from banditsweep.core.engine.trial import TrialSpec, run_trial, run_trials
     from banditsweep.workers.storage import atomic, checkpoint_files as checkpoints
 
     def disk_full(*arguments, **keywords):

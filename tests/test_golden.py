@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 from cases import CASES, DATA, RECORDED, assert_recorded, flatten, quantity, specs  # noqa: E402
 from cases import RESIDUALS  # noqa: E402
 
-from banditsweep.core.trial import run_trials  # noqa: E402
+from banditsweep.core.engine.trial import run_trials  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,14 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from banditsweep.core import kernels, registry
-from banditsweep.core.algorithms.apg_exp3 import APGExp3, g_optimal_design, newton_basis
-from banditsweep.core.algorithms.kernel_exp3 import KernelExp3, kernel_form_statistics
-from banditsweep.core.algorithms.rls_kernel_exp3 import RLSKernelExp3, RLSKernelExp3AMVR, nystrom_statistics
-from banditsweep.core.exp3 import ExponentialWeights, empirical_distribution, sample
-from banditsweep.core.kernels import Kernel, growth_rate
-from banditsweep.core.trial import TrialSpec, run_trial
+from banditsweep.core.kernel import kernels
+from banditsweep.core.engine import registry
+from banditsweep.core.kernel.algorithms.apg_exp3 import APGExp3, g_optimal_design, newton_basis
+from banditsweep.core.kernel.algorithms.kernel_exp3 import KernelExp3, kernel_form_statistics
+from banditsweep.core.kernel.algorithms.rls_kernel_exp3 import RLSKernelExp3, RLSKernelExp3AMVR, nystrom_statistics
+from banditsweep.core.kernel.exp3 import ExponentialWeights, empirical_distribution, sample
+from banditsweep.core.kernel.kernels import Kernel, growth_rate
+from banditsweep.core.engine.trial import TrialSpec, run_trial
 
 SMALL = {"kind": "adversarial_kernel", "domain": {"uniform": 50, "dim": 2}, "kernel": "matern32",
          "candidates": 100, "centers": 20}

@@ -1,14 +1,14 @@
-"""Lockstep trial batching of exact Kernelized Exp3 (core.trial run_trials, kernel_exp3 batch_key)."""
+"""Lockstep trial batching of exact Kernelized Exp3 (core.engine.trial run_trials, kernel_exp3 batch_key)."""
 
 import numpy as np
 import pytest
 import torch
 
-from banditsweep.core import kernels
-from banditsweep.core.algorithms.kernel_exp3 import (LOCKSTEP_BATCH, KernelExp3, kernel_form_statistics,
-                                                     work_bytes)
-from banditsweep.core.kernels import Kernel
-from banditsweep.core.trial import TrialRun, TrialSpec, batch_key, run_trial, run_trials
+from banditsweep.core.kernel import kernels
+from banditsweep.core.kernel.algorithms.kernel_exp3 import (LOCKSTEP_BATCH, KernelExp3, kernel_form_statistics,
+                                                            work_bytes)
+from banditsweep.core.kernel.kernels import Kernel
+from banditsweep.core.engine.trial import TrialRun, TrialSpec, batch_key, run_trial, run_trials
 
 GRID = {"kind": "adversarial_kernel", "domain": {"grid": [8, 8]}, "kernel": "matern32",
         "candidates": 100, "centers": 20}

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from banditsweep.core import seeding, ties
-from banditsweep.core.ties import tied_argmax
-from banditsweep.core.algorithms.kernel_exp3 import RLS_BETA_FACTOR, kernel_features
-from banditsweep.core.contracts import Decision
-from banditsweep.core.exp3 import g_optimal_design, sample
-from banditsweep.core.kernels import Kernel, growth_rate
-from banditsweep.core.trial import TrialSpec, run_trial
+from banditsweep.core.engine import seeding, ties
+from banditsweep.core.engine.ties import tied_argmax
+from banditsweep.core.kernel.algorithms.kernel_exp3 import RLS_BETA_FACTOR, kernel_features
+from banditsweep.core.engine.contracts import Decision
+from banditsweep.core.kernel.exp3 import g_optimal_design, sample
+from banditsweep.core.kernel.kernels import Kernel, growth_rate
+from banditsweep.core.engine.trial import TrialSpec, run_trial
 
 SMALL = {"kind": "adversarial_kernel", "domain": {"uniform": 40, "dim": 2}, "kernel": "matern32",
          "candidates": 80, "centers": 15}
@@ -74,7 +74,7 @@ def test_regularised_design_equals_a_generic_optimiser_on_a_tiny_domain():
 
 def test_ridge_zero_is_the_fedorov_wynn_design_of_apg_exp3():
     """One routine for both designs: APG-Exp3 imports it, and ridge 0 stops at Kiefer-Wolfowitz's D."""
-    from banditsweep.core.algorithms import apg_exp3
+    from banditsweep.core.kernel.algorithms import apg_exp3
 
     assert apg_exp3.g_optimal_design is g_optimal_design
     features = np.random.default_rng(2).normal(size=(80, 4))
@@ -85,7 +85,7 @@ def test_ridge_zero_is_the_fedorov_wynn_design_of_apg_exp3():
 # ---------------------------------------------------------------- Kernelized Exp3 with each exploration
 
 def dense_mvr_distribution(kernel_matrix, length, lam, key=None):
-    """MVR by dense posterior variances: x_{j+1} = argmax sigma_j^2, ties by core.ties' rule (values
+    """MVR by dense posterior variances: x_{j+1} = argmax sigma_j^2, ties by core.engine.ties' rule (values
     within 1e-9 of the prior variance's scale; the largest priority keyed by ``key``)."""
     chosen = []
     for _ in range(length):

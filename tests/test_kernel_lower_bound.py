@@ -8,11 +8,11 @@ import pytest
 from pydantic import ValidationError
 from scipy import special
 
-from banditsweep.core import registry
-from banditsweep.core.contracts import ADVERSARIAL_DOMAIN, Decision
-from banditsweep.core.environments.kernel_lower_bound import (KernelLowerBound, KernelLowerBoundConfig,
-                                                              lower_bound_rate, noise_threshold)
-from banditsweep.core.trial import TrialSpec, run_trial
+from banditsweep.core.engine import registry
+from banditsweep.core.engine.contracts import ADVERSARIAL_DOMAIN, Decision
+from banditsweep.core.kernel.kernel_lower_bound import (KernelLowerBound, KernelLowerBoundConfig,
+                                                        lower_bound_rate, noise_threshold)
+from banditsweep.core.engine.trial import TrialSpec, run_trial
 
 ENV = {"kind": "kernel_lower_bound", "domain": {"grid": [15, 4]}, "kernel": "matern52", "centers": 12}
 
@@ -167,7 +167,7 @@ def test_every_kernel_algorithm_runs_on_the_instance(algorithm):
 
 def test_a_continuous_domain_and_batches_of_exact_kernel_exp3():
     """{continuous: d} on the lower-bound instance, exact Kernelized Exp3 in one lockstep batch."""
-    from banditsweep.core.trial import batch_key, run_trials
+    from banditsweep.core.engine.trial import batch_key, run_trials
 
     env = {"kind": "kernel_lower_bound", "domain": {"continuous": 2}, "kernel": "matern32"}
     specs = [TrialSpec.create("kernel_exp3", {}, env, seed, 30) for seed in (0, 1)]
@@ -181,7 +181,7 @@ def test_a_continuous_domain_and_batches_of_exact_kernel_exp3():
 
 
 def test_lower_bound_rate_formulas():
-    from banditsweep.core.kernels import Kernel
+    from banditsweep.core.kernel.kernels import Kernel
 
     t, d = 1000, 1
     variance = 4.0 / (8 * math.log(t))

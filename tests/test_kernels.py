@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from scipy import special
 
-from banditsweep.core import domains
-from banditsweep.core.kernels import Kernel, check_memory, growth_rate
-from banditsweep.core.mvr import approximate_mvr_sequence, mvr_sequence
-from banditsweep.core.nystrom import (nystrom_embedding, recursive_rls_nystrom, recursive_rls_nystrom_theory,
-                                      weighted_kernel_block)
+from banditsweep.core.kernel import domains
+from banditsweep.core.kernel.kernels import Kernel, check_memory, growth_rate
+from banditsweep.core.kernel.mvr import approximate_mvr_sequence, mvr_sequence
+from banditsweep.core.kernel.nystrom import (nystrom_embedding, recursive_rls_nystrom, recursive_rls_nystrom_theory,
+                                             weighted_kernel_block)
 
 
 def random_points(seed, n=60, d=2):
@@ -280,7 +280,7 @@ def test_linear_kernel_values_diagonal_and_growth_rate():
 
 @pytest.mark.parametrize("algorithm", ["random", "apg_exp3", "kernel_exp3", "rls_kernel_exp3", "rls_kernel_exp3_amvr"])
 def test_every_kernel_algorithm_runs_with_the_linear_kernel(algorithm):
-    from banditsweep.core.trial import TrialSpec, run_trial
+    from banditsweep.core.engine.trial import TrialSpec, run_trial
 
     env = {"kind": "adversarial_kernel", "domain": {"grid": [8, 8]}, "kernel": "linear", "candidates": 50,
            "centers": 10}
@@ -314,8 +314,8 @@ def test_continuous_domain_is_a_one_over_sqrt_t_net(dim, horizon):
 
 
 def test_continuous_domain_through_an_environment():
-    from banditsweep.core.algorithms.kernel_exp3 import domain_size
-    from banditsweep.core.trial import TrialSpec
+    from banditsweep.core.kernel.algorithms.kernel_exp3 import domain_size
+    from banditsweep.core.engine.trial import TrialSpec
 
     environment = {"kind": "adversarial_kernel", "domain": {"continuous": 2}, "candidates": 20, "centers": 5}
     spec = TrialSpec.create("random", {}, environment, 0, 1000)

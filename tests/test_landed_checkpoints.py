@@ -2,7 +2,7 @@
 at commit 7dd25d2 with tests/golden's cases, stopped after round 7, and a sharded RLS-Kernelized
 Exp3 trial on two shards saved at round 5) still resume on today's code and end as an
 uninterrupted run does (the same arms; floats to 1e-12 of their scale on any CPU): moving or renaming modules must not break a user's checkpoints.
-The kernel ones were saved before the design's ties were decided by core.ties' rule: they are refused,
+The kernel ones were saved before the design's ties were decided by core.engine.ties' rule: they are refused,
 saying why, and their trials start again (resumed, they would go on under a design today's code does
 not choose)."""
 
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cases import DATA, specs  # noqa: E402
 
-from banditsweep.core.trial import TrialRun, checkpoint_key  # noqa: E402
+from banditsweep.core.engine.trial import TrialRun, checkpoint_key  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "checkpoints_7dd25d2"
 
@@ -51,11 +51,11 @@ def test_an_earlier_releases_checkpoint_resumes_as_an_uninterrupted_run(case, mo
 @pytest.mark.parametrize("case", ["kernel_exp3_batch", "rls_kernel_exp3"])
 def test_a_kernel_checkpoint_saved_before_the_tie_rule_is_refused_and_the_trial_starts_again(case, monkeypatch,
                                                                                               tmp_path):
-    """Its design was chosen by the smallest index among tied points (core.ties): resumed, the trial
+    """Its design was chosen by the smallest index among tied points (core.engine.ties): resumed, the trial
     would go on under a design today's code does not choose. It is refused, saying so, set aside,
     and the trial runs from round 1 as an uninterrupted run does."""
-    from banditsweep.core.state_codec import StateFormatError
-    from banditsweep.core.trial import run_trials
+    from banditsweep.core.engine.state_codec import StateFormatError
+    from banditsweep.core.engine.trial import run_trials
     from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
 
     monkeypatch.setenv("BANDITSWEEP_DATA", str(DATA))
@@ -75,7 +75,7 @@ def test_a_kernel_checkpoint_saved_before_the_tie_rule_is_refused_and_the_trial_
 def test_an_earlier_releases_sharded_checkpoint_is_refused_for_its_tie_rule():
     from test_sharding import MemoryCheckpoints, _local, _spec
 
-    from banditsweep.core.sharded.coordinator import run_sharded
+    from banditsweep.core.kernel.sharded.coordinator import run_sharded
 
     spec = _spec("rls_kernel_exp3", "setting2", horizon=20)
     key = checkpoint_key([spec])

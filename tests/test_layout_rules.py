@@ -1,6 +1,8 @@
 """The rules that keep the layout readable, checked from the code (AST, imports inside functions
-included): layers import one way, each room owns its subject, ``sweeps`` enters ``workers`` by its
-front door, and no module grows past the size a reader holds in mind without a stated reason."""
+included): layers import one way, each room owns its subject (core's rooms by what they may import of
+each other, workers' by the one library each alone imports), and ``sweeps`` enters ``workers`` by its
+front door. A module's size is no rule: a long one is a smell its docstring explains, never a reason
+to split one subject in two."""
 
 import ast
 import importlib
@@ -10,15 +12,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE_DIRS = ("core", "workers", "sweeps")
-# Modules allowed past MAX_LINES, with why.
-LONG_MODULES = {
-    "core/training.py": "the batched optimiser of every neural method, forward and backward written out once",
-    "core/sharded/protocol.py": "the shard protocol: every request and reply, a few lines each, declared in one "
-                                "place so that it reads as the protocol's table",
-    "sweeps/spec.py": "the spec's whole contract: every key's model and its expansion into trials, read top to "
-                      "bottom as the reference a spec's error messages point to",
+# core's rooms and, for each, the rooms it may import (its front door, core/<room>/__init__.py, says so):
+# the engine runs every trial and knows no paper; the baselines build on the engine alone; each paper
+# builds on the engine and the baselines and never on the other paper.
+CORE_ROOMS = {
+    "engine": set(),
+    "baselines": {"engine"},
+    "neural": {"engine", "baselines"},
+    "kernel": {"engine", "baselines"},
 }
-MAX_LINES = 450
 
 
 def _modules():
@@ -93,10 +95,53 @@ def test_the_front_door_loads_neither_ray_nor_mlflow():
     assert out.split() == ["False", "False"]
 
 
-@pytest.mark.parametrize("module,path", list(_modules()))
-def test_no_module_grows_past_what_a_reader_holds(module, path):
-    lines = len(path.read_text().splitlines())
-    assert lines <= MAX_LINES or module in LONG_MODULES, f"{module}: {lines} lines (> {MAX_LINES}) without a reason"
+def _room(name: str) -> str | None:
+    """The room of core a dotted name belongs to (``banditsweep.core.neural.training`` -> "neural"),
+    "core" for core's own package, None outside core."""
+    parts = name.split(".")
+    if parts[:2] != ["banditsweep", "core"]:
+        return None
+    return parts[2] if len(parts) > 2 else "core"
+
+
+def test_every_module_of_core_lives_in_a_room():
+    for module in IMPORTS:
+        if module.startswith("core/") and module != "core/__init__.py":
+            assert module.split("/")[1] in CORE_ROOMS, f"{module}: not in a room of core ({', '.join(CORE_ROOMS)})"
+
+
+@pytest.mark.parametrize("room", list(CORE_ROOMS))
+def test_each_room_of_core_imports_only_the_rooms_it_builds_on(room):
+    allowed = CORE_ROOMS[room] | {room}
+    for module, names in IMPORTS.items():
+        if module.startswith(f"core/{room}/"):
+            wrong = sorted({name for name in names if _room(name) is not None and _room(name) not in allowed})
+            assert not wrong, f"{module} imports {wrong}: core.{room} builds on {sorted(CORE_ROOMS[room]) or 'none'}"
+
+
+def test_the_papers_rooms_never_import_each_other():
+    """The table above may gain rooms, never these permissions: the neural and the kernel paper know
+    nothing of each other, the engine knows no paper and no baseline, the baselines know the engine only."""
+    assert "kernel" not in CORE_ROOMS["neural"] and "neural" not in CORE_ROOMS["kernel"]
+    assert CORE_ROOMS["engine"] == set() and CORE_ROOMS["baselines"] == {"engine"}
+
+
+def test_every_room_of_core_has_a_light_front_door():
+    """Each room's ``__init__.py`` is its front page (what lives there, what it may import) and imports
+    nothing: naming a room loads none of its modules, nor torch."""
+    import json
+    import subprocess
+    import sys
+
+    for room in CORE_ROOMS:
+        doc = importlib.import_module(f"banditsweep.core.{room}").__doc__
+        assert doc and len(doc) > 200 and "import" in doc, room
+    code = ("import json, sys; import " + ", ".join(f"banditsweep.core.{room}" for room in CORE_ROOMS) + "; "
+            "loaded = sorted(m for m in sys.modules if m.startswith('banditsweep.core.')); "
+            "print(json.dumps([loaded, 'torch' in sys.modules]))")
+    loaded, torch = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                              check=True).stdout)
+    assert loaded == sorted(f"banditsweep.core.{room}" for room in CORE_ROOMS) and not torch, loaded
 
 
 def test_every_room_has_a_front_page():

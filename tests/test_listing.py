@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from banditsweep.core import registry
+from banditsweep.core.engine import registry
 from banditsweep.sweeps.cli import main
 
 

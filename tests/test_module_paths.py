@@ -2,7 +2,7 @@
 ("Moving a module") as a test. A move that forgets one fails here, not in a user's sweep.
 
 The places: the registry's "module:Class" strings, the code identity's SHARED_ROOTS and SHARDED_ROOTS,
-core.state_codec's MOVED_CLASSES, pyproject.toml's package list (a non-editable install holds every
+core.engine.state_codec's MOVED_CLASSES, pyproject.toml's package list (a non-editable install holds every
 sub-package and module), the entries a Ray job uploads (PACKAGE_ENTRIES), the modules whose classes
 a checkpoint may name (registry.trusted_module), and the paths README.md and docs/ name."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from banditsweep.core import registry
-from banditsweep.core.state_codec import MOVED_CLASSES
+from banditsweep.core.engine import registry
+from banditsweep.core.engine.state_codec import MOVED_CLASSES
 from banditsweep.workers.execution.ray_connection import PACKAGE_ENTRIES
 from banditsweep.workers.provenance.code_identity import SHARDED_ROOTS, SHARED_ROOTS
 
@@ -49,10 +49,10 @@ def _top_names(module: str) -> set[str]:
 
 
 def _registry_table() -> dict[str, str]:
-    """The registry's "module:Class" strings as core/registry.py writes them (its dicts resolve them to
+    """The registry's "module:Class" strings as core/engine/registry.py writes them (its dicts resolve them to
     classes once used)."""
     strings = {}
-    for node in ast.parse((REPO / "core" / "registry.py").read_text()).body:
+    for node in ast.parse((REPO / "core" / "engine" / "registry.py").read_text()).body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Dict):
             for key, value in zip(node.value.keys, node.value.values):
                 if isinstance(key, ast.Constant) and isinstance(value, ast.Constant) and ":" in str(value.value):
@@ -133,8 +133,8 @@ _DOTTED = re.compile(r"`(?:banditsweep\.)?((?:core|workers|sweeps)(?:\.\w+)+)")
 
 
 def _is_named(dotted: str) -> bool:
-    """A module, or a name at most two attributes below one (``core.kernels.growth_rate``,
-    ``core.trial.TrialRun.advance``)."""
+    """A module, or a name at most two attributes below one (``core.kernel.kernels.growth_rate``,
+    ``core.engine.trial.TrialRun.advance``)."""
     parts = dotted.split(".")
     for length in range(len(parts), 0, -1):
         path = REPO.joinpath(*parts[:length])

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from banditsweep.core import likelihoods, registry, seeding
-from banditsweep.core.contracts import Problem
-from banditsweep.core.trial import TrialSpec, run_trial
+from banditsweep.core.neural import likelihoods
+from banditsweep.core.engine import registry, seeding
+from banditsweep.core.engine.contracts import Problem
+from banditsweep.core.engine.trial import TrialSpec, run_trial
 
 from neural_reference import DenseToy, DisjointToy, dense_forward, dense_gradient, dense_parameters, disjoint_contexts
 

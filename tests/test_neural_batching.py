@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from banditsweep.core.trial import TrialSpec, batch_key, run_trial, run_trials
+from banditsweep.core.engine.trial import TrialSpec, batch_key, run_trial, run_trials
 
 CASES = {
     "neural_rbmle_ga": [{"nu": 1.0}, {"nu": 0.1, "lr": 0.002}, {"nu": 0.001}],

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from banditsweep.core import likelihoods
-from banditsweep.core.networks import StackedNetwork, initial_biases, initial_parameters, output_scale
-from banditsweep.core import training
-from banditsweep.core.training import gradient_ascent, log_likelihood
-from banditsweep.core.z_matrix import ZMatrix
+from banditsweep.core.neural import likelihoods
+from banditsweep.core.neural.networks import StackedNetwork, initial_biases, initial_parameters, output_scale
+from banditsweep.core.neural import training
+from banditsweep.core.neural.training import gradient_ascent, log_likelihood
+from banditsweep.core.neural.z_matrix import ZMatrix
 
 from neural_reference import dense_forward, dense_gradient, dense_parameters
 

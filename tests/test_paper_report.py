@@ -10,8 +10,8 @@ import yaml
 from scipy import stats
 from scipy.stats import spearmanr
 
-from banditsweep.core import registry
-from banditsweep.core.trial import environment_label
+from banditsweep.core.engine import registry
+from banditsweep.core.engine.trial import environment_label
 from banditsweep.sweeps.cli import main
 from banditsweep.sweeps.paper_comparison import PaperDataError, compare_with_papers, load_paper, load_papers
 

@@ -93,5 +93,6 @@ def test_code_without_git_is_named_by_its_sources_digest(tmp_path):
         shutil.copytree(package / "core", copy / "core", ignore=shutil.ignore_patterns("__pycache__"))
     named = _source_commit(first)
     assert "source sha256:" in named and "(no git)" in named and named == _source_commit(second)
-    (second / "core" / "trial.py").write_text((second / "core" / "trial.py").read_text() + "\n# changed\n")
+    trial = second / "core" / "engine" / "trial.py"
+    trial.write_text(trial.read_text() + "\n# changed\n")
     assert _source_commit(second) != named

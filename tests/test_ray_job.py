@@ -110,7 +110,7 @@ def test_the_submitted_tree_runs_not_the_installed_package(head, tmp_path):
     checkout = tmp_path / "checkout"
     shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(".venv", ".git", "*.egg-info",
                                                                    "__pycache__", ".pytest_cache"))
-    policy = checkout / "core" / "algorithms" / "random_policy.py"
+    policy = checkout / "core" / "kernel" / "algorithms" / "random_policy.py"
     packages_file = tmp_path / "packages.txt"
     policy.write_text(policy.read_text() + f"\nPACKAGES_FILE = {str(packages_file)!r}\n" + CHANGED_RANDOM)
     spec = {"sweep": "submitted", "horizon": 50, "seeds": 3,

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from banditsweep.core import registry, seeding
-from banditsweep.core.contracts import Problem
+from banditsweep.core.engine import registry, seeding
+from banditsweep.core.engine.contracts import Problem
 
 from neural_reference import disjoint_contexts
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from banditsweep.core.trial import NonFiniteError, TrialSpec, run_trial
+from banditsweep.core.engine.trial import NonFiniteError, TrialSpec, run_trial
 from banditsweep.sweeps.cli import main
 from banditsweep.workers.storage.record import TrialRecord
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from banditsweep.core.trial import TrialSpec, environment_label
+from banditsweep.core.engine.trial import TrialSpec, environment_label
 from banditsweep.sweeps.cli import main
 from banditsweep.sweeps.report import MISSING, markdown_table, setting_table, summarise
 

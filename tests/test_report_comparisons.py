@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 import banditsweep
-from banditsweep.core.trial import environment_label
+from banditsweep.core.engine.trial import environment_label
 from banditsweep.sweeps.figures import band_half_width
 from banditsweep.sweeps.report import recorded_trials, summarise, summarise_held_out, write_report
 from banditsweep.workers import InputError

@@ -76,7 +76,7 @@ def test_a_changed_algorithm_never_hides_behind_its_old_numbers(sweep):
     common = ("spec.yaml", "--results", str(results))
     before = _trials(results)
     assert before["code_digest"].notna().all() and (before["runtime_cpu"] != "").all()
-    linear = tree / "banditsweep" / "core" / "algorithms" / "linear.py"
+    linear = tree / "banditsweep" / "core" / "baselines" / "linear.py"
 
     # Comments and docstrings change no number: nothing is flagged.
     _edit(linear, '    """LinUCB (Li et al. 2010): ridge estimate plus nu sqrt(x^T V^-1 x)."""',
@@ -91,7 +91,7 @@ def test_a_changed_algorithm_never_hides_behind_its_old_numbers(sweep):
     assert status.returncode == 0, status.stderr
     assert "| LinUCB | synthetic:h1 | 0 | 0 | 0 | 2 |" in status.stdout, status.stdout
     assert "| LinTS | synthetic:h1 | 2 | 0 | 0 | 0 |" in status.stdout
-    assert "2 finished trial(s) were computed by other code (core/algorithms/linear.py changed)" in status.stdout
+    assert "2 finished trial(s) were computed by other code (core/baselines/linear.py changed)" in status.stdout
     plan = _cli(tree, "plan", *common, "--probe-seconds", "0.1", cwd=cwd)
     assert "re-running them is about" in plan.stdout, plan.stdout
 
@@ -119,13 +119,13 @@ def test_a_changed_algorithm_never_hides_behind_its_old_numbers(sweep):
     assert "†" not in (folder / "pairs.csv").read_text().split("LinTS,Random")[-1].splitlines()[0]
     code = (results / "codechg" / "report" / "code.md").read_text()
     assert "LinUCB | synthetic:h1: 2 of its 3 trials were computed by other code than today's " \
-           "(core/algorithms/linear.py changed since)" in code
+           "(core/baselines/linear.py changed since)" in code
     assert "| LinTS" in table and "LinTS | synthetic:h1" not in code
 
     # By default a run computes them again, and only them.
     rerun = _cli(tree, "run", *common, "--set", "seeds=3", "--sink", "none", "--no-progress", cwd=cwd)
     assert rerun.returncode == 0, rerun.stderr
-    assert "2 finished trial(s) were computed by other code (core/algorithms/linear.py changed)" in rerun.stdout
+    assert "2 finished trial(s) were computed by other code (core/baselines/linear.py changed)" in rerun.stdout
     assert "2 finished, 0 failed" in rerun.stdout
     after = _trials(results)
     linucb = before.index[before["label"] == "LinUCB"]
@@ -149,7 +149,7 @@ def test_a_changed_algorithm_never_hides_behind_its_old_numbers(sweep):
     assert status.returncode == 0 and "other code" not in status.stdout, status.stdout
     stamped = _trials(results)
     record = json.loads(stamped.loc[stamped["label"] == "LinUCB", "code_accepted"].iloc[0])
-    assert record["changed"] == ["core/algorithms/linear.py"] and record["seed"] == 7 and record["sample"]
+    assert record["changed"] == ["core/baselines/linear.py"] and record["seed"] == 7 and record["sample"]
 
 
 def _replant(curves: Path, trial_id: str, t: int, column: str, value: float) -> None:

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from banditsweep.core.sharded.coordinator import run_sharded
-from banditsweep.core.sharded.partition import shard_ranges
-from banditsweep.core.sharded.protocol import LocalShards
-from banditsweep.core.sharded.shard import KernelShard, domain_shape
+from banditsweep.core.kernel.sharded.coordinator import run_sharded
+from banditsweep.core.kernel.sharded.partition import shard_ranges
+from banditsweep.core.kernel.sharded.protocol import LocalShards
+from banditsweep.core.kernel.sharded.shard import KernelShard, domain_shape
 from banditsweep.sweeps.cli import main
 from banditsweep.sweeps.spec import load_sweep
 

@@ -1,18 +1,18 @@
-"""One kernel trial split over shards (core.sharded; SPEC 4): the same answer for
+"""One kernel trial split over shards (core.kernel.sharded; SPEC 4): the same answer for
 any number of shards, the unsharded answer for random and APG-Exp3, resumable between rounds through
-the one checkpoint driver (core.round_loop.play_out)."""
+the one checkpoint driver (core.engine.round_loop.play_out)."""
 
 import numpy as np
 import pytest
 import yaml
 
-from banditsweep.core.sharded.coordinator import ShardedKernelTrial, run_sharded
-from banditsweep.core.sharded.partition import (block_size, from_fixed, keyed_uniforms, max_shards, shard_ranges,
-                                                shards_for, to_fixed)
-from banditsweep.core.sharded.protocol import LocalShards
-from banditsweep.core.sharded.shard import KernelShard, domain_shape
-from banditsweep.core.state_codec import decode_state, encode_state
-from banditsweep.core.trial import TrialSpec, checkpoint_key, run_trial
+from banditsweep.core.kernel.sharded.coordinator import ShardedKernelTrial, run_sharded
+from banditsweep.core.kernel.sharded.partition import (block_size, from_fixed, keyed_uniforms, max_shards, shard_ranges,
+                                                       shards_for, to_fixed)
+from banditsweep.core.kernel.sharded.protocol import LocalShards
+from banditsweep.core.kernel.sharded.shard import KernelShard, domain_shape
+from banditsweep.core.engine.state_codec import decode_state, encode_state
+from banditsweep.core.engine.trial import TrialSpec, checkpoint_key, run_trial
 from banditsweep.sweeps.spec import SpecError, parse_sweep
 
 ENVIRONMENTS = {
@@ -71,7 +71,7 @@ def test_rls_sharded_is_the_same_algorithm_with_keyed_draws():
 
 
 class MemoryCheckpoints:
-    """Checkpoints kept in a dict (core.round_loop.Checkpoints). The shards of a LocalShards group
+    """Checkpoints kept in a dict (core.engine.round_loop.Checkpoints). The shards of a LocalShards group
     save their parts into it in this process, as Ray shard actors save theirs to files."""
 
     def __init__(self, every: int):
@@ -153,7 +153,7 @@ def test_a_coordinator_state_in_the_landed_layout_resumes(algorithm):
     built = ShardedKernelTrial(spec, _local(spec, 2))
     landed = {**today, **half, "group": None, "resumed_from": None, "landmark_counts": [], "effective_dimensions": [],
               **{name: getattr(built, name) for name in ("n", "dim", "kernel", "norm_bound", "params", "table_max")}}
-    landed.pop("tie_rule", None)   # the landed release saved no tie rule (core.ties)
+    landed.pop("tie_rule", None)   # the landed release saved no tie rule (core.engine.ties)
     if algorithm == "random":
         landed["dots"] = landed.pop("uniform_sums")
     else:

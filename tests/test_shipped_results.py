@@ -4,7 +4,7 @@ was are read through the table made on the tree that stamped them (workers.prove
 
 Each folder's trials of other code are the ones docs/reproduction.md names: Mushroom at T = 8000's
 NeuralRBMLE-GA trials (not re-checked on the code that followed them). A kernel folder computed
-before the design's ties were decided by core.ties' rule is other code until it is run again."""
+before the design's ties were decided by core.engine.ties' rule is other code until it is run again."""
 
 import shutil
 from pathlib import Path

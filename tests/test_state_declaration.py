@@ -1,4 +1,4 @@
-"""What a checkpoint holds is declared per class (core.state_declaration): read from the source, every
+"""What a checkpoint holds is declared per class (core.engine.state_declaration): read from the source, every
 attribute a checkpointed class sets is declared, so that the rule is kept when the code is written
 and not found out when a checkpoint is played; at run time the codec writes only what is declared,
 refuses what is not, and reads a stored object back against its class's declaration. A plugin's
@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 
 from cases import DATA, specs  # noqa: E402
 
-from banditsweep.core.state_codec import StateFormatError, decode_state, encode_state  # noqa: E402
-from banditsweep.core.state_declaration import (StateDeclarationError,  # noqa: E402
-                                                declaration)
-from banditsweep.core.trial import TrialRun, TrialSpec, run_trial  # noqa: E402
+from banditsweep.core.engine.state_codec import StateFormatError, decode_state, encode_state  # noqa: E402
+from banditsweep.core.engine.state_declaration import (StateDeclarationError,  # noqa: E402
+                                                       declaration)
+from banditsweep.core.engine.trial import TrialRun, TrialSpec, run_trial  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGINS = REPO / "tests" / "plugins"
@@ -47,7 +47,7 @@ class ClassSource:
 
     @property
     def declares(self) -> bool:
-        """As core.state_declaration.declaration reads a class: a declaration in its body, or a
+        """As core.engine.state_declaration.declaration reads a class: a declaration in its body, or a
         dataclass of the library."""
         return self.written or (self.library and self.dataclass)
 
@@ -181,12 +181,12 @@ def _checkpointed() -> list[tuple[str, str]]:
 
 def test_the_source_reader_finds_the_checkpointed_classes():
     found = set(_checkpointed())
-    for key in [("banditsweep.core.trial", "TrialRun"), ("banditsweep.core.algorithms.linear", "LinUCB"),
-                ("banditsweep.core.z_matrix", "ZMatrix"), ("banditsweep.core.trial", "TrialSpec"),
+    for key in [("banditsweep.core.engine.trial", "TrialRun"), ("banditsweep.core.baselines.linear", "LinUCB"),
+                ("banditsweep.core.neural.z_matrix", "ZMatrix"), ("banditsweep.core.engine.trial", "TrialSpec"),
                 ("stateful_policies", "DeclaredCountingRandom"), ("faulty_algorithms", "CrashOnce")]:
         assert key in found, key
     assert "marker" in CLASSES[("faulty_algorithms", "CrashOnce")].assigned
-    assert {"domain", "kernel"} <= set(CLASSES[("banditsweep.core.environments.kernel_lower_bound",
+    assert {"domain", "kernel"} <= set(CLASSES[("banditsweep.core.kernel.kernel_lower_bound",
                                                 "KernelLowerBound")].assigned)
 
 
@@ -277,7 +277,7 @@ def test_a_state_holds_exactly_the_declared_attributes():
 def test_an_attribute_declared_nowhere_is_refused_when_saved_naming_class_and_attribute():
     run = _stopped(specs("linucb_h1"))
     run.policy.policies[0].newcomer = 1
-    with pytest.raises(StateDeclarationError, match=r"algorithms\.linear\.LinUCB carries newcomer"):
+    with pytest.raises(StateDeclarationError, match=r"baselines\.linear\.LinUCB carries newcomer"):
         run.snapshot()
 
 
@@ -286,7 +286,7 @@ def test_a_library_class_that_declares_nothing_is_refused():
         def __init__(self):
             self.value = 1
 
-    Undeclared.__module__ = "banditsweep.core.trial"
+    Undeclared.__module__ = "banditsweep.core.engine.trial"
     with pytest.raises(StateDeclarationError, match="Undeclared declares no STATE"):
         encode_state({"x": Undeclared()})
 
@@ -294,9 +294,9 @@ def test_a_library_class_that_declares_nothing_is_refused():
 def test_the_sharded_engine_declares_its_state_as_the_rest_does():
     """The coordinator, its algorithm halves and the shards save the names their classes declare
     (bases included), and name what they rebuild."""
-    from banditsweep.core.algorithms.rls_kernel_exp3 import Landmarks, ShardedRLSKernelExp3
-    from banditsweep.core.sharded.coordinator import ShardedKernelTrial
-    from banditsweep.core.sharded.shard import KernelShard
+    from banditsweep.core.kernel.algorithms.rls_kernel_exp3 import Landmarks, ShardedRLSKernelExp3
+    from banditsweep.core.kernel.sharded.coordinator import ShardedKernelTrial
+    from banditsweep.core.kernel.sharded.shard import KernelShard
 
     assert declaration(ShardedKernelTrial).saved == set(ShardedKernelTrial.STATE)
     assert "group" in declaration(ShardedKernelTrial).transient   # the process's handle, never saved

@@ -5,8 +5,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from banditsweep.core import registry
-from banditsweep.core.trial import TrialRun, TrialSpec, run_trial
+from banditsweep.core.engine import registry
+from banditsweep.core.engine.trial import TrialRun, TrialSpec, run_trial
 
 ENV = {"kind": "synthetic", "function": "h2", "arms": 4, "dim": 6}
 
@@ -114,7 +114,7 @@ def test_results_before_the_last_round_are_refused():
 
 
 def test_plain_policies_run_as_a_batch_of_one_and_equal_a_hand_written_loop():
-    """The one round loop gives what the contract's loop (core.contracts docstring) gives."""
+    """The one round loop gives what the contract's loop (core.engine.contracts docstring) gives."""
     spec = TrialSpec.create("linucb", {"nu": 0.3}, ENV, seed=4, horizon=60)
     env, policy = spec.build()
     arms, regret = [], []

@@ -5,7 +5,7 @@ trials recorded before it unchanged."""
 import numpy as np
 import pytest
 
-from banditsweep.core.trial import TrialSpec, run_trial
+from banditsweep.core.engine.trial import TrialSpec, run_trial
 
 ENV = {"kind": "synthetic", "function": "h1", "dim": 4}
 BASE = {"width": 8, "steps": 3, "lr": 0.01, "z": "full", "precision": "float64"}
@@ -33,7 +33,7 @@ def test_a_journal_record_of_a_trial_with_a_later_parameter_at_its_default_is_va
     """The journal's content check names a trial by the trial's own rule: `z_inverse: update` (a
     parameter added later, at its default) is not part of the id, so the record is the trial's,
     not a damaged one (it was read as damaged, and the whole segment quarantined)."""
-    from banditsweep.core.trial import TrialSpec
+    from banditsweep.core.engine.trial import TrialSpec
     from banditsweep.workers.storage.journal import journal_text, read_records
     from banditsweep.workers.storage.record import FINISHED, TrialRecord
 

@@ -24,8 +24,8 @@ import numpy as np
 from pydantic import Field
 
 import banditsweep
-from banditsweep.core import registry
-from banditsweep.core.contracts import CONTEXTUAL, Config, Decision, Policy
+from banditsweep.core.engine import registry
+from banditsweep.core.engine.contracts import CONTEXTUAL, Config, Decision, Policy
 
 PACKAGE = os.path.dirname(os.path.realpath(banditsweep.__file__))
 

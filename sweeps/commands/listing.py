@@ -15,8 +15,8 @@ from pydantic import BaseModel
 
 from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import ListRequest
-from banditsweep.core import registry
-from banditsweep.core.sharded.shard import shardable_algorithms, shardable_environments
+from banditsweep.core.engine import registry
+from banditsweep.core.kernel.sharded.shard import shardable_algorithms, shardable_environments
 from banditsweep.sweeps.commands import EXIT_BAD_INPUT
 from banditsweep.sweeps.spec_errors import did_you_mean, show
 from banditsweep.sweeps.spec import DEFAULT_SINKS

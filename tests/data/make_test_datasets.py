@@ -1,6 +1,6 @@
 """Make the small dataset copies the test suite reads (``tests/data/<name>.parquet``).
 
-Each copy holds 1000 rows (``banditsweep.core.datasets.MIN_ROWS``, the fewest a dataset file may
+Each copy holds 1000 rows (``banditsweep.core.neural.datasets.MIN_ROWS``, the fewest a dataset file may
 have) of the full file, in the full file's schema: every class is kept (the rarest classes of
 shuttle and covertype with all their rows up to 20), the rest drawn uniformly with a fixed seed,
 and the rows stay in the source order. ``tests/data/SOURCES.md`` records the sha256 of each source
@@ -44,7 +44,7 @@ def main(source_dir: Path) -> None:
     lines = ["# Sources of the test dataset copies", "",
              f"Made by `make_test_datasets.py` (seed {SEED}): {ROWS} rows of each full file, every class kept.",
              "The full files are described in the project's dataset notes (OpenML ids in",
-             "`banditsweep.core.datasets.DATASETS`).", "",
+             "`banditsweep.core.neural.datasets.DATASETS`).", "",
              "| copy | rows | source sha256 | copy sha256 |", "|---|---:|---|---|"]
     for name in NAMES:
         source = source_dir / f"{name}.parquet"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from banditsweep.core.trial import TrialSpec
+from banditsweep.core.engine.trial import TrialSpec
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "data"
@@ -60,7 +60,7 @@ CASES: dict[str, list[tuple[str, dict, dict, int, int]]] = {
 
 # Cases recorded again after a change meant to move their numbers, with the reason.
 RERECORDED = {
-    case: "core.ties: the design's and pivots' ties (exact on this symmetric 7 x 7 grid, and on setting 1's) "
+    case: "core.engine.ties: the design's and pivots' ties (exact on this symmetric 7 x 7 grid, and on setting 1's) "
           "are decided by seed-keyed priorities among values within 1e-9 of the largest, no longer by the "
           "last bits of exp and BLAS giving them to the smallest index; each trial also records its design_digest"
     for case in ("apg_kernel", "kernel_exp3", "rls_kernel_exp3", "rls_amvr_setting1", "kernel_exp3_batch")

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from cases import CASES, DATA, RECORDED, flatten, specs  # noqa: E402
 
-from banditsweep.core.trial import run_trials  # noqa: E402
+from banditsweep.core.engine.trial import run_trials  # noqa: E402
 
 if __name__ == "__main__":
     os.environ["BANDITSWEEP_DATA"] = str(DATA)

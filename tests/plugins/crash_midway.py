@@ -6,7 +6,7 @@ worker process at round ``CRASH_ROUND`` the first time (a marker file per algori
 import os
 from pathlib import Path
 
-from banditsweep.core import registry
+from banditsweep.core.engine import registry
 
 CRASH_ROUND = 13
 BASES = ("neural_rbmle_ga", "neural_rbmle_pc", "neural_ucb", "kernel_exp3", "rls_kernel_exp3")

@@ -14,10 +14,10 @@ import os
 import time
 from pathlib import Path
 
-from banditsweep.core import registry
-from banditsweep.core.algorithms.random_policy import RandomPolicy
-from banditsweep.core.contracts import Config
-from banditsweep.core.environments.synthetic import SyntheticBandit
+from banditsweep.core.engine import registry
+from banditsweep.core.kernel.algorithms.random_policy import RandomPolicy
+from banditsweep.core.engine.contracts import Config
+from banditsweep.core.baselines.synthetic import SyntheticBandit
 
 
 class AlwaysRaises(RandomPolicy):

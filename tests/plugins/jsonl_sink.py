@@ -5,7 +5,7 @@ import json
 import os
 from pathlib import Path
 
-from banditsweep.core import registry
+from banditsweep.core.engine import registry
 
 
 class JsonLinesSink:

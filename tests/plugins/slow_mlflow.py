@@ -6,7 +6,7 @@ time, so a wait for it can be cut short between two of its calls."""
 import time
 from pathlib import Path
 
-from banditsweep.core import registry
+from banditsweep.core.engine import registry
 from banditsweep.workers.mirrors.mlflow.sink import MLflowSink
 
 

@@ -1,15 +1,15 @@
 """Test-only algorithms, registered as a plugin (``BANDITSWEEP_PLUGINS=stateful_policies``), that keep
 state of their own beyond their base's: ``counting_random`` declares nothing (a plugin's class is
 then saved whole, every attribute it carries); ``declared_counting_random`` declares its state and is
-held to it (core.state_declaration). Both are ``random`` counting the rounds they learnt from.
+held to it (core.engine.state_declaration). Both are ``random`` counting the rounds they learnt from.
 ``paced_lints`` is LinTS slowed to a known pace.
 """
 
 import time
 
-from banditsweep.core import registry
-from banditsweep.core.algorithms.linear import LinTS
-from banditsweep.core.algorithms.random_policy import RandomPolicy
+from banditsweep.core.engine import registry
+from banditsweep.core.baselines.linear import LinTS
+from banditsweep.core.kernel.algorithms.random_policy import RandomPolicy
 
 
 class CountingRandom(RandomPolicy):

@@ -15,8 +15,8 @@ import traceback
 
 import ray
 
-from banditsweep.core.round_loop import TrialStopped
-from banditsweep.core.trial import TrialSpec, run_trials
+from banditsweep.core.engine.round_loop import TrialStopped
+from banditsweep.core.engine.trial import TrialSpec, run_trials
 from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
 from banditsweep.workers.provenance.code_identity import note_loaded, running_code
 from banditsweep.workers.provenance.load import LoadSampler
@@ -46,9 +46,9 @@ class TrialActor:
         self.threads = max(1, threads)
         if data_dir:
             # The environments a trial builds read their dataset files from the data directory of the
-            # process they run in (core.datasets); this process is this actor's alone. Imported here:
-            # core.datasets loads pyarrow, which actors of trials without datasets never need.
-            from banditsweep.core.datasets import DATA_ENV_VAR
+            # process they run in (core.neural.datasets); this process is this actor's alone. Imported here:
+            # core.neural.datasets loads pyarrow, which actors of trials without datasets never need.
+            from banditsweep.core.neural.datasets import DATA_ENV_VAR
 
             os.environ[DATA_ENV_VAR] = data_dir
         self.node = ray.util.get_node_ip_address()

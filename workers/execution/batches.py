@@ -1,8 +1,8 @@
 """Lockstep batches: which queued trials run together in one actor call, and how many.
 
-Trials whose algorithm gives them equal batch keys (``core.trial.batch_key``: the algorithm's own
+Trials whose algorithm gives them equal batch keys (``core.engine.trial.batch_key``: the algorithm's own
 ``batch_key``, None for one that never batches) are grouped and cut into batches; every other trial
-is a batch of its own. The actor plays a batch round by round as one computation (core.round_loop).
+is a batch of its own. The actor plays a batch round by round as one computation (core.engine.round_loop).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from banditsweep.core.trial import TrialSpec, batch_key
+from banditsweep.core.engine.trial import TrialSpec, batch_key
 from banditsweep.workers.execution.run_values import Job
 
 # Lockstep batch sizes when neither the spec (resources.batch_trials) nor the algorithm says otherwise.

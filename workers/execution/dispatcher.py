@@ -37,7 +37,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from banditsweep.core.round_loop import TrialStopped
+from banditsweep.core.engine.round_loop import TrialStopped
 from banditsweep.workers.execution.actors import MirrorActor, drain_mirror
 from banditsweep.workers.execution.batches import make_batches
 from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
@@ -163,7 +163,7 @@ class SweepLoop:
 
     def save_running(self) -> None:
         """The run is stopping (SIGTERM, Ctrl-C): with ``checkpoint_every`` in the spec, its running
-        trials save their state at the round they have reached and stop (core.round_loop.play_out),
+        trials save their state at the round they have reached and stop (core.engine.round_loop.play_out),
         so that the next run loses no round of them, if they do within ``STOP_SAVE_SECONDS`` (a
         scheduler's SIGKILL follows its SIGTERM after its grace time, 30 s by default; the stop's
         own deadline is workers.execution.signals.STOP_DEADLINE). A trial whose round takes longer

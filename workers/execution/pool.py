@@ -12,7 +12,7 @@ from typing import Any
 
 import ray
 
-from banditsweep.core.memory import gib, trial_footprint
+from banditsweep.core.engine.memory import gib, trial_footprint
 from banditsweep.workers.execution.actors import TrialActor
 from banditsweep.workers.errors import InputError, ResourceRequestError
 from banditsweep.workers.execution.run_values import Job, RunOptions
@@ -22,7 +22,7 @@ from banditsweep.workers.execution.ray_connection import local_node
 
 def check_fits(jobs: list[Job], options: RunOptions, source: str) -> None:
     """Every trial fits the node it would run on, found before Ray starts or anything is written:
-    its memory (core.memory's estimate) within the largest node's (this machine's, for an embedded
+    its memory (core.engine.memory's estimate) within the largest node's (this machine's, for an embedded
     Ray and for a cluster, whose nodes are not known before joining it), and on an embedded Ray the
     CPUs and GPUs a trial (or a sharded trial's shards together) asks for within this machine's.
     ``source`` (the spec) begins each message."""

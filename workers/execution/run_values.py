@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from banditsweep.core.trial import TrialSpec
+from banditsweep.core.engine.trial import TrialSpec
 from banditsweep.workers.storage.record import TrialRecord
 from banditsweep.workers.mirrors.sinks import MirrorStatus
 

@@ -1,10 +1,10 @@
 """Sharded trials on Ray: one actor per shard of X, placed by a placement group spread over the
-nodes, and the attempts of a trial whose shards die (core.sharded; SPEC 4).
+nodes, and the attempts of a trial whose shards die (core.kernel.sharded; SPEC 4).
 
 The coordinator runs in the driver: per round it sends its shards a few small typed requests
-(core.sharded.protocol lists them), each answered by the actor's one entry point,
+(core.kernel.sharded.protocol lists them), each answered by the actor's one entry point,
 :meth:`ShardActor.handle`. It is played out by core's one checkpoint driver
-(core.round_loop.play_out) over the files of ``workers.storage.checkpoint_files``: every ``checkpoint_every``
+(core.engine.round_loop.play_out) over the files of ``workers.storage.checkpoint_files``: every ``checkpoint_every``
 rounds each shard writes its part of the state from its own process
 (``<results>/<sweep>/.checkpoints/<trial key>/shard-<start>.r<round>.state``), then the coordinator
 its own (``<trial key>.state``), which names the round; a round's checkpoint counts once that file
@@ -26,11 +26,11 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from banditsweep.core.sharded.coordinator import run_sharded
-from banditsweep.core.sharded.partition import shard_ranges
-from banditsweep.core.sharded.protocol import Request
-from banditsweep.core.sharded.shard import KernelShard, domain_shape
-from banditsweep.core.trial import TrialSpec
+from banditsweep.core.kernel.sharded.coordinator import run_sharded
+from banditsweep.core.kernel.sharded.partition import shard_ranges
+from banditsweep.core.kernel.sharded.protocol import Request
+from banditsweep.core.kernel.sharded.shard import KernelShard, domain_shape
+from banditsweep.core.engine.trial import TrialSpec
 from banditsweep.workers.provenance.code_identity import note_loaded, running_code
 from banditsweep.workers.provenance.load import LoadSampler
 from banditsweep.workers.provenance.runtime import runtime_info
@@ -55,7 +55,7 @@ def payload_bytes(request: Request) -> int:
 
 @ray.remote
 class ShardActor:
-    """One shard of one trial (core.sharded.shard.KernelShard) in its own worker process."""
+    """One shard of one trial (core.kernel.sharded.shard.KernelShard) in its own worker process."""
 
     def __init__(self, spec: TrialSpec, start: int, stop: int):
         self.shard = KernelShard(spec, start, stop)

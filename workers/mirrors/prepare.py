@@ -56,7 +56,7 @@ def finish_preparing(process: subprocess.Popen | None) -> None:
 
 
 def prepare(names: list[str], context: SinkContext) -> None:
-    from banditsweep.core import registry
+    from banditsweep.core.engine import registry
 
     for name in names:
         try:

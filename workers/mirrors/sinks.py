@@ -26,7 +26,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from banditsweep.core import registry
+from banditsweep.core.engine import registry
 from banditsweep.workers.errors import InputError
 from banditsweep.workers.storage.record import TrialRecord
 

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from banditsweep.core.trial import TrialSpec
+from banditsweep.core.engine.trial import TrialSpec
 from banditsweep.workers.provenance.code_identity import CodeIdentity, code_of
 from banditsweep.workers.storage.record import FINISHED, TrialRecord
 
@@ -43,7 +43,7 @@ class CodeComparison:
         return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
 
     def other_code_line(self, most_cells: int = 6) -> str:
-        """``12 finished trials were computed by other code (core/algorithms/linear.py changed):
+        """``12 finished trials were computed by other code (core/baselines/linear.py changed):
         LinUCB | synthetic:h1 (6), ...``; "" when there are none."""
         if not self.other:
             return ""

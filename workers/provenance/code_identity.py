@@ -1,12 +1,12 @@
 """The code a trial runs on, as digests that name what changed, and the machine it ran on.
 
-A trial's id is its content (core.trial.TrialSpec.trial_id); what its numbers *mean* also depends
+A trial's id is its content (core.engine.trial.TrialSpec.trial_id); what its numbers *mean* also depends
 on the code that computed them. :func:`trial_code` answers, for a trial, one digest per module of
 that code, each over only the definitions the trial reaches:
 
 - its algorithm's class (with its base classes and everything it names, followed through imports),
 - its environment's class likewise,
-- the code every trial runs: the round loop and the trial (``core.round_loop``, ``core.trial``'s
+- the code every trial runs: the round loop and the trial (``core.engine.round_loop``, ``core.engine.trial``'s
   ``TrialRun`` and ``run_trials``), seeding, and the trial actor's device and thread set-up
   (``workers.execution.trial_setup``); a sharded trial also its engine and its algorithm's sharded half.
 
@@ -14,7 +14,7 @@ The closure is drawn from the source, statically (nothing is imported to digest 
 definition (a class, function or assignment) names other definitions of its module and imported
 ones; each reached definition is normalised (its AST without docstrings, so comments and
 docstrings change nothing) and hashed per module. So a change to LinUCB's methods changes the digest
-of ``core/algorithms/linear.py`` for LinUCB's trials only (LinTS and LinRBMLE, in the same module,
+of ``core/baselines/linear.py`` for LinUCB's trials only (LinTS and LinRBMLE, in the same module,
 do not reach LinUCB's code), while a change to ``neural_base.py`` rightly changes every neural
 method's. Modules of installed libraries (torch, numpy, scipy) are recorded by version instead
 (workers.provenance.runtime). The registry (a table of names) is not part of any trial's code: the class
@@ -44,26 +44,26 @@ from banditsweep.workers.provenance.content_closure import PACKAGE, UNKNOWN, Con
 from banditsweep.workers.provenance.source_index import _Parsed, _normal, _parsed_at, _parsed_text, find_spec_unimported
 
 # What the digests of earlier records left out (workers.provenance.legacy_identity): the registry only.
-_PATH_DIGEST_NOT_CODE = f"{PACKAGE}.core.registry"
+_PATH_DIGEST_NOT_CODE = f"{PACKAGE}.core.engine.registry"
 # What every trial runs, whatever its algorithm: (module, top-level name), or (module, None) whole.
 SHARED_ROOTS = (
-    (f"{PACKAGE}.core.trial", "TrialRun"),
-    (f"{PACKAGE}.core.trial", "run_trials"),
-    (f"{PACKAGE}.core.round_loop", None),
-    (f"{PACKAGE}.core.seeding", None),
+    (f"{PACKAGE}.core.engine.trial", "TrialRun"),
+    (f"{PACKAGE}.core.engine.trial", "run_trials"),
+    (f"{PACKAGE}.core.engine.round_loop", None),
+    (f"{PACKAGE}.core.engine.seeding", None),
     (f"{PACKAGE}.workers.execution.trial_setup", None),
 )
-# A sharded trial's engine, whole (core.sharded and the shard actors; the algorithm's half is a root of
-# its own, core.sharded.algorithm.sharded_half): no algorithm class names it, so no closure reaches it.
+# A sharded trial's engine, whole (core.kernel.sharded and the shard actors; the algorithm's half is a root of
+# its own, core.kernel.sharded.algorithm.sharded_half): no algorithm class names it, so no closure reaches it.
 SHARDED_ROOTS = tuple((f"{PACKAGE}.{module}", None) for module in (
-    "core.sharded.coordinator", "core.sharded.shard", "core.sharded.algorithm", "core.sharded.protocol",
-    "core.sharded.partition", "workers.execution.sharded_trials"))
+    "core.kernel.sharded.coordinator", "core.kernel.sharded.shard", "core.kernel.sharded.algorithm",
+    "core.kernel.sharded.protocol", "core.kernel.sharded.partition", "workers.execution.sharded_trials"))
 
 
 @dataclass(frozen=True)
 class CodeIdentity:
     """The code of one trial: ``digest``, of its content (what the trial's roots reach, wherever it
-    lives), and for messages ``parts``, which maps each file it reaches (``core/algorithms/linear.py``)
+    lives), and for messages ``parts``, which maps each file it reaches (``core/baselines/linear.py``)
     to a digest of what it uses there, or to ``"unknown: why"`` where the source could not be read.
     ``path_digest`` and ``path_parts`` (computed on demand) are the same code in the terms of records
     stamped before digests were of content (workers.provenance.legacy_identity)."""
@@ -100,7 +100,7 @@ class CodeIdentity:
         if not stored:
             return False
         if not is_path_digest(stored):
-            return stored == self.digest
+            return content_digest_of(stored) == self.digest   # itself, or what a move made of it
         return content_digest_of(stored) == self.digest or stored == self.path_digest
 
     def changed_since(self, stored_parts: dict[str, str] | None, stored_digest: str | None) -> list[str]:
@@ -118,13 +118,13 @@ def changed_parts(old: dict[str, str], new: dict[str, str]) -> list[str]:
 
 
 def code_of(spec, known: CodeIdentity | None = None) -> CodeIdentity:
-    """The code identity of the trial ``spec`` (a core.trial.TrialSpec), through the registry.
+    """The code identity of the trial ``spec`` (a core.engine.trial.TrialSpec), through the registry.
     ``known``: the identity another process (the driver) computed for it, taken where this process
     reads the same bytes in every module it was computed from; a trial actor so spares the parse of
     every source file (0.2 s of CPU per actor, 16 actors on 2 cores) and still records the code it runs."""
     if known is not None and known.sources and all(_source_sha(module) == sha for module, sha in known.sources):
         return known
-    from banditsweep.core import registry
+    from banditsweep.core.engine import registry
 
     return trial_code(spec.policy_class, registry.environment_class(spec.environment["kind"]), spec.sharded)
 
@@ -250,8 +250,8 @@ def _current_stamp() -> tuple:
 def _trial_code(algorithm_class: type, environment_class: type, sharded: bool, stamp: tuple) -> CodeIdentity:
     roots: list[tuple[str, str | None]] = [*SHARED_ROOTS, *(SHARDED_ROOTS if sharded else ())]
     half = None
-    if sharded:   # imported here: core.sharded.algorithm loads scipy, which a pooled trial may never need
-        from banditsweep.core.sharded.algorithm import sharded_half
+    if sharded:   # imported here: core.kernel.sharded.algorithm loads scipy, which a pooled trial may never need
+        from banditsweep.core.kernel.sharded.algorithm import sharded_half
 
         half = sharded_half(algorithm_class)
     classes = (algorithm_class, environment_class, *((half,) if half is not None else ()))

@@ -19,11 +19,11 @@ DIGEST_CHARS = 24
 # Not code that computes anything, so no trial's code: the registry (a name table: the class it resolves
 # to is each trial's code) and this room (what a trial records about its code and machine; the sharded
 # trials' module, a root whole, imports it).
-NOT_CODE = (f"{PACKAGE}.core.registry", f"{PACKAGE}.workers.provenance")
+NOT_CODE = (f"{PACKAGE}.core.engine.registry", f"{PACKAGE}.workers.provenance")
 
 
 # Top-level names that are tables of where things live, not computation, wherever they are defined:
-# ``MOVED_CLASSES`` (core.state_codec) gains an entry with every move of a class a checkpoint may
+# ``MOVED_CLASSES`` (core.engine.state_codec) gains an entry with every move of a class a checkpoint may
 # hold, which must not make every trial that can checkpoint "other code".
 NOT_CODE_NAMES = frozenset({"MOVED_CLASSES"})
 
@@ -189,7 +189,7 @@ def content_hash(texts: Iterable[str]) -> str:
 
 
 def part_name(module: str, path: str | None) -> str:
-    """``core/algorithms/linear.py`` for the package's modules, the dotted path as a file elsewhere."""
+    """``core/baselines/linear.py`` for the package's modules, the dotted path as a file elsewhere."""
     parts = module.split(".")
     if parts[0] == PACKAGE:
         parts = parts[1:]

@@ -15,6 +15,10 @@ current when
 
 Anything else was computed by other code, and :func:`path_parts` of today's tree names the files
 that differ, in the terms the record uses.
+
+A content digest is read the same way through :data:`MOVED_DIGESTS` (workers.provenance.moved_digests):
+the digests a move changed without changing any code (an import split in a module that a root takes
+whole), each mapped to the digest of the same code after the move.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import hashlib
 from typing import Callable, Iterable
 
 from banditsweep.workers.provenance.legacy_digests import LEGACY_DIGESTS
+from banditsweep.workers.provenance.moved_digests import MOVED_DIGESTS
 
 PATH_DIGEST_CHARS = 16
 
@@ -33,13 +38,18 @@ def is_path_digest(digest: str | None) -> bool:
 
 
 def content_digest_of(stored: str | None) -> str | None:
-    """The content digest a stored digest stands for: itself if it is one, the table's entry for a
-    path-keyed one (None where the table does not know it, or nothing is stored: None, or a table's NaN)."""
+    """The content digest a stored digest stands for today: itself if it is one, the table's entry for
+    a path-keyed one (None where the table does not know it, or nothing is stored: None, or a table's
+    NaN); either followed through the digests a move changed without changing the code
+    (:data:`~banditsweep.workers.provenance.moved_digests.MOVED_DIGESTS`)."""
     if not isinstance(stored, str) or not stored:
         return None
-    if not is_path_digest(stored):
-        return stored
-    return LEGACY_DIGESTS.get(stored)
+    digest = stored if not is_path_digest(stored) else LEGACY_DIGESTS.get(stored)
+    for _ in range(len(MOVED_DIGESTS)):   # one entry per move the code went through since
+        if digest not in MOVED_DIGESTS:
+            break
+        digest = MOVED_DIGESTS[digest]
+    return digest
 
 
 def path_digest(parts: dict[str, str]) -> str:

@@ -53,7 +53,7 @@ def old_digests(commit: str) -> dict[str, str]:
 
 
 def new_digests(keys) -> dict[str, str]:
-    from banditsweep.core import registry
+    from banditsweep.core.engine import registry
     from banditsweep.workers.provenance.code_identity import trial_code
 
     out = {}

@@ -26,7 +26,7 @@ import linecache
 import textwrap
 from dataclasses import dataclass
 
-from banditsweep.core import registry
+from banditsweep.core.engine import registry
 from banditsweep.workers.provenance import code_identity
 
 ALGORITHM, ENVIRONMENT = "algorithm", "environment"

@@ -1,4 +1,4 @@
-"""In-trial checkpoints on disk, the store behind core's checkpoint driver (core.round_loop.play_out,
+"""In-trial checkpoints on disk, the store behind core's checkpoint driver (core.engine.round_loop.play_out,
 ``Checkpoints``): the state of an unfinished round loop, saved every ``checkpoint_every`` rounds under
 ``<results root>/<sweep>/.checkpoints/<key>.state``. A sharded trial keeps its coordinator's state
 there and each shard's part under ``<key>/`` (``shard-<start>.r<round>.state``), written by the
@@ -71,7 +71,7 @@ class CheckpointFiles:
                 log.warning("stop marker %s not removed: %s", self.directory / self.stop_marker, error)
 
     def stop_requested(self) -> bool:
-        """Whether the run's stop marker exists (core.round_loop.play_out asks after every round; the
+        """Whether the run's stop marker exists (core.engine.round_loop.play_out asks after every round; the
         file is looked at no more than every ``STOP_POLL`` seconds, and once seen the answer stays)."""
         if self.stop_marker is None or self._stopping:
             return self._stopping
@@ -114,7 +114,7 @@ class CheckpointFiles:
         """A state that cannot be used is moved, with its parts, to ``<sweep>/quarantine/`` with a
         note; never read again. Its loop starts from round 1 and records ``checkpoint_rejected``.
 
-        Every checkpoint is read as hostile data (core.state_codec, core.round_loop.RoundLoop.
+        Every checkpoint is read as hostile data (core.engine.state_codec, core.engine.round_loop.RoundLoop.
         saved_attributes). Refused: bytes that are not a state this project writes (garbage,
         truncated, pickle or another format, compressed or oversized entries, array headers that
         claim more than their entry holds, JSON nested deeper than ``state_codec.MAX_DEPTH``, any

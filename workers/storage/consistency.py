@@ -274,7 +274,7 @@ def _extras_that_differ(extras: pa.ChunkedArray, groups: np.ndarray) -> tuple[np
 def _finals_that_differ(table: pa.Table, finished: dict[str, TrialRecord]) -> dict[str, str]:
     """Finished trials whose final regret in the journal is not the cumulative regret of their last
     round in the curves (``table``: trial_id, t, cum_regret), each copy of that round compared. The
-    two are the same number (core.round_loop.TrialResult.final_regret is ``cum_regret[-1]``, the
+    two are the same number (core.engine.round_loop.TrialResult.final_regret is ``cum_regret[-1]``, the
     curve's row of t = horizon), so they agree to the last bits (RELATIVE)."""
     if not finished or table.num_rows == 0:
         return {}

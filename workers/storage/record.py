@@ -146,7 +146,7 @@ class TrialRecord:
 
     def finished(self, result, at: float, load_average: float | None = None,
                  **extra_diagnostics: float) -> "TrialRecord":
-        """The record of a trial that ran to its horizon (``result``: core.trial.TrialResult), measured
+        """The record of a trial that ran to its horizon (``result``: core.engine.trial.TrialResult), measured
         at ``load_average`` (workers.provenance.load.LoadSampler)."""
         return dataclasses.replace(
             self, status=FINISHED, final_regret=result.final_regret, wall_seconds=result.wall_seconds,
@@ -183,9 +183,9 @@ class TrialRecord:
         return cls(**values)   # the values as read: a checked 3 stays the integer it was
 
     def content_ids(self) -> tuple[str, str]:
-        """The ids a trial of this content has (core.trial.TrialSpec.trial_id), unsharded and
+        """The ids a trial of this content has (core.engine.trial.TrialSpec.trial_id), unsharded and
         sharded: a record whose ``trial_id`` is neither does not describe the trial it names."""
-        from banditsweep.core.trial import TrialSpec
+        from banditsweep.core.engine.trial import TrialSpec
 
         try:   # the trial's own content rule (parameters added later are left out at their defaults)
             return tuple(TrialSpec(self.algorithm, self.params, self.environment_config, self.seed, self.horizon,
@@ -226,7 +226,7 @@ def _said(problem) -> str:
 
 
 def _content_id(content: dict[str, Any]) -> str:
-    # As core.trial.TrialSpec.trial_id (the canonical JSON of the content, hashed).
+    # As core.engine.trial.TrialSpec.trial_id (the canonical JSON of the content, hashed).
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 

@@ -11,7 +11,7 @@ writes), ``tracking_store`` (which MLflow store, its URI checked, a local store'
 as the sink ``mlflow`` when ``banditsweep.workers.mirrors`` is imported.
 """
 
-from banditsweep.core import registry
+from banditsweep.core.engine import registry
 from banditsweep.workers.mirrors.mlflow.options import MLFLOW_SINK
 
 registry.register_sink(MLFLOW_SINK, "banditsweep.workers.mirrors.mlflow.sink:MLflowSink")

@@ -1,1 +1,0 @@
-"""Bandit algorithms, one module per paper algorithm (registry names in ``core.registry``)."""

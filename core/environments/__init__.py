@@ -1,1 +1,0 @@
-"""Bandit environments (SPEC 1.2, 2.3)."""
