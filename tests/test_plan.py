@@ -33,8 +33,10 @@ def test_the_plan_estimates_a_small_sweep_within_3x(tmp_path, monkeypatch, share
     out = capsys.readouterr().out
     assert "4 trials, 1,200 trial-rounds" in out and "on 2 worker(s)" in out
     # The wall time is the trials' and Ray's start and stop, which the total names.
-    total = out.splitlines()[-1]
+    [total] = [line for line in out.splitlines() if line.startswith("4 trials, ")]
     assert f"Ray's start and stop about {RAY_START_SECONDS:.0f} s" in total, total
+    # Then what the MLflow mirror will write, and where.
+    assert f"MLflow: 4 run(s) per trial, to sqlite:///{tmp_path}/mlflow.db (written in bulk transactions" in out, out
     estimated = _plan_rows(out)
     # The cells by the names the figures and `run`'s table give them.
     assert sorted(estimated) == ["LinUCB | synthetic:h1,dim=8", "NeuralUCB | synthetic:h1,dim=8"], out
