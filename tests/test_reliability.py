@@ -247,18 +247,25 @@ def test_ui_serves_the_sweeps_store_on_loopback(tmp_path, monkeypatch, shared_ra
     ui = subprocess.Popen([sys.executable, "-m", "banditsweep", "ui", spec, "--port", str(port)], cwd=tmp_path,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
+        # At once: that it is starting, and where; the address only once the server answers there.
         first = ui.stdout.readline()
-        assert f"MLflow UI of sqlite:///{tmp_path}/mlflow.db at http://127.0.0.1:{port}/#/experiments/" in first
-        deadline = time.monotonic() + 300   # a loaded 2-core machine takes minutes to start MLflow
+        assert first.startswith(f"ui: starting the MLflow UI of sqlite:///{tmp_path}/mlflow.db on "
+                                f"http://127.0.0.1:{port}") and "its address follows once it answers" in first, first
+        deadline, lines = time.monotonic() + 300, []   # a loaded 2-core machine takes minutes to start MLflow
         while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                    assert answer.status == 200
-                    break
-            except OSError:
-                time.sleep(0.5)
+            line = ui.stdout.readline()
+            assert line, "".join(lines)   # `ui` ended
+            lines.append(line)
+            if " at http://" in line:
+                break
         else:
-            raise AssertionError("the UI did not answer on loopback within 300 s")
+            raise AssertionError("no address within 300 s:\n" + "".join(lines))
+        assert f"MLflow UI of sqlite:///{tmp_path}/mlflow.db at http://127.0.0.1:{port}/#/experiments/" in line, line
+        assert "Ctrl-C stops it" in line
+        # On loopback, answering when its address is given.
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with direct.open(f"http://127.0.0.1:{port}/health", timeout=5) as answer:
+            assert answer.status == 200
     finally:
         # SIGTERM, as a scheduler or `kill` sends it (`ui` stops on it as on Ctrl-C): a SIGINT would be
         # ignored where the tests run as a background job, which starts with SIGINT ignored (inherited).
