@@ -104,6 +104,7 @@ def three_node_cluster():
     shutil.rmtree(private, ignore_errors=True)
 
 
+@pytest.mark.slow   # a local three-node cluster: about 2 minutes with the next test
 def test_three_shards_land_one_per_worker_node(three_node_cluster, tmp_path):
     cluster, _ = three_node_cluster
     path = _write(tmp_path, "placed", 15, 3, ["random", "apg_exp3"])
@@ -119,6 +120,7 @@ def test_three_shards_land_one_per_worker_node(three_node_cluster, tmp_path):
         assert trials.loc[planned.trial_id, "final_regret"] == pytest.approx(_reference(planned).final_regret, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_shards_spread_over_nodes_and_survive_a_lost_node(three_node_cluster, tmp_path):
     cluster, workers = three_node_cluster
     path = _write(tmp_path, "spread", 120, 3, ["rls_kernel_exp3"], checkpoint_every=10)
