@@ -1,0 +1,282 @@
+"""Sweeps on a Ray cluster of three separate hosts on this machine (tests/hosts.py): each host a
+network namespace with its own address on a private bridge, and its own /tmp, HOME, results folder and
+data folder. Host 0 runs the Ray head (no CPUs of its own: the trials run on the worker hosts) and the
+driver; hosts 1 and 2 run a Ray worker node each, one CPU.
+
+- a sweep run from host 0 with `banditsweep run SPEC --address HEAD` runs its trials on hosts 1 and
+  2, each exactly once, with the final regrets of the same spec on one host (the embedded Ray), and
+  writes nothing on the worker hosts;
+- the same as a Ray job submitted to the head's dashboard from host 0;
+- a worker host lost mid-sweep (every process of it killed, its link removed): the run finishes,
+  no trial lost or run twice, the same values.
+
+The tests skip, saying why, where the namespaces cannot be made (not Linux, not root); with
+BANDITSWEEP_REQUIRE_HOSTS=1 they fail instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from conftest import TEST_DATASETS
+from hosts import BIN, DATA, HOME, HOST_ROOT, RESULTS, Hosts, why_not_available
+from local_ray import end_session, finished_trial_runs
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytestmark = [pytest.mark.hosts, pytest.mark.timeout(900)]
+
+SYNTHETIC = {"horizon": 200, "seeds": 4,
+             "environments": [{"kind": "synthetic", "function": "h1"}],
+             "algorithms": [{"name": "linucb"}, {"name": "random"}]}
+# Trials of a few seconds each, so that the worker hosts are running some when one is lost.
+LONG = {"horizon": 12000, "seeds": 10,
+        "environments": [{"kind": "synthetic", "function": "h1"}],
+        "algorithms": [{"name": "linucb"}]}
+
+
+def require_hosts() -> None:
+    reason = why_not_available()
+    if reason is None:
+        return
+    if os.environ.get("BANDITSWEEP_REQUIRE_HOSTS") == "1":
+        pytest.fail(f"BANDITSWEEP_REQUIRE_HOSTS=1, but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    require_hosts()
+    started = time.monotonic()
+    with Hosts(3, logs=tmp_path_factory.mktemp("hosts-logs")) as hosts:
+        for dataset in TEST_DATASETS.glob("*.parquet"):   # the driver's data folder
+            shutil.copy(dataset, hosts[0].path(DATA))
+        hosts.start_ray()
+        print(f"\n3 hosts and their Ray nodes up in {time.monotonic() - started:.1f} s")
+        yield hosts
+    assert not hosts.leftovers()
+
+
+# ---- single-host references ---------------------------------------------------------------------
+
+REFERENCES: dict[str, pd.DataFrame] = {}
+
+
+def reference(spec: dict, tmp_path_factory) -> pd.DataFrame:
+    """The trials of ``spec`` run by a plain `banditsweep run` on this machine (the embedded Ray), in a
+    folder of their own outside the hosts; once per spec."""
+    key = json.dumps(spec, sort_keys=True)
+    if key not in REFERENCES:
+        folder = tmp_path_factory.mktemp("reference")
+        (folder / "spec.yaml").write_text(yaml.safe_dump({"sweep": "reference", **spec}))
+        env = {**os.environ, "BANDITSWEEP_RESULTS": str(folder / "results"), "HOME": str(folder)}
+        process = subprocess.Popen([sys.executable, "-m", "banditsweep", "run", "spec.yaml", "--no-progress",
+                                    "--sink", "none", "--data-dir", str(TEST_DATASETS)], cwd=folder, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=True)
+        try:
+            out, _ = process.communicate(timeout=300)
+        finally:
+            end_session(process, grace=5)
+        assert process.returncode == 0, out
+        REFERENCES[key] = pd.read_parquet(folder / "results" / "reference" / "trials")
+    return REFERENCES[key]
+
+
+def assert_same_values(trials: pd.DataFrame, expected: pd.DataFrame) -> None:
+    """Every trial of the reference, once, finished, with its final regret (relative 1e-9)."""
+    assert sorted(trials["trial_id"]) == sorted(expected["trial_id"])
+    assert trials["trial_id"].is_unique and (trials["status"] == "finished").all()
+    ours = trials.set_index("trial_id")["final_regret"].sort_index()
+    theirs = expected.set_index("trial_id")["final_regret"].sort_index()
+    np.testing.assert_allclose(ours.to_numpy(), theirs.to_numpy(), rtol=1e-9, atol=0)
+
+
+# ---- on the hosts -------------------------------------------------------------------------------
+
+def write_spec(hosts: Hosts, name: str, spec: dict, folder: str = HOME) -> str:
+    path = f"{folder}/{name}.yaml"
+    hosts[0].path(path).write_text(yaml.safe_dump({"sweep": name, **spec}))
+    return path
+
+
+def run_on_head(hosts: Hosts, spec_path: str, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+    return hosts[0].run(BIN / "banditsweep", "run", spec_path, "--address", hosts.address, "--no-progress", *args,
+                        timeout=timeout)
+
+
+def results_of(hosts: Hosts, sweep: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    folder = hosts[0].path(f"{RESULTS}/{sweep}")
+    return pd.read_parquet(folder / "trials"), pd.read_parquet(folder / "curves")
+
+
+def written_on(host) -> list[str]:
+    """What of a results store is on a host: its results folder, MLflow stores, journals."""
+    found = [str(p) for p in host.path(HOST_ROOT).rglob("*")
+             if p.name in ("mlflow.db", "mlruns", "mlartifacts", ".journal", "trials", "curves", "running.json")]
+    return found + ([RESULTS] if host.path(RESULTS).exists() else [])
+
+
+def worker_addresses(hosts: Hosts) -> set[str]:
+    return {host.address for host in hosts[1:]}
+
+
+def this_machines_address() -> str | None:
+    """The address this machine's own traffic leaves from (None: no route out)."""
+    route = subprocess.run(["ip", "-4", "route", "get", "1.1.1.1"], capture_output=True, text=True).stdout.split()
+    return route[route.index("src") + 1] if "src" in route else None
+
+
+def test_hosts_are_separate_machines(tmp_path):
+    """The helper itself: an address each, only the subnet reachable, /tmp and HOME private; a host
+    cut off cannot be reached until it is reconnected; nothing of the hosts is left afterwards."""
+    require_hosts()
+    listen = ("import socket, sys\ns = socket.socket(); s.bind((sys.argv[1], 7777)); s.listen()\n"
+              "while True:\n    c, _ = s.accept(); c.sendall(b'here'); c.close()\n")
+    reach = ("import socket, sys\ntry:\n    print(socket.create_connection((sys.argv[1], 7777), timeout=2).recv(4).decode())\n"
+             "except OSError as error:\n    print(type(error).__name__)\n")
+    with Hosts(2, logs=tmp_path / "logs") as hosts:
+        a, b = hosts
+        assert a.address != b.address and {a.address, b.address} <= {str(h) for h in hosts.subnet.hosts()}
+        routes = a.run("ip", "-4", "route").stdout.strip().splitlines()
+        assert routes == [f"{hosts.subnet} dev eth0 proto kernel scope link src {a.address}"], routes
+        a.path("/tmp/mine").write_text("a\n")
+        assert not b.path("/tmp/mine").exists() and not Path("/tmp/mine").exists()
+        assert a.run("sh", "-c", "cat /tmp/mine; echo $HOME").stdout.split() == ["a", HOME]
+        b.popen(BIN / "python", "-c", listen, b.address)
+        deadline = time.monotonic() + 20
+        while a.python(reach, b.address).stdout.strip() != "here":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        outside = this_machines_address()
+        if outside:   # this machine's own address is beyond the subnet: unreachable
+            assert a.python(reach, outside).stdout.strip() == "OSError"
+        b.cut()
+        assert a.python(reach, b.address).stdout.strip() in ("TimeoutError", "OSError")
+        b.reconnect()
+        deadline = time.monotonic() + 20
+        while a.python(reach, b.address).stdout.strip() != "here":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        listener = b.namespace_processes()
+        assert listener
+        assert b.lose() >= 1 and not b.namespace_processes()
+        assert a.python(reach, b.address).stdout.strip() != "here"
+    assert not hosts.leftovers()
+    assert not any(Path(f"/proc/{pid}").exists() for pid in listener)
+
+
+def test_a_sweep_from_host_0_runs_its_trials_on_the_worker_hosts(cluster, tmp_path_factory):
+    hosts = cluster
+    for host in hosts[1:]:   # every node with the datasets in its own data folder, as README says
+        for dataset in TEST_DATASETS.glob("*.parquet"):
+            shutil.copy(dataset, host.path(DATA))
+    try:
+        started = time.monotonic()
+        done = run_on_head(hosts, write_spec(hosts, "hosts", SYNTHETIC))
+        seconds = time.monotonic() - started
+    finally:
+        for host in hosts[1:]:
+            for dataset in host.path(DATA).iterdir():
+                dataset.unlink()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "8 finished, 0 failed" in done.stdout and f"cluster at {hosts.address}: 3 node(s), 2 CPU" in done.stdout
+    trials, curves = results_of(hosts, "hosts")
+    assert len(trials) == 8 and (trials["attempts"] == 1).all()
+    # Every trial on a worker host (the head has no CPU), both of them at work.
+    assert set(trials["node"]) == worker_addresses(hosts), trials["node"].tolist()
+    nodes = hosts.alive_nodes()
+    assert {nodes[node_id] for node_id in trials["node_id"]} == worker_addresses(hosts)
+    assert len(curves) == 8 * 200 and not curves.duplicated(["trial_id", "t"]).any()
+    assert_same_values(trials, reference(SYNTHETIC, tmp_path_factory))
+    # SQLite follows the links of a path (/proc/PID/root among them): it reads a copy.
+    store = tmp_path_factory.mktemp("mlflow")
+    for part in hosts[0].path(RESULTS).glob("mlflow.db*"):
+        shutil.copy(part, store)
+    assert finished_trial_runs(store / "mlflow.db", "hosts") == 8
+    for host in hosts[1:]:
+        assert written_on(host) == [], host
+    print(f"\nbanditsweep run on 3 hosts: 8 trials in {seconds:.1f} s "
+          f"({', '.join(f'{a}: {n}' for a, n in trials['node'].value_counts().sort_index().items())})")
+
+
+def test_a_ray_job_submitted_from_host_0_runs_on_the_worker_hosts(cluster, tmp_path_factory):
+    hosts = cluster
+    checkout = f"{HOME}/checkout"
+    shutil.copytree(REPO, hosts[0].path(checkout), ignore=shutil.ignore_patterns(
+        ".venv", ".git", "*.egg-info", "__pycache__", ".pytest_cache", "results"))
+    write_spec(hosts, "hosts_job", SYNTHETIC, folder=checkout)
+    started = time.monotonic()
+    done = hosts[0].run(BIN / "ray", "job", "submit", "--address", hosts.dashboard, "--working-dir", ".", "--",
+                        "banditsweep", "run", "hosts_job.yaml", "--no-progress", "--sink", "none",
+                        cwd=checkout, timeout=400)
+    seconds = time.monotonic() - started
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "succeeded" in output and "8 finished, 0 failed" in output
+    assert f"results: {RESULTS}/hosts_job" in output   # the head's results root
+    trials, curves = results_of(hosts, "hosts_job")
+    assert len(trials) == 8 and (trials["attempts"] == 1).all()
+    assert set(trials["node"]) == worker_addresses(hosts)
+    assert len(curves) == 8 * 200
+    assert_same_values(trials, reference(SYNTHETIC, tmp_path_factory))
+    for host in hosts[1:]:
+        assert written_on(host) == [], host
+        # The job's code reached each worker host through Ray (its package, unpacked there).
+        # (session_latest is a link to an absolute path: a path of the host's, not of this process's.)
+        unpacked = list(host.path("/tmp/ray").glob("session_2*/runtime_resources/py_modules_files/*"))
+        assert unpacked, list(host.path("/tmp/ray").glob("session_2*/runtime_resources/*"))
+    print(f"\nray job submit on 3 hosts: 8 trials in {seconds:.1f} s")
+
+
+def test_a_worker_host_lost_mid_sweep(cluster, tmp_path_factory):
+    """Host 1 loses its power while it runs a trial: every process in its namespaces killed at once,
+    its link removed. The run finishes on host 2: every trial once, none lost, the same values."""
+    hosts = cluster
+    lost, kept = hosts[1], hosts[2]
+    spec = write_spec(hosts, "hosts_lost", LONG)
+    run = hosts[0].popen(BIN / "banditsweep", "run", spec, "--address", hosts.address, "--no-progress",
+                         "--sink", "none", text=True)
+    running = hosts[0].path(f"{RESULTS}/hosts_lost/running.json")
+    deadline = time.monotonic() + 240
+    while True:   # a trial on the host to lose, past its first rounds
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        try:
+            trials = json.loads(running.read_text())["trials"]
+        except (OSError, ValueError, KeyError):
+            trials = []
+        if any(t["node"] == lost.address and t["round"] > 0 for t in trials):
+            break
+        time.sleep(0.2)
+    fault = time.time()
+    killed = lost.lose()
+    dead_after = None
+    while run.poll() is None and time.time() - fault < 300:
+        if dead_after is None and lost.address not in hosts.alive_nodes().values():
+            dead_after = time.time() - fault
+        time.sleep(0.5)
+    out, err = run.communicate(timeout=300)
+    assert run.returncode == 0, out + err
+    assert "10 finished, 0 failed" in out, out + err
+    trials, curves = results_of(hosts, "hosts_lost")
+    assert len(trials) == 10 and trials["trial_id"].is_unique                       # none lost, none twice
+    assert len(curves) == 10 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
+    assert_same_values(trials, reference(LONG, tmp_path_factory))
+    again = trials[trials["attempts"] > 1]
+    assert len(again) >= 1 and set(again["node"]) == {kept.address}, trials[["node", "attempts"]]
+    started_again = pd.to_datetime(again["started_at"], utc=True).min().timestamp() - fault
+    after = trials[pd.to_datetime(trials["finished_at"], utc=True).map(lambda t: t.timestamp()) > fault]
+    print(f"\nhost 1 lost ({killed} processes killed): its node declared dead after "
+          f"{dead_after if dead_after is None else round(dead_after, 1)} s, its trial(s) "
+          f"({len(again)}) started again on host 2 after {started_again:.1f} s; {len(after)} trial(s) finished "
+          f"after the fault, the first {min(t.timestamp() for t in pd.to_datetime(after['finished_at'], utc=True)) - fault:.1f} s after it")
