@@ -7,6 +7,8 @@ driver; hosts 1 and 2 run a Ray worker node each, one CPU.
   2, each exactly once, with the final regrets of the same spec on one host (the embedded Ray), and
   writes nothing on the worker hosts;
 - the same as a Ray job submitted to the head's dashboard from host 0;
+- a classification sweep whose dataset is only in host 0's data folder: the trials on the worker
+  hosts read the driver's copy, sent through Ray's object store, not a file of theirs;
 - a worker host lost mid-sweep (every process of it killed, its link removed): the run finishes,
   no trial lost or run twice, the same values.
 
@@ -16,6 +18,7 @@ BANDITSWEEP_REQUIRE_HOSTS=1 they fail instead.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -43,6 +46,9 @@ SYNTHETIC = {"horizon": 200, "seeds": 4,
 LONG = {"horizon": 12000, "seeds": 10,
         "environments": [{"kind": "synthetic", "function": "h1"}],
         "algorithms": [{"name": "linucb"}]}
+CLASSIFICATION = {"horizon": 200, "seeds": 2,
+                  "environments": [{"kind": "classification", "dataset": "mushroom"}],
+                  "algorithms": [{"name": "linucb"}, {"name": "random"}]}
 
 
 def require_hosts() -> None:
@@ -237,6 +243,26 @@ def test_a_ray_job_submitted_from_host_0_runs_on_the_worker_hosts(cluster, tmp_p
         unpacked = list(host.path("/tmp/ray").glob("session_2*/runtime_resources/py_modules_files/*"))
         assert unpacked, list(host.path("/tmp/ray").glob("session_2*/runtime_resources/*"))
     print(f"\nray job submit on 3 hosts: 8 trials in {seconds:.1f} s")
+
+
+def test_a_dataset_only_on_the_driver_reaches_the_worker_hosts(cluster, tmp_path_factory):
+    """mushroom is in host 0's data folder only: the trials on hosts 1 and 2 read the driver's copy,
+    which Ray's object store carried there; nothing is written to their data folders."""
+    hosts = cluster
+    for host in hosts[1:]:
+        assert list(host.path(DATA).iterdir()) == []
+    done = run_on_head(hosts, write_spec(hosts, "hosts_mushroom", CLASSIFICATION), "--sink", "none")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 finished, 0 failed" in done.stdout, done.stdout + done.stderr
+    trials, _ = results_of(hosts, "hosts_mushroom")
+    assert set(trials["node"]) <= worker_addresses(hosts) and trials["error"].isna().all()
+    assert_same_values(trials, reference(CLASSIFICATION, tmp_path_factory))
+    digest = hashlib.sha256(hosts[0].path(f"{DATA}/mushroom.parquet").read_bytes()).hexdigest()
+    for host in hosts[1:]:
+        assert list(host.path(DATA).iterdir()) == [], host      # the user's data folder is left alone
+        if host.address in set(trials["node"]):                  # the copy it read, as the driver's
+            copies = list(host.path("/tmp").glob("banditsweep-*-datasets/*/mushroom.parquet"))
+            assert [hashlib.sha256(c.read_bytes()).hexdigest() for c in copies] == [digest], copies
 
 
 def test_a_worker_host_lost_mid_sweep(cluster, tmp_path_factory):

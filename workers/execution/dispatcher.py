@@ -46,6 +46,7 @@ from banditsweep.workers.storage.live_run import WRITE_EVERY, Heartbeat, Running
 from banditsweep.workers.execution.run_values import Job, Progress, RunOptions, SweepOutcome
 from banditsweep.workers.execution.pool import Slot, TrialPool, actor_resources, check_shards_fit, placeable
 from banditsweep.workers.execution.ray_connection import RayConnection
+from banditsweep.workers.execution.shipped_datasets import ship_datasets
 from banditsweep.workers.provenance.code_identity import known_code
 from banditsweep.workers.execution.result_writer import ResultWriter
 from banditsweep.workers.storage.record import MAX_ATTEMPTS, TrialOutcome
@@ -109,7 +110,7 @@ class SweepLoop:
             self._check_embedded_ray_fits(pooled, cpus_each, gpus_each)
         self.pool = TrialPool(self.mirror, cpus_each, gpus_each, options.max_workers,
                               use_autoscaler=bool(connection.address), data_dir=options.data_dir,
-                              shipped=options.shipped)
+                              shipped=options.shipped, datasets=ship_datasets(pooled, options, connection.address))
         planned = max(1, min(placeable(cpus_each, gpus_each), options.max_workers or math.inf))
         self.batches = deque(make_batches(pooled, options.batch_trials, gpus_each > 0, planned))
         self.in_flight: dict[Any, InFlight] = {}   # ref -> batch, in the order handed out
@@ -386,7 +387,6 @@ class SweepLoop:
         if unwritable is not None:
             raise unwritable
         return reconcile, mirrored
-
 
     def catch_up_here(self, status: str, summary: dict[str, int], say) -> MirrorStatus:
         """Ray's processes ended with the run (a signal to the whole process group, or to every
