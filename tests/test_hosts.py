@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -39,11 +40,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(900)]
 
-SYNTHETIC = {"horizon": 200, "seeds": 4,
+# Trials long enough (about 0.2 - 1 s each) that both worker hosts' actors are up before the work is gone.
+SYNTHETIC = {"horizon": 2000, "seeds": 6,
              "environments": [{"kind": "synthetic", "function": "h1"}],
              "algorithms": [{"name": "linucb"}, {"name": "random"}]}
 # Trials of a few seconds each, so that the worker hosts are running some when one is lost.
-LONG = {"horizon": 12000, "seeds": 10,
+LONG = {"horizon": 30000, "seeds": 10,
         "environments": [{"kind": "synthetic", "function": "h1"}],
         "algorithms": [{"name": "linucb"}]}
 CLASSIFICATION = {"horizon": 200, "seeds": 2,
@@ -133,6 +135,13 @@ def written_on(host) -> list[str]:
     return found + ([RESULTS] if host.path(RESULTS).exists() else [])
 
 
+def first_starts(trials: pd.DataFrame) -> str:
+    """Per node: how many trials, and when its first one started (after the run's first)."""
+    starts = pd.to_datetime(trials["started_at"], utc=True)
+    return ", ".join(f"{node}: {len(group)} trials, the first at +{(starts[group.index].min() - starts.min()).total_seconds():.1f} s"
+                     for node, group in trials.groupby("node"))
+
+
 def worker_addresses(hosts: Hosts) -> set[str]:
     return {host.address for host in hosts[1:]}
 
@@ -196,24 +205,24 @@ def test_a_sweep_from_host_0_runs_its_trials_on_the_worker_hosts(cluster, tmp_pa
             for dataset in host.path(DATA).iterdir():
                 dataset.unlink()
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "8 finished, 0 failed" in done.stdout and f"cluster at {hosts.address}: 3 node(s), 2 CPU" in done.stdout
+    assert "12 finished, 0 failed" in done.stdout and f"cluster at {hosts.address}: 3 node(s), 2 CPU" in done.stdout
     trials, curves = results_of(hosts, "hosts")
-    assert len(trials) == 8 and (trials["attempts"] == 1).all()
+    assert len(trials) == 12 and (trials["attempts"] == 1).all()
     # Every trial on a worker host (the head has no CPU), both of them at work.
     assert set(trials["node"]) == worker_addresses(hosts), trials["node"].tolist()
     nodes = hosts.alive_nodes()
     assert {nodes[node_id] for node_id in trials["node_id"]} == worker_addresses(hosts)
-    assert len(curves) == 8 * 200 and not curves.duplicated(["trial_id", "t"]).any()
+    assert len(curves) == 12 * 2000 and not curves.duplicated(["trial_id", "t"]).any()
     assert_same_values(trials, reference(SYNTHETIC, tmp_path_factory))
     # SQLite follows the links of a path (/proc/PID/root among them): it reads a copy.
     store = tmp_path_factory.mktemp("mlflow")
     for part in hosts[0].path(RESULTS).glob("mlflow.db*"):
         shutil.copy(part, store)
-    assert finished_trial_runs(store / "mlflow.db", "hosts") == 8
+    assert finished_trial_runs(store / "mlflow.db", "hosts") == 12
     for host in hosts[1:]:
         assert written_on(host) == [], host
-    print(f"\nbanditsweep run on 3 hosts: 8 trials in {seconds:.1f} s "
-          f"({', '.join(f'{a}: {n}' for a, n in trials['node'].value_counts().sort_index().items())})")
+    print(f"\nbanditsweep run on 3 hosts: 12 trials in {seconds:.1f} s "
+          f"({first_starts(trials)})")
 
 
 def test_a_ray_job_submitted_from_host_0_runs_on_the_worker_hosts(cluster, tmp_path_factory):
@@ -229,12 +238,12 @@ def test_a_ray_job_submitted_from_host_0_runs_on_the_worker_hosts(cluster, tmp_p
     seconds = time.monotonic() - started
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
-    assert "succeeded" in output and "8 finished, 0 failed" in output
+    assert "succeeded" in output and "12 finished, 0 failed" in output
     assert f"results: {RESULTS}/hosts_job" in output   # the head's results root
     trials, curves = results_of(hosts, "hosts_job")
-    assert len(trials) == 8 and (trials["attempts"] == 1).all()
+    assert len(trials) == 12 and (trials["attempts"] == 1).all()
     assert set(trials["node"]) == worker_addresses(hosts)
-    assert len(curves) == 8 * 200
+    assert len(curves) == 12 * 2000
     assert_same_values(trials, reference(SYNTHETIC, tmp_path_factory))
     for host in hosts[1:]:
         assert written_on(host) == [], host
@@ -242,7 +251,7 @@ def test_a_ray_job_submitted_from_host_0_runs_on_the_worker_hosts(cluster, tmp_p
         # (session_latest is a link to an absolute path: a path of the host's, not of this process's.)
         unpacked = list(host.path("/tmp/ray").glob("session_2*/runtime_resources/py_modules_files/*"))
         assert unpacked, list(host.path("/tmp/ray").glob("session_2*/runtime_resources/*"))
-    print(f"\nray job submit on 3 hosts: 8 trials in {seconds:.1f} s")
+    print(f"\nray job submit on 3 hosts: 12 trials in {seconds:.1f} s ({first_starts(trials)})")
 
 
 def test_a_dataset_only_on_the_driver_reaches_the_worker_hosts(cluster, tmp_path_factory):
@@ -265,27 +274,64 @@ def test_a_dataset_only_on_the_driver_reaches_the_worker_hosts(cluster, tmp_path
             assert [hashlib.sha256(c.read_bytes()).hexdigest() for c in copies] == [digest], copies
 
 
-def test_a_worker_host_lost_mid_sweep(cluster, tmp_path_factory):
-    """Host 1 loses its power while it runs a trial: every process in its namespaces killed at once,
-    its link removed. The run finishes on host 2: every trial once, none lost, the same values."""
-    hosts = cluster
-    lost, kept = hosts[1], hosts[2]
-    spec = write_spec(hosts, "hosts_lost", LONG)
-    run = hosts[0].popen(BIN / "banditsweep", "run", spec, "--address", hosts.address, "--no-progress",
-                         "--sink", "none", text=True)
-    running = hosts[0].path(f"{RESULTS}/hosts_lost/running.json")
+def wait_for_a_trial_on(hosts: Hosts, host, sweep: str, run: subprocess.Popen) -> None:
+    """Until the run's running.json (on host 0) lists a trial on ``host`` past its first rounds."""
+    running = hosts[0].path(f"{RESULTS}/{sweep}/running.json")
     deadline = time.monotonic() + 240
-    while True:   # a trial on the host to lose, past its first rounds
+    while True:
         assert run.poll() is None and time.monotonic() < deadline, run.communicate()
         try:
             trials = json.loads(running.read_text())["trials"]
         except (OSError, ValueError, KeyError):
             trials = []
-        if any(t["node"] == lost.address and t["round"] > 0 for t in trials):
-            break
+        if any(t["node"] == host.address and t["round"] > 0 for t in trials):
+            return
         time.sleep(0.2)
-    fault = time.time()
-    killed = lost.lose()
+
+
+def actor_cpu_seconds(host) -> float | None:
+    """The CPU time of the trial actor on ``host`` (None: none there)."""
+    for pid in host.namespace_processes():
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::TrialActor"):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return None
+
+
+def wait_until_idle(host, timeout: float = 120) -> None:
+    """Until the trial actor on ``host`` has used no CPU for 2 s: it ended the calls it held."""
+    deadline = time.monotonic() + timeout
+    last, still_since = actor_cpu_seconds(host), time.monotonic()
+    while time.monotonic() - still_since < 2.0:
+        assert time.monotonic() < deadline, "the trial actor did not go idle"
+        time.sleep(0.25)
+        now = actor_cpu_seconds(host)
+        if now != last:
+            last, still_since = now, time.monotonic()
+
+
+def test_a_worker_host_lost_mid_sweep(cluster, tmp_path_factory):
+    """Host 1 loses its power mid-sweep: every process in its namespaces killed at once, its link
+    removed. The worst moment is taken: its trial actor has ended the calls it held and their answers
+    (the trials' per-round arrays, in host 1's object store) are not yet fetched by the driver, whose
+    process is stopped (SIGSTOP) from the moment host 1 runs a trial until the host is gone. The run
+    finishes on host 2: every trial once, none lost, none failed, the same values."""
+    hosts = cluster
+    lost, kept = hosts[1], hosts[2]
+    spec = write_spec(hosts, "hosts_lost", LONG)
+    run = hosts[0].popen(BIN / "banditsweep", "run", spec, "--address", hosts.address, "--no-progress",
+                         "--sink", "none", text=True)
+    wait_for_a_trial_on(hosts, lost, "hosts_lost", run)
+    os.kill(run.pid, signal.SIGSTOP)
+    try:
+        wait_until_idle(lost)
+        fault = time.time()
+        killed = lost.lose()
+    finally:
+        os.kill(run.pid, signal.SIGCONT)
     dead_after = None
     while run.poll() is None and time.time() - fault < 300:
         if dead_after is None and lost.address not in hosts.alive_nodes().values():
@@ -298,11 +344,10 @@ def test_a_worker_host_lost_mid_sweep(cluster, tmp_path_factory):
     assert len(trials) == 10 and trials["trial_id"].is_unique                       # none lost, none twice
     assert len(curves) == 10 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
     assert_same_values(trials, reference(LONG, tmp_path_factory))
-    again = trials[trials["attempts"] > 1]
+    started = pd.to_datetime(trials["started_at"], utc=True).map(lambda t: t.timestamp())
+    again = trials[(started > fault).to_numpy() & (trials["attempts"] > 1).to_numpy()]
     assert len(again) >= 1 and set(again["node"]) == {kept.address}, trials[["node", "attempts"]]
-    started_again = pd.to_datetime(again["started_at"], utc=True).min().timestamp() - fault
-    after = trials[pd.to_datetime(trials["finished_at"], utc=True).map(lambda t: t.timestamp()) > fault]
-    print(f"\nhost 1 lost ({killed} processes killed): its node declared dead after "
-          f"{dead_after if dead_after is None else round(dead_after, 1)} s, its trial(s) "
-          f"({len(again)}) started again on host 2 after {started_again:.1f} s; {len(after)} trial(s) finished "
-          f"after the fault, the first {min(t.timestamp() for t in pd.to_datetime(after['finished_at'], utc=True)) - fault:.1f} s after it")
+    started_again = started[again.index].min() - fault
+    print(f"\nhost 1 lost ({killed} processes killed) holding the unfetched answers of its calls: its node declared "
+          f"dead after {dead_after if dead_after is None else round(dead_after, 1)} s; its trial(s) started again on "
+          f"host 2 after {started_again:.1f} s; {(started > fault).sum()} trial(s) started after the fault")

@@ -259,7 +259,7 @@ class SweepLoop:
                 continue
             try:
                 outcomes = ray.get(ref)
-            except ray.exceptions.RayActorError as error:
+            except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:
                 arrived += self.requeue_dead(flight.slot, ref, error)
                 continue
             del self.in_flight[ref]
@@ -270,9 +270,9 @@ class SweepLoop:
         return arrived, bool(ready)
 
     def requeue_dead(self, slot: Slot, failed_ref, error: Exception) -> list[TrialOutcome]:
-        """The actor of ``slot`` died (node lost, out of memory, a crash in native code): its batches
-        go back to the queue. Returns the outcomes that settled all the same: calls that finished
-        before the death, and the trials that failed for good.
+        """The actor of ``slot`` died (node lost, out of memory, a crash in native code), or a call's
+        answer was lost with its node before the driver fetched it: its batches go back to the queue.
+        Returns what settled all the same: calls that finished before the death, trials failed for good.
 
         The first lost call had started, so its trials have one more attempt counted (here, and only
         here); those queued behind it go back without one. The driver cannot see more: a death
@@ -297,7 +297,7 @@ class SweepLoop:
                 try:   # it finished before the actor died: its results count
                     settled += ray.get(ref, timeout=0)
                     continue
-                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.GetTimeoutError):
                     pass
             lost.append(batch)
         for job in (job for batch in lost for job in batch):
