@@ -289,6 +289,36 @@ def wait_for_a_trial_on(hosts: Hosts, host, sweep: str, run: subprocess.Popen) -
         time.sleep(0.2)
 
 
+def test_a_worker_host_cut_off_for_20_s(cluster, tmp_path_factory):
+    """Host 2's link down for 20 s while it runs a trial, then up again: shorter than Ray takes to
+    declare a node dead, so the node stays in the cluster, and the run finishes with every trial once
+    and the same values. A call that was on the cut host may fail when its connection turns out to
+    be reset at the reconnection (Ray's ACTOR_UNAVAILABLE, a worker death to the driver): its trials
+    run again, once."""
+    hosts = cluster
+    cut = hosts[2]
+    spec = write_spec(hosts, "hosts_cut", LONG)
+    started = time.monotonic()
+    run = hosts[0].popen(BIN / "banditsweep", "run", spec, "--address", hosts.address, "--no-progress",
+                         "--sink", "none", text=True)
+    wait_for_a_trial_on(hosts, cut, "hosts_cut", run)
+    cut.cut()
+    time.sleep(20)
+    cut.reconnect()
+    out, err = run.communicate(timeout=500)
+    seconds = time.monotonic() - started
+    assert run.returncode == 0, out + err
+    assert "10 finished, 0 failed" in out, out + err
+    trials, curves = results_of(hosts, "hosts_cut")
+    assert len(trials) == 10 and trials["trial_id"].is_unique and (trials["attempts"] <= 2).all()
+    assert set(trials["node"]) <= worker_addresses(hosts)
+    assert len(curves) == 10 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
+    assert_same_values(trials, reference(LONG, tmp_path_factory))
+    assert sorted(hosts.alive_nodes().values()) == sorted(host.address for host in hosts)
+    print(f"\nhost 2 cut off for 20 s: the run took {seconds:.1f} s, {int((trials['attempts'] > 1).sum())} trial(s) "
+          "ran a second time")
+
+
 def actor_cpu_seconds(host) -> float | None:
     """The CPU time of the trial actor on ``host`` (None: none there)."""
     for pid in host.namespace_processes():
