@@ -9,8 +9,10 @@ driver; hosts 1 and 2 run a Ray worker node each, one CPU.
 - the same as a Ray job submitted to the head's dashboard from host 0;
 - a classification sweep whose dataset is only in host 0's data folder: the trials on the worker
   hosts read the driver's copy, sent through Ray's object store, not a file of theirs;
-- a worker host lost mid-sweep (every process of it killed, its link removed): the run finishes,
-  no trial lost or run twice, the same values.
+- a worker host cut off for 20 s, then reconnected: the run finishes, every trial once, the same values;
+- a worker host lost mid-sweep (every process of it killed, its link removed) while the answers of
+  its calls are still in its object store: the run finishes, no trial lost or recorded twice, the
+  same values.
 
 The tests skip, saying why, where the namespaces cannot be made (not Linux, not root); with
 BANDITSWEEP_REQUIRE_HOSTS=1 they fail instead.
