@@ -25,6 +25,7 @@ from banditsweep.workers.provenance.shipped import install_all
 from banditsweep.workers.storage.live_run import RunningTrials
 from banditsweep.workers.storage.record import TrialOutcome, TrialRecord
 from banditsweep.workers.mirrors.sinks import Mirror, MirrorStatus, SinkContext, open_sinks
+from banditsweep.workers.execution.shipped_datasets import provide_datasets
 from banditsweep.workers.execution.trial_setup import configure_threads, trial_device
 
 
@@ -38,10 +39,13 @@ class TrialActor:
     """One per GPU (or per ``cpus_per_trial`` CPUs). Runs a batch of compatible trials at a time.
     ``data_dir``: where the trials' dataset files are (None: where this worker's environment says);
     ``shipped``: the classes the driver registered that this process registers too, before any trial
-    (workers.provenance.shipped: a notebook's policy arrives by value, with its source)."""
+    (workers.provenance.shipped: a notebook's policy arrives by value, with its source);
+    ``datasets``: the driver's dataset files, read where this node lacks them (workers.execution.shipped_datasets)."""
 
-    def __init__(self, mirror, threads: int, data_dir: str | None = None, shipped: tuple = ()):
+    def __init__(self, mirror, threads: int, data_dir: str | None = None, shipped: tuple = (),
+                 datasets: tuple = ()):
         self.mirror = mirror
+        self.datasets = datasets
         install_all(shipped)
         self.threads = max(1, threads)
         if data_dir:
@@ -70,7 +74,9 @@ class TrialActor:
         now = time.time()
         records = [record.started(record.attempts, self.node, self.node_id, self.device_label, now) for _, record in batch]
         try:
-            # Inside the guard: an algorithm whose module cannot be imported fails its trials, not the sweep.
+            # Inside the guard: an algorithm whose module cannot be imported (or a dataset that cannot be
+            # fetched) fails its trials, not the sweep.
+            provide_datasets(specs, self.datasets)
             self._configure_threads(specs[0])
             records = self._stamped(specs, records)
             return self._run_together(specs, records)

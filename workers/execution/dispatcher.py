@@ -46,6 +46,7 @@ from banditsweep.workers.storage.live_run import WRITE_EVERY, Heartbeat, Running
 from banditsweep.workers.execution.run_values import Job, Progress, RunOptions, SweepOutcome
 from banditsweep.workers.execution.pool import Slot, TrialPool, actor_resources, check_shards_fit, placeable
 from banditsweep.workers.execution.ray_connection import RayConnection
+from banditsweep.workers.execution.shipped_datasets import ship_datasets
 from banditsweep.workers.provenance.code_identity import known_code
 from banditsweep.workers.execution.result_writer import ResultWriter
 from banditsweep.workers.storage.record import MAX_ATTEMPTS, TrialOutcome
@@ -109,7 +110,7 @@ class SweepLoop:
             self._check_embedded_ray_fits(pooled, cpus_each, gpus_each)
         self.pool = TrialPool(self.mirror, cpus_each, gpus_each, options.max_workers,
                               use_autoscaler=bool(connection.address), data_dir=options.data_dir,
-                              shipped=options.shipped)
+                              shipped=options.shipped, datasets=ship_datasets(pooled, options, connection.address))
         planned = max(1, min(placeable(cpus_each, gpus_each), options.max_workers or math.inf))
         self.batches = deque(make_batches(pooled, options.batch_trials, gpus_each > 0, planned))
         self.in_flight: dict[Any, InFlight] = {}   # ref -> batch, in the order handed out
@@ -258,7 +259,7 @@ class SweepLoop:
                 continue
             try:
                 outcomes = ray.get(ref)
-            except ray.exceptions.RayActorError as error:
+            except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:
                 arrived += self.requeue_dead(flight.slot, ref, error)
                 continue
             del self.in_flight[ref]
@@ -269,9 +270,9 @@ class SweepLoop:
         return arrived, bool(ready)
 
     def requeue_dead(self, slot: Slot, failed_ref, error: Exception) -> list[TrialOutcome]:
-        """The actor of ``slot`` died (node lost, out of memory, a crash in native code): its batches
-        go back to the queue. Returns the outcomes that settled all the same: calls that finished
-        before the death, and the trials that failed for good.
+        """The actor of ``slot`` died (node lost, out of memory, a crash in native code), or a call's
+        answer was lost with its node before the driver fetched it: its batches go back to the queue.
+        Returns what settled all the same: calls that finished before the death, trials failed for good.
 
         The first lost call had started, so its trials have one more attempt counted (here, and only
         here); those queued behind it go back without one. The driver cannot see more: a death
@@ -296,7 +297,7 @@ class SweepLoop:
                 try:   # it finished before the actor died: its results count
                     settled += ray.get(ref, timeout=0)
                     continue
-                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.GetTimeoutError):
                     pass
             lost.append(batch)
         for job in (job for batch in lost for job in batch):
@@ -386,7 +387,6 @@ class SweepLoop:
         if unwritable is not None:
             raise unwritable
         return reconcile, mirrored
-
 
     def catch_up_here(self, status: str, summary: dict[str, int], say) -> MirrorStatus:
         """Ray's processes ended with the run (a signal to the whole process group, or to every

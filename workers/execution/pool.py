@@ -121,9 +121,9 @@ class TrialPool:
     CHECK_SECONDS = 2.0
 
     def __init__(self, mirror, cpus_each: float, gpus_each: float, cap: int | None, use_autoscaler: bool,
-                 data_dir: str | None = None, shipped: tuple = ()):
+                 data_dir: str | None = None, shipped: tuple = (), datasets: tuple = ()):
         self.mirror, self.cpus_each, self.gpus_each = mirror, cpus_each, gpus_each
-        self.data_dir, self.shipped = data_dir, shipped
+        self.data_dir, self.shipped, self.datasets = data_dir, shipped, datasets
         self.cap = cap if cap and cap > 0 else None
         self.use_autoscaler = use_autoscaler
         self.slots: list[Slot] = []
@@ -161,7 +161,7 @@ class TrialPool:
         target = min(target, max(room, 1))
         while len(self.slots) < target:
             actor = TrialActor.options(num_cpus=self.cpus_each, num_gpus=self.gpus_each).remote(
-                self.mirror, max(1, int(self.cpus_each)), self.data_dir, self.shipped)
+                self.mirror, max(1, int(self.cpus_each)), self.data_dir, self.shipped, self.datasets)
             self.slots.append(Slot(actor, actor.ready.remote(), placeable=len(self.slots) < room))
 
     def _request(self, count: int) -> None:
