@@ -117,8 +117,8 @@ def test_on_a_joined_cluster_the_login_reaches_the_mirror_and_no_job_metadata(se
         runs = client.search_runs([experiment.experiment_id], "tags.kind = 'trial'")
         assert sorted(run.info.status for run in runs) == ["FINISHED"] * 4
         listed = head.run(sys.executable, "-c", (
-            "import ray; from ray.util.state import list_jobs; ray.init(address='%s', logging_level='ERROR'); "
-            "jobs = list_jobs(detail=True); print('jobs:', len(jobs)); print(repr(jobs))") % head.address,
+            "from ray.util.state import list_jobs; "
+            "jobs = list_jobs(address='%s', detail=True); print('jobs:', len(jobs)); print(repr(jobs))") % head.dashboard,
             env=head.submit_env, timeout=120)
         assert listed.returncode == 0, listed.stderr
         assert "jobs: 0" not in listed.stdout and "jobs:" in listed.stdout
