@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from banditsweep.core.trial import TrialSpec
+from banditsweep.core.engine.trial import TrialSpec
 from banditsweep.workers.execution.shipped_datasets import provide_datasets, ship_datasets
 
 from conftest import TEST_DATASETS

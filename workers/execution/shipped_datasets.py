@@ -48,7 +48,7 @@ def ship_datasets(jobs, options, address: str | None) -> tuple[ShippedDataset, .
     names = datasets_of(job.spec for job in jobs) if address else []
     if not names:
         return ()
-    from banditsweep.core.datasets import dataset_path
+    from banditsweep.core.neural.datasets import dataset_path
 
     shipped = []
     for name in names:
@@ -101,12 +101,12 @@ def _links(directory: Path, shipped: tuple[ShippedDataset, ...]) -> Path:
 
 def provide_datasets(specs, shipped: tuple[ShippedDataset, ...]) -> None:
     """In a trial actor, before ``specs`` run: where its data folder lacks a file they read that the
-    driver shipped, point the data folder of this process at the links (core.datasets reads
+    driver shipped, point the data folder of this process at the links (core.neural.datasets reads
     ``$BANDITSWEEP_DATA``)."""
     needed = set(datasets_of(specs))
     if not needed or not shipped:
         return
-    from banditsweep.core.datasets import DATA_ENV_VAR, data_directory
+    from banditsweep.core.neural.datasets import DATA_ENV_VAR, data_directory
 
     directory = data_directory()
     if all((directory / d.file_name).is_file() for d in shipped if d.name in needed):
