@@ -71,17 +71,16 @@ class UI:
 
     def wait_ready(self, timeout: float = 300) -> str:
         """The experiment's URL that `ui` printed, once the server answers."""
+        # `ui` prints the address after its own health check answers, which may be a moment after ours.
         deadline = time.monotonic() + timeout
+        pattern = rf"http://127\.0\.0\.1:{self.port}/#/experiments/\d+/runs"
         while time.monotonic() < deadline:
             assert self.process.poll() is None, self.output()
-            if self.answers():
-                break
+            found = re.search(pattern, self.output())
+            if found and self.answers():
+                return found.group(0)
             time.sleep(0.5)
-        else:
-            pytest.fail(f"the MLflow UI did not answer within {timeout} s:\n{self.output()}")
-        found = re.search(rf"http://127\.0\.0\.1:{self.port}/#/experiments/\d+/runs", self.output())
-        assert found, self.output()
-        return found.group(0)
+        pytest.fail(f"the MLflow UI did not answer and print its address within {timeout} s:\n{self.output()}")
 
     def output(self) -> str:
         self.log.flush()
