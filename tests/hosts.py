@@ -394,6 +394,23 @@ class Hosts:
             "--temp-dir", RAY_TEMP, "--disable-usage-stats", log=self.log(f"ray-worker-{host.index}.log"))
         return self.ray[host.index]
 
+    def add_host(self, timeout: float = 240) -> Host:
+        """One more host on the bridge, at the next address: a replacement node, as an autoscaler
+        starts one for a lost node. With Ray started, it joins the cluster as a worker node; returns
+        once that node is alive."""
+        index = len(self.hosts)
+        host = Host(self, index, str(list(self.subnet.hosts())[index]))
+        self.hosts.append(host)
+        host.build(self.bridge, self.subnet.prefixlen)
+        if self.ray:
+            process = self.start_worker(host)
+            deadline = time.monotonic() + timeout
+            while host.address not in self.alive_nodes().values():
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"host {index}'s node did not join: {self.startup_log(index)}")
+                time.sleep(1.0)
+        return host
+
     def _ask_head(self, path: str) -> str | None:
         """GET ``path`` of the head's dashboard, with the token, from host 0 (None: no answer)."""
         code = ("import sys, urllib.request\n"

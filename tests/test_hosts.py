@@ -12,7 +12,11 @@ driver; hosts 1 and 2 run a Ray worker node each, one CPU.
 - a worker host cut off for 20 s, then reconnected: the run finishes, every trial once, the same values;
 - a worker host lost mid-sweep (every process of it killed, its link removed) while the answers of
   its calls are still in its object store: the run finishes, no trial lost or recorded twice, the
-  same values.
+  same values;
+- a SIGTERM to the run: the trial actors on hosts 1 and 2 save their state into host 0's results
+  folder (the stop and the states travel through Ray), and the run again resumes them there;
+- a worker host lost after its trial's first checkpoint: the trial resumes on another host (a
+  replacement joined after the earlier loss) from that checkpoint, kept in host 0's folder.
 
 The tests skip, saying why, where the namespaces cannot be made (not Linux, not root); with
 BANDITSWEEP_REQUIRE_HOSTS=1 they fail instead.
@@ -131,9 +135,10 @@ def results_of(hosts: Hosts, sweep: str) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def written_on(host) -> list[str]:
-    """What of a results store is on a host: its results folder, MLflow stores, journals."""
+    """What of a results store is on a host: its results folder, MLflow stores, journals, checkpoints."""
     found = [str(p) for p in host.path(HOST_ROOT).rglob("*")
-             if p.name in ("mlflow.db", "mlruns", "mlartifacts", ".journal", "trials", "curves", "running.json")]
+             if p.name in ("mlflow.db", "mlruns", "mlartifacts", ".journal", "trials", "curves", "running.json",
+                           ".checkpoints") or p.suffix == ".state"]
     return found + ([RESULTS] if host.path(RESULTS).exists() else [])
 
 
@@ -276,8 +281,8 @@ def test_a_dataset_only_on_the_driver_reaches_the_worker_hosts(cluster, tmp_path
             assert [hashlib.sha256(c.read_bytes()).hexdigest() for c in copies] == [digest], copies
 
 
-def wait_for_a_trial_on(hosts: Hosts, host, sweep: str, run: subprocess.Popen) -> None:
-    """Until the run's running.json (on host 0) lists a trial on ``host`` past its first rounds."""
+def wait_for_a_trial_on(hosts: Hosts, host, sweep: str, run: subprocess.Popen, past: int = 0) -> None:
+    """Until the run's running.json (on host 0) lists a trial on ``host`` past round ``past``."""
     running = hosts[0].path(f"{RESULTS}/{sweep}/running.json")
     deadline = time.monotonic() + 240
     while True:
@@ -286,7 +291,7 @@ def wait_for_a_trial_on(hosts: Hosts, host, sweep: str, run: subprocess.Popen) -
             trials = json.loads(running.read_text())["trials"]
         except (OSError, ValueError, KeyError):
             trials = []
-        if any(t["node"] == host.address and t["round"] > 0 for t in trials):
+        if any(t["node"] == host.address and t["round"] > past for t in trials):
             return
         time.sleep(0.2)
 
@@ -319,6 +324,38 @@ def test_a_worker_host_cut_off_for_20_s(cluster, tmp_path_factory):
     assert sorted(hosts.alive_nodes().values()) == sorted(host.address for host in hosts)
     print(f"\nhost 2 cut off for 20 s: the run took {seconds:.1f} s, {int((trials['attempts'] > 1).sum())} trial(s) "
           "ran a second time")
+
+
+def test_a_sigterm_to_the_run_saves_the_running_trials_in_the_drivers_folder(cluster, tmp_path_factory):
+    """SIGTERM to `run` on host 0 while both worker hosts run trials (no periodic checkpoint): the
+    driver's stop reaches the trial actors on hosts 1 and 2 through Ray, each saves its trials' state
+    at the round reached, into host 0's results folder; the run again resumes them there and ends
+    with the values of a clean run. Nothing is written on the worker hosts."""
+    hosts = cluster
+    spec = write_spec(hosts, "hosts_sigterm", {**LONG, "checkpoint_every": 100_000})
+    run = hosts[0].popen(BIN / "banditsweep", "run", spec, "--address", hosts.address, "--no-progress",
+                         "--sink", "none", text=True)
+    for host in hosts[1:]:
+        wait_for_a_trial_on(hosts, host, "hosts_sigterm", run, past=500)
+    os.kill(run.pid, signal.SIGTERM)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 130, out + err
+    saved = list(hosts[0].path(f"{RESULTS}/hosts_sigterm/.checkpoints").glob("*.state"))
+    assert len(saved) >= 2 and "saved the state of" in out, out + err
+    assert not [line for line in out.splitlines() if "saved the state of 0 of" in line], out
+    assert not written_on(hosts[1]) and not written_on(hosts[2])
+
+    again = run_on_head(hosts, spec, "--sink", "none")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "cannot be used" not in again.stdout + again.stderr   # no state refused
+    trials, curves = results_of(hosts, "hosts_sigterm")
+    resumed = trials["diag_resumed_from_round"].dropna()
+    assert len(resumed) >= 2 and (resumed > 500).all(), trials.filter(like="resumed")
+    assert len(curves) == 10 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
+    assert_same_values(trials, reference(LONG, tmp_path_factory))
+    assert not written_on(hosts[1]) and not written_on(hosts[2])
+    print(f"\nSIGTERM on host 0: {len(saved)} state file(s) saved from the worker hosts; "
+          f"{len(resumed)} trial(s) resumed from rounds {sorted(resumed.astype(int))}")
 
 
 def actor_cpu_seconds(host) -> float | None:
@@ -383,3 +420,38 @@ def test_a_worker_host_lost_mid_sweep(cluster, tmp_path_factory):
     print(f"\nhost 1 lost ({killed} processes killed) holding the unfetched answers of its calls: its node declared "
           f"dead after {dead_after if dead_after is None else round(dead_after, 1)} s; its trial(s) started again on "
           f"host 2 after {started_again:.1f} s; {(started > fault).sum()} trial(s) started after the fault")
+
+
+def test_a_trial_lost_with_its_host_resumes_on_another_from_its_checkpoint(cluster, tmp_path_factory):
+    """After host 1's loss a replacement host joins (as an autoscaler's would); then host 2 is lost
+    while it runs a trial past its first checkpoint. The checkpoint was saved through Ray into host
+    0's folder, not on host 2's disk: the trial resumes on the replacement from it, not from round 1,
+    and every value equals a clean run's."""
+    hosts = cluster
+    assert hosts[1].lost, "runs after test_a_worker_host_lost_mid_sweep"
+    started = time.monotonic()
+    replacement = hosts.add_host()
+    joined = time.monotonic() - started
+    lost = hosts[2]
+    every = 3000
+    spec = write_spec(hosts, "hosts_resume", {**LONG, "checkpoint_every": every})
+    run = hosts[0].popen(BIN / "banditsweep", "run", spec, "--address", hosts.address, "--no-progress",
+                         "--sink", "none", text=True)
+    wait_for_a_trial_on(hosts, lost, "hosts_resume", run, past=every + 500)   # its state at round 3000 is saved
+    assert not written_on(lost)
+    fault = time.time()
+    lost.lose()
+    out, err = run.communicate(timeout=500)
+    assert run.returncode == 0, out + err
+    assert "10 finished, 0 failed" in out, out + err
+    trials, curves = results_of(hosts, "hosts_resume")
+    again = trials[trials["attempts"] > 1]
+    assert len(again) >= 1 and set(again["node"]) == {replacement.address}, trials[["node", "attempts"]]
+    assert (again["diag_resumed_from_round"] >= every + 1).all(), again.filter(like="resumed")
+    assert len(curves) == 10 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
+    assert_same_values(trials, reference(LONG, tmp_path_factory))
+    assert not written_on(replacement)
+    assert not list(hosts[0].path(f"{RESULTS}/hosts_resume/.checkpoints").glob("*.state"))   # removed when done
+    starts = pd.to_datetime(again["started_at"], utc=True).map(lambda t: t.timestamp())
+    print(f"\nreplacement host joined in {joined:.1f} s; host 2 lost: {len(again)} trial(s) resumed on it from rounds "
+          f"{sorted(again['diag_resumed_from_round'].astype(int))}, {starts.min() - fault:.1f} s after the fault")

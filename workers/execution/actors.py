@@ -34,6 +34,10 @@ def _describe_error() -> tuple[str, str]:
     return f"{type(error).__name__}: {error}", traceback.format_exc()
 
 
+# The key of a TrialStopped for a batch that saw the run's stop before its first round.
+NOT_STARTED = "not started"
+
+
 @ray.remote
 class TrialActor:
     """One per GPU (or per ``cpus_per_trial`` CPUs). Runs a batch of compatible trials at a time.
@@ -68,6 +72,10 @@ class TrialActor:
         """Run the batch (resuming from its checkpoint, if it has one); a trial that raises is
         recorded as failed (a batch that raised is run again one trial at a time, so that only the
         trial at fault fails)."""
+        if checkpoints is not None and checkpoints.stop_requested():
+            # Queued here when the run began to stop: nothing played, nothing to save (a state saved
+            # before round 1 would only be refused by the next run).
+            raise TrialStopped(NOT_STARTED, 1, False)
         self.checkpoints = checkpoints
         self.known_code = known_code   # the driver's code identity of the batch's trials (code_of)
         specs = [spec for spec, _ in batch]

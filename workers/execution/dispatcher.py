@@ -38,8 +38,9 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from banditsweep.core.engine.round_loop import TrialStopped
-from banditsweep.workers.execution.actors import MirrorActor, drain_mirror
+from banditsweep.workers.execution.actors import NOT_STARTED, MirrorActor, drain_mirror
 from banditsweep.workers.execution.batches import make_batches
+from banditsweep.workers.execution.checkpoint_keeper import run_checkpoints
 from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
 from banditsweep.workers.errors import ResourceRequestError, StoreWriteError
 from banditsweep.workers.storage.live_run import WRITE_EVERY, Heartbeat, RunningTrials
@@ -116,8 +117,11 @@ class SweepLoop:
         self.in_flight: dict[Any, InFlight] = {}   # ref -> batch, in the order handed out
         # The stop marker is this run's own (workers.storage.checkpoint_files): one an earlier run
         # left, had it been killed before removing it, asks nothing of this run.
-        self.checkpoints = (CheckpointFiles(store.checkpoints_dir, options.checkpoint_every,
-                                            stop_marker=f".stop-{uuid.uuid4().hex}")
+        # On a cluster the folder is reached through a keeper on this node (workers.execution.checkpoint_keeper):
+        # the nodes may share no disk.
+        self.cluster = bool(connection.address)
+        self.checkpoints = (run_checkpoints(CheckpointFiles(store.checkpoints_dir, options.checkpoint_every,
+                                                            stop_marker=f".stop-{uuid.uuid4().hex}"), self.cluster)
                             if options.checkpoint_every else None)
 
     def _check_embedded_ray_fits(self, pooled: list[Job], cpus_each: float, gpus_each: float) -> None:
@@ -159,6 +163,8 @@ class SweepLoop:
                 self.pool.shutdown()
             if self.checkpoints is not None:
                 self.checkpoints.clear_stop()
+                if self.cluster and not self.ray_lost:
+                    self.checkpoints.close()   # the keeper: every actor that could call it has ended
             closed = self.close(status)
         return closed
 
@@ -176,9 +182,11 @@ class SweepLoop:
             stopped, _ = ray.wait(waiting, num_returns=len(waiting), timeout=STOP_SAVE_SECONDS)
         except BaseException:   # a second signal: stop at once
             return
-        saved = sum(len(self.in_flight[ref].batch) for ref in stopped if _stopped_with_state(ref))
+        outcomes = {ref: _stop_outcome(ref) for ref in stopped}
+        saved = sum(len(self.in_flight[ref].batch) for ref in stopped if outcomes[ref] == "saved")
+        running = sum(len(flight.batch) for ref, flight in self.in_flight.items() if outcomes.get(ref) != "not started")
         self.progress.messages.append(
-            f"saved the state of {saved} of {sum(len(f.batch) for f in self.in_flight.values())} running trial(s) "
+            f"saved the state of {saved} of {running} running trial(s) "
             "at the round they had reached: the next run resumes them there")
         self.show()
 
@@ -354,9 +362,15 @@ class SweepLoop:
             self.progress.messages.append(message)
             self.show()
 
-        outcome = run_sharded_trial(job.spec, record, job.shards, self.options.cpus_per_shard,
-                                    self.options.gpus_per_shard, self.store.checkpoints_dir,
-                                    self.options.checkpoint_every or SHARDED_CHECKPOINT_EVERY, stream, say)
+        every = self.options.checkpoint_every or SHARDED_CHECKPOINT_EVERY
+        checkpoints = (self.checkpoints if self.checkpoints is not None
+                       else run_checkpoints(CheckpointFiles(self.store.checkpoints_dir, every), self.cluster))
+        try:
+            outcome = run_sharded_trial(job.spec, record, job.shards, self.options.cpus_per_shard,
+                                        self.options.gpus_per_shard, checkpoints, stream, say)
+        finally:
+            if checkpoints is not self.checkpoints and hasattr(checkpoints, "close"):
+                checkpoints.close()
         self.progress.running -= 1
         self.feed([outcome])
         self.heartbeat.update([], done=self.progress.done, failed=self.progress.failed)
@@ -416,14 +430,18 @@ class SweepLoop:
         return MirrorStatus(notes=notes)
 
 
-def _stopped_with_state(ref) -> bool:
-    """Whether the batch behind ``ref`` stopped at the run's request with its state saved."""
+def _stop_outcome(ref) -> str:
+    """How the batch behind ``ref`` met the run's stop: "saved" (stopped with its state saved),
+    "not started" (it was queued on its actor: nothing to save), "lost" (stopped without its state,
+    or failed), "ended" (it finished before it saw the stop)."""
     try:
         ray.get(ref)
     except Exception as error:
         stopped = error if isinstance(error, TrialStopped) else getattr(error, "cause", None)
-        return isinstance(stopped, TrialStopped) and stopped.saved
-    return False
+        if not isinstance(stopped, TrialStopped):
+            return "lost"
+        return "saved" if stopped.saved else "not started" if stopped.key == NOT_STARTED else "lost"
+    return "ended"
 
 
 def sink_context(sweep_name: str, store: SweepStore, options: RunOptions) -> SinkContext:

@@ -4,13 +4,14 @@ nodes, and the attempts of a trial whose shards die (core.kernel.sharded; SPEC 4
 The coordinator runs in the driver: per round it sends its shards a few small typed requests
 (core.kernel.sharded.protocol lists them), each answered by the actor's one entry point,
 :meth:`ShardActor.handle`. It is played out by core's one checkpoint driver
-(core.engine.round_loop.play_out) over the files of ``workers.storage.checkpoint_files``: every ``checkpoint_every``
+(core.engine.round_loop.play_out) over the run's checkpoints (``workers.storage.checkpoint_files``): every ``checkpoint_every``
 rounds each shard writes its part of the state from its own process
 (``<results>/<sweep>/.checkpoints/<trial key>/shard-<start>.r<round>.state``), then the coordinator
 its own (``<trial key>.state``), which names the round; a round's checkpoint counts once that file
 is there. A shard actor that dies (its node left, out of memory) ends the attempt: the shards are
 placed again and the trial goes on from the last checkpoint, not from round 1, with the same final
-result. On several nodes the checkpoint folder must be on a filesystem they share.
+result. On a cluster the shards on other nodes save and read their parts through the run's checkpoint
+keeper on the driver's node (workers.execution.checkpoint_keeper): the nodes need share no disk.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import resource
 import time
 import traceback
 from dataclasses import fields
-from pathlib import Path
 from typing import Callable, TypeVar
 
 import ray
@@ -30,11 +30,11 @@ from banditsweep.core.kernel.sharded.coordinator import run_sharded
 from banditsweep.core.kernel.sharded.partition import shard_ranges
 from banditsweep.core.kernel.sharded.protocol import Request
 from banditsweep.core.kernel.sharded.shard import KernelShard, domain_shape
+from banditsweep.core.engine.round_loop import Checkpoints
 from banditsweep.core.engine.trial import TrialSpec
 from banditsweep.workers.provenance.code_identity import note_loaded, running_code
 from banditsweep.workers.provenance.load import LoadSampler
 from banditsweep.workers.provenance.runtime import runtime_info
-from banditsweep.workers.storage.checkpoint_files import CheckpointFiles
 from banditsweep.workers.storage.record import MAX_ATTEMPTS, TrialOutcome, TrialRecord
 
 # A sharded trial runs in the driver: its code is what the driver loaded (running_code), noted now.
@@ -111,14 +111,12 @@ class RayShards:
 
 
 def run_sharded_trial(spec: TrialSpec, record: TrialRecord, shards: int, cpus: float, gpus: float,
-                      checkpoint_root: Path | None, checkpoint_every: int | None,
-                      on_progress: Callable[[int, float], None] | None = None,
+                      checkpoints: Checkpoints | None, on_progress: Callable[[int, float], None] | None = None,
                       on_message: Callable[[str], None] | None = None) -> TrialOutcome:
     """Run one sharded trial to its outcome; a shard that dies restarts the trial from its last
     checkpoint (up to MAX_ATTEMPTS placements); any other error fails the trial."""
     node = ray.util.get_node_ip_address()
     node_id = ray.get_runtime_context().get_node_id()
-    checkpoints = CheckpointFiles(checkpoint_root, checkpoint_every) if checkpoint_every else None
     last_error = ""
     code, runtime = running_code(spec), runtime_info("cpu", max(1, int(cpus)))
     for attempt in range(1, MAX_ATTEMPTS + 1):

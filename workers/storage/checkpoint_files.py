@@ -7,9 +7,9 @@ shard's own process.
 A trial actor that dies (a preempted node, out of memory) leaves its batch's last state there; the
 batch's next attempt resumes from it and ends bit-identical to a run never stopped. A finished
 batch's state is removed. Files appear by atomic rename, so a crash mid-save leaves the previous
-state. On a multi-node cluster the directory must be on a filesystem the nodes share for a retry on
-another node to find it; otherwise a retry on another node starts from round 1 (the results are
-the same either way).
+state. On a cluster the folder stays on the driver's node and processes on other nodes reach it
+through the run's keeper (workers.execution.checkpoint_keeper): a retry on another node finds the
+state without a filesystem the nodes share.
 """
 
 from __future__ import annotations
