@@ -23,8 +23,8 @@ import pandas as pd
 from banditsweep.sweeps.command_results import PlanResult, ReportResult, RunResult, StatusResult, VerifyResult
 from banditsweep.sweeps.events import collecting
 from banditsweep.sweeps.options import REQUESTS, OptionTypeError, SweepRequest
-from banditsweep.sweeps.spec_errors import SpecError
-from banditsweep.sweeps.spec_yaml import SpecText
+from banditsweep.sweeps.spec.errors import SpecError
+from banditsweep.sweeps.spec.reading import SpecText
 from banditsweep.workers import InputError
 
 __all__ = ["PlanResult", "ReportResult", "RunResult", "StatusResult", "VerifyResult", "plan", "register_algorithm",

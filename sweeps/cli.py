@@ -27,10 +27,10 @@ from banditsweep.core.engine.registry import PluginError
 from banditsweep.sweeps.commands import EXIT_BAD_INPUT, EXIT_INCONSISTENT, EXIT_INTERRUPTED, EXIT_STORE_UNWRITABLE
 from banditsweep.sweeps.commands.arguments import check_arguments, check_sweep_folder, results_root
 from banditsweep.sweeps.options import REQUESTS, Request, SweepRequest, add_options, request_of
-from banditsweep.sweeps.spec import Sweep, load_sweep
-from banditsweep.sweeps.spec_errors import SpecError, one_line
-from banditsweep.sweeps.selection import parse_selectors, select
-from banditsweep.sweeps.spec_overrides import parse_overrides
+from banditsweep.sweeps.spec.model import Sweep, load_sweep
+from banditsweep.sweeps.spec.errors import SpecError, one_line
+from banditsweep.sweeps.spec.selection import parse_selectors, select
+from banditsweep.sweeps.spec.overrides import parse_overrides
 from banditsweep.workers import (DamagedResultError, InputError, RayUnreachableError, ResourceRequestError,
                                         StoreWriteError, SweepBusyError)
 from banditsweep.workers import exit_now_if_ray_was_abandoned, stop_cleanly_on_sigterm

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from banditsweep.sweeps.events import Collector
-from banditsweep.sweeps.spec import Sweep
+from banditsweep.sweeps.spec.model import Sweep
 
 if TYPE_CHECKING:   # heavy (numpy, core): imported where a command runs
     from banditsweep.sweeps.plan import SweepPlan

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from banditsweep.sweeps.spec import PlannedTrial, Sweep
+from banditsweep.sweeps.spec.model import PlannedTrial, Sweep
 from banditsweep.workers import FAILED, FINISHED, SweepStore
 
 

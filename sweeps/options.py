@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 from banditsweep.core.neural.datasets import DATA_ENV_VAR
-from banditsweep.sweeps.spec_errors import show
-from banditsweep.sweeps.spec_overrides import OVERRIDABLE
+from banditsweep.sweeps.spec.errors import show
+from banditsweep.sweeps.spec.overrides import OVERRIDABLE
 from banditsweep.workers import InputError
 
 # One absolute default for results, wherever `run` is started from: a Ray job runs in a temporary

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from banditsweep.sweeps.spec import Sweep
+from banditsweep.sweeps.spec.model import Sweep
 from banditsweep.workers import FAILED, SweepStore, compare_code
 
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from banditsweep.sweeps.spec_errors import SpecError
+from banditsweep.sweeps.spec.errors import SpecError
 
 if TYPE_CHECKING:   # sweeps.plan loads numpy and core: the command line imports this module before them
     from banditsweep.sweeps.plan import SweepPlan

@@ -14,7 +14,7 @@ import yaml
 import banditsweep
 from banditsweep.core.engine.trial import run_trials
 from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.spec_errors import SpecError
+from banditsweep.sweeps.spec.errors import SpecError
 from banditsweep.workers import InputError, code_of
 from banditsweep.workers.provenance import shipped
 
@@ -143,7 +143,7 @@ def test_a_class_without_source_is_recorded_unknown(registered):
     banditsweep.register_algorithm("eps_greedy", cell["EpsGreedy"])
     sweep = banditsweep.plan(SPEC, only={"algorithm": "eps_greedy", "seed": 0}, probe_seconds=0.2, quiet=True)
     assert sweep.trials == 1 and list(sweep.cells["algorithm"]) == ["EpsGreedy"]
-    from banditsweep.sweeps.spec import parse_sweep
+    from banditsweep.sweeps.spec.model import parse_sweep
 
     [trial] = parse_sweep(SPEC).trials[:1]
     parts = code_of(trial.spec).parts

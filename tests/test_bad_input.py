@@ -414,7 +414,7 @@ def test_good_classification_input_passes_every_check(tmp_path, monkeypatch, cap
 
 
 def test_set_help_lists_exactly_the_keys_it_accepts(capsys):
-    from banditsweep.sweeps.spec_overrides import OVERRIDABLE
+    from banditsweep.sweeps.spec.overrides import OVERRIDABLE
 
     with pytest.raises(SystemExit):
         main(["run", "--help"])

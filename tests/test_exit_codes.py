@@ -36,7 +36,7 @@ def test_every_exit_code_is_named_once_and_said_alike_everywhere():
 ], ids=["status-spec", "run-option", "plan-option", "report-choice", "verify-option", "compare-folder", "load-folder"])
 def test_the_api_raises_the_projects_bad_input_error(call, monkeypatch):
     monkeypatch.chdir(REPO)
-    with pytest.raises((InputError, banditsweep.sweeps.spec_errors.SpecError)) as raised:
+    with pytest.raises((InputError, banditsweep.sweeps.spec.errors.SpecError)) as raised:
         call()
     assert isinstance(raised.value, cli.INPUT_ERRORS)   # what the command line exits 2 for
     assert EXIT_BAD_INPUT == 2

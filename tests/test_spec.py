@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.spec import SpecError, load_sweep, parse_sweep
-from banditsweep.sweeps.spec_overrides import parse_overrides
+from banditsweep.sweeps.spec.model import SpecError, load_sweep, parse_sweep
+from banditsweep.sweeps.spec.overrides import parse_overrides
 
 GOOD = {
     "sweep": "unit",
@@ -189,7 +189,7 @@ def test_anchors_and_merge_keys_still_work(tmp_path):
 
 
 def test_every_message_is_one_bounded_line():
-    from banditsweep.sweeps.spec_errors import MAX_MESSAGE
+    from banditsweep.sweeps.spec.errors import MAX_MESSAGE
 
     error = SpecError("bad.yaml", "label", "x" * 10_000 + "\nsecond line")
     assert len(str(error)) <= MAX_MESSAGE and "\n" not in str(error)

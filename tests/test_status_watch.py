@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.spec import load_sweep
+from banditsweep.sweeps.spec.model import load_sweep
 
 ENVIRONMENTS = [{"kind": "synthetic", "function": "h1", "dim": 3}]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps.options import DEFAULT_RESULTS_ROOT, RESULTS_ENV_VAR  # noqa: F401,E402 (API)
-from banditsweep.sweeps.spec import Sweep
-from banditsweep.sweeps.spec_errors import SpecError, show
+from banditsweep.sweeps.spec.model import Sweep
+from banditsweep.sweeps.spec.errors import SpecError, show
 from banditsweep.workers import (InputError, MLFLOW_SINK, MLflowOptions, check_mlflow_version, check_tracking_server,
                                  run_mode)
 from banditsweep.workers import check_directory

@@ -16,7 +16,7 @@ from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
 from banditsweep.sweeps.commands.arguments import results_root, sink_options, tracking_uri
 from banditsweep.sweeps.commands.shared import store_of
-from banditsweep.sweeps.spec import Sweep
+from banditsweep.sweeps.spec.model import Sweep
 from banditsweep.workers import experiment_of
 from banditsweep.workers import catch_up
 from banditsweep.workers import MLFLOW_SINK, SinkContext

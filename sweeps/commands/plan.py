@@ -15,8 +15,8 @@ from banditsweep.sweeps.commands.shared import store_of
 from banditsweep.sweeps.confirmation import describe, with_costed_confirmation
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.plan import SweepPlan, data_directory, default_workers, duration, plan_sweep
-from banditsweep.sweeps.spec import Sweep
-from banditsweep.sweeps.spec_errors import SpecError
+from banditsweep.sweeps.spec.model import Sweep
+from banditsweep.sweeps.spec.errors import SpecError
 from banditsweep.workers import MLFLOW_SINK, compare_code, mirror_plan
 
 

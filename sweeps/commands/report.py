@@ -15,7 +15,7 @@ from banditsweep.sweeps.commands.shared import (display_table, say_code_notes, s
                                                 selected_sweep, store_of)
 from banditsweep.sweeps.report import write_report
 from banditsweep.sweeps.results import SweepResults
-from banditsweep.sweeps.spec import Sweep
+from banditsweep.sweeps.spec.model import Sweep
 from banditsweep.workers import attach_report
 from banditsweep.workers import InputError
 

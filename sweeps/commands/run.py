@@ -25,9 +25,9 @@ from banditsweep.sweeps.commands.progress import ProgressDisplay
 from banditsweep.sweeps.confirmation import describe, with_confirmation
 from banditsweep.sweeps.commands.shared import jobs_of, print_results, say_code_findings, say_health, store_of
 from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
-from banditsweep.sweeps.spec import DEFAULT_SINKS, Sweep
-from banditsweep.sweeps.spec_errors import SpecError
-from banditsweep.sweeps.spec_yaml import SpecText
+from banditsweep.sweeps.spec.model import DEFAULT_SINKS, Sweep
+from banditsweep.sweeps.spec.errors import SpecError
+from banditsweep.sweeps.spec.reading import SpecText
 from banditsweep.workers import source_commit
 from banditsweep.workers import run_sweep
 from banditsweep.workers import Job, RunOptions

@@ -12,11 +12,11 @@ from banditsweep.sweeps.commands.arguments import results_root
 from banditsweep.sweeps.comparisons import ONE_POINT
 from banditsweep.sweeps.confirmation import describe, with_confirmation
 from banditsweep.sweeps.report import CODE_LEGEND, markdown_table
-from banditsweep.sweeps.selection import parse_selectors, select
+from banditsweep.sweeps.spec.selection import parse_selectors, select
 from banditsweep.sweeps.results import SweepResults, env_order, label_order, other_code_of  # noqa: F401 (API)
-from banditsweep.sweeps.spec import PlannedTrial, Sweep
-from banditsweep.sweeps.spec_errors import SpecError
-from banditsweep.sweeps.stored_runs import Selection, select_sweep
+from banditsweep.sweeps.spec.model import PlannedTrial, Sweep
+from banditsweep.sweeps.spec.errors import SpecError
+from banditsweep.sweeps.spec.stored_runs import Selection, select_sweep
 from banditsweep.workers import Job
 from banditsweep.workers import TrialRecord
 from banditsweep.workers import StoreHealth, SweepStore
@@ -42,7 +42,7 @@ def store_of(args: SweepRequest, sweep: Sweep) -> SweepStore:
 
 def selected_sweep(args: SweepRequest, sweep: Sweep, store: SweepStore) -> Selection:
     """The spec's trials as the store holds them: those of the command's --set, else those of the
-    run whose --set planned what the store holds (sweeps.stored_runs)."""
+    run whose --set planned what the store holds (sweeps.spec.stored_runs)."""
     # The confirming trials of a spec's held-out stage are the spec's own, not another run's.
     confirmed, stage = with_confirmation(sweep, store)
     selection = select_sweep(args.spec, confirmed, args.overrides or [], store)

@@ -3,7 +3,7 @@
 A spec is data. It is read with YAML's safe loader and names algorithms and environments only by
 their registry keys; nothing in it is ever imported or executed. Every problem is reported as one
 line ``<file>: <key path>: <what is wrong> (got <value>); <what is allowed>`` of at most
-``MAX_MESSAGE`` characters (long values are shortened; :mod:`banditsweep.sweeps.spec_errors`), and
+``MAX_MESSAGE`` characters (long values are shortened; :mod:`banditsweep.sweeps.spec.errors`), and
 the CLI exits with code 2 before starting or writing anything.
 
 What is refused besides the schema: a file that is not UTF-8 text or is larger than
@@ -11,12 +11,12 @@ What is refused besides the schema: a file that is not UTF-8 text or is larger t
 expand the document beyond ``MAX_VALUES`` values (an "alias bomb"), nesting deeper than
 ``MAX_DEPTH``; numbers that are not finite (``.inf``, ``.nan``); booleans where a number is
 expected (``horizon: true`` is not T = 1), and floats where an integer is (``horizon: 10.0``); integers
-beyond what the results store holds (int64) (all read by :mod:`banditsweep.sweeps.spec_yaml`); a
+beyond what the results store holds (int64) (all read by :mod:`banditsweep.sweeps.spec.reading`); a
 sweep name that is a results root's own file (:mod:`banditsweep.workers.storage.root_entries`); sweeps of more
 than :data:`MAX_TRIALS` trials, counted before a single trial is built.
 
 This module holds the schema (pydantic models) and the expansion of a spec into its trials; the
-``--set`` overrides are :mod:`banditsweep.sweeps.spec_overrides`.
+``--set`` overrides are :mod:`banditsweep.sweeps.spec.overrides`.
 
 A trial is (algorithm, params + one grid point, environment, seed, horizon); see
 :class:`banditsweep.core.engine.trial.TrialSpec`.
@@ -35,11 +35,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from banditsweep.core.engine import registry
 from banditsweep.core.engine.trial import TrialSpec, environment_label
-from banditsweep.sweeps.spec_checks import (Collisions, GridPoint, check_environment_repeats, check_every_entry_has_trials,
+from banditsweep.sweeps.spec.checks import (Collisions, GridPoint, check_environment_repeats, check_every_entry_has_trials,
                                            check_grid_repeats, check_when_values, matches, written_horizons, SHARD_KEYS)
-from banditsweep.sweeps.spec_errors import SpecError, did_you_mean, raise_from_validation, show
-from banditsweep.sweeps.spec_overrides import apply_overrides
-from banditsweep.sweeps.spec_yaml import check_booleans, check_values, load_yaml, read_spec_text
+from banditsweep.sweeps.spec.errors import SpecError, did_you_mean, raise_from_validation, show
+from banditsweep.sweeps.spec.overrides import apply_overrides
+from banditsweep.sweeps.spec.reading import check_booleans, check_values, load_yaml, read_spec_text
 from banditsweep.workers import MLFLOW_SINK, RESULTS_ROOT_ENTRIES, taken_by_the_results_root
 
 # Where a run mirrors its results unless its spec's `sinks:` or `--sink` say otherwise.

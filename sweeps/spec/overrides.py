@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from banditsweep.sweeps.spec_errors import SpecError, did_you_mean, show
-from banditsweep.sweeps.spec_yaml import check_values, load_yaml
+from banditsweep.sweeps.spec.errors import SpecError, did_you_mean, show
+from banditsweep.sweeps.spec.reading import check_values, load_yaml
 
 OVERRIDABLE = ("sweep", "horizon", "seeds", "log_every", "checkpoint_every", "resources.cpus_per_trial",
                "resources.gpus_per_trial", "resources.batch_trials", "resources.cpus_per_shard",

@@ -12,9 +12,9 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from banditsweep.sweeps.spec import Sweep, load_sweep
-from banditsweep.sweeps.spec_errors import SpecError
-from banditsweep.sweeps.spec_overrides import parse_overrides
+from banditsweep.sweeps.spec.model import Sweep, load_sweep
+from banditsweep.sweeps.spec.errors import SpecError
+from banditsweep.sweeps.spec.overrides import parse_overrides
 from banditsweep.workers import FINISHED, TrialRecord
 from banditsweep.workers import recorded_runs
 from banditsweep.workers import SweepStore

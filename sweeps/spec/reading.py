@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel
 
-from banditsweep.sweeps.spec_errors import MAX_DEPTH, SpecError, big_int, key_path, models_in, show, value_at
+from banditsweep.sweeps.spec.errors import MAX_DEPTH, SpecError, big_int, key_path, models_in, show, value_at
 
 MAX_SPEC_BYTES = 1 << 20     # a spec file is at most 1 MiB
 MAX_VALUES = 100_000         # values (mappings, lists, scalars) of a spec with every alias expanded

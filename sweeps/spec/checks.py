@@ -1,8 +1,8 @@
 """What a valid spec may still not say, because it can only be a mistake: a grid value given twice,
 two entries or environments that make the same trials, one label on two algorithms or on two
 different trials of one report cell, an entry (or an environment, or a ``when`` value) that makes
-no trial. Each is refused with one line naming the key (sweeps.spec_errors), before anything runs.
-``sweeps.spec`` expands the spec and asks these checks of what it expands."""
+no trial. Each is refused with one line naming the key (sweeps.spec.errors), before anything runs.
+``sweeps.spec.model`` expands the spec and asks these checks of what it expands."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 from banditsweep.core.engine import registry
 from banditsweep.core.engine.canonical import canonical_json
 from banditsweep.core.engine.trial import TrialSpec, environment_label, resolve_environment
-from banditsweep.sweeps.spec_errors import SpecError, show
+from banditsweep.sweeps.spec.errors import SpecError, show
 
 if TYPE_CHECKING:
-    from banditsweep.sweeps.spec import AlgorithmEntry, PlannedTrial
+    from banditsweep.sweeps.spec.model import AlgorithmEntry, PlannedTrial
 
 # Execution keys of an environment or algorithm entry: split each trial's domain over shards
 # (core.kernel.sharded); ``shards`` a count, ``shard_points`` the most points per shard.

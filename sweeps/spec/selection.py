@@ -21,8 +21,8 @@ import fnmatch
 from dataclasses import dataclass, replace
 from typing import Any
 
-from banditsweep.sweeps.spec import PlannedTrial, Sweep
-from banditsweep.sweeps.spec_errors import SpecError, did_you_mean, show
+from banditsweep.sweeps.spec.model import PlannedTrial, Sweep
+from banditsweep.sweeps.spec.errors import SpecError, did_you_mean, show
 
 NAMED_KEYS = ("algorithm", "environment", "seed")
 ALIASES = {"algo": "algorithm", "env": "environment", "seeds": "seed"}
