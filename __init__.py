@@ -58,8 +58,8 @@ def load(results_root, sweep=None, *, algorithms=None, environments=None, rounds
 
 def compare(results_root, sweep=None, choose_on_seeds=None, same_seeds=False):
     """The report's statistics of a sweep's finished trials (grid points chosen on half the seeds and
-    judged on the others where there are seeds to spare); see :func:`banditsweep.sweeps.analysis.compare`."""
-    from banditsweep.sweeps.analysis import compare as compare_results
+    judged on the others where there are seeds to spare); see :func:`banditsweep.sweeps.results.compare.compare`."""
+    from banditsweep.sweeps.results.compare import compare as compare_results
 
     return compare_results(results_root, sweep, choose_on_seeds, same_seeds)
 

@@ -1,7 +1,7 @@
 """What the Python functions of :mod:`banditsweep.sweeps.api` return: one typed result per command,
 each holding what the command said (``output``: its lines, ``warnings`` and notes as data) and, for
 the commands about a spec's trials, those trials' tables, statistics and figure, read through one
-:class:`~banditsweep.sweeps.results.SweepResults`."""
+:class:`~banditsweep.sweeps.results.sweep_results.SweepResults`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from banditsweep.sweeps.spec.model import Sweep
 
 if TYPE_CHECKING:   # heavy (numpy, core): imported where a command runs
     from banditsweep.sweeps.plan import SweepPlan
-    from banditsweep.sweeps.results import SweepResults
+    from banditsweep.sweeps.results.sweep_results import SweepResults
     from banditsweep.workers import StatusSummary
 
 __all__ = ["PlanResult", "ReportResult", "RunResult", "StatusResult", "VerifyResult"]
@@ -61,7 +61,7 @@ class _SweepResults:
 
     @functools.cached_property
     def _results(self):
-        from banditsweep.sweeps.results import SweepResults
+        from banditsweep.sweeps.results.sweep_results import SweepResults
 
         return SweepResults(self._store, self._planned)
 

@@ -3,9 +3,9 @@ interval, every pair of algorithms of an environment compared by seed, which cel
 the best of its column, and the aggregates across environments (Agarwal et al., NeurIPS 2021).
 
 A cell is an (algorithm label, environment) at its chosen grid point (``Summary.best``: the grid
-point of lowest mean final regret, sweeps.report.summarise). The grid point is chosen on the same
+point of lowest mean final regret, sweeps.results.report.summarise). The grid point is chosen on the same
 seeds it is then judged on, which flatters the chosen points;
-:func:`banditsweep.sweeps.report.summarise_held_out` (``report --choose-on-seeds N``) chooses on some
+:func:`banditsweep.sweeps.results.report.summarise_held_out` (``report --choose-on-seeds N``) chooses on some
 seeds and judges on the others.
 
 Across environments, a final regret is normalised by the uniformly random policy's expected final

@@ -8,7 +8,7 @@ a cell chose among, the more so. A spec that says ::
 
 is run in two stages by one ``banditsweep run``: every grid point on ``seeds``; then, for each
 (algorithm label, environment) cell whose trials have all ended, the grid point the report's rule
-chooses (:func:`banditsweep.sweeps.report.choose_grid_points`: lowest mean final regret, failed points
+chooses (:func:`banditsweep.sweeps.results.report.choose_grid_points`: lowest mean final regret, failed points
 left out, ties within a relative 1e-9 to the earliest in the grid's order) on each of the confirming
 seeds. ``report`` then chooses on ``seeds`` and judges every number, interval, pair and claim on the
 confirming seeds alone, and says so in its captions.
@@ -64,7 +64,7 @@ def confirmation(sweep: Sweep, store: SweepStore | None) -> Confirmation | None:
     if not ready:
         return Confirmation(tuple(seeds), len(cells), 0, ())
     # The report's own rule on the same records, so the run confirms what the report will judge.
-    from banditsweep.sweeps.report import choose_grid_points, finished_trials, recorded_trials
+    from banditsweep.sweeps.results.report import choose_grid_points, finished_trials, recorded_trials
 
     recorded = recorded_trials(store)
     choice = choose_grid_points(finished_trials(recorded, ready), finished_trials(recorded, ready, FAILED))

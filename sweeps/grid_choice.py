@@ -5,7 +5,7 @@ mean final regret over seeds. Stated in full here because a report, ``run``'s ta
 ``.statistics`` and a spec's held-out stage (sweeps.confirmation) must all choose alike: failed points
 are left out, ties within :data:`CHOICE_RTOL` go to the earliest point in the spec's grid order, and
 which seeds choose (:func:`default_choose_on`) is stated with every number judged after the choice
-(sweeps.report.judged_summary).
+(sweeps.results.report.judged_summary).
 """
 
 from __future__ import annotations

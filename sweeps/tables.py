@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-# Marks of cells computed by other code (sweeps.report.code_marks), in every file of a report that
+# Marks of cells computed by other code (sweeps.results.report.code_marks), in every file of a report that
 # shows the cell's numbers: tables, pairs, aggregates, figure legends; each explained in the caption.
 CODE_MIXED, CODE_OTHER = "†", "‡"
 CODE_LEGEND = {CODE_MIXED: "† its trials were computed by more than one code version",

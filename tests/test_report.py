@@ -11,7 +11,7 @@ import yaml
 
 from banditsweep.core.engine.trial import TrialSpec, environment_label
 from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.report import MISSING, markdown_table, setting_table, summarise
+from banditsweep.sweeps.results.report import MISSING, markdown_table, setting_table, summarise
 
 H1 = {"kind": "synthetic", "function": "h1", "dim": 5}
 H3 = {"kind": "synthetic", "function": "h3", "dim": 5}
@@ -222,7 +222,7 @@ def _report_store(tmp_path):
 def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
     import matplotlib.figure
 
-    from banditsweep.sweeps.report import write_report
+    from banditsweep.sweeps.results.report import write_report
 
     store = _report_store(tmp_path)
     trials = store.read_trials()

@@ -15,7 +15,7 @@ from scipy import stats
 import banditsweep
 from banditsweep.core.engine.trial import environment_label
 from banditsweep.sweeps.figures import band_half_width
-from banditsweep.sweeps.report import recorded_trials, summarise, summarise_held_out, write_report
+from banditsweep.sweeps.results.report import recorded_trials, summarise, summarise_held_out, write_report
 from banditsweep.workers import InputError
 
 MUSHROOM = {"kind": "classification", "dataset": "mushroom"}   # K = 2: the random policy's regret T / 2
@@ -162,7 +162,7 @@ def test_held_out_by_default_where_the_same_seed_choice_is_optimistic(tmp_path):
     best on some seeds is luck), algorithm F has one configuration at 9.5. Judged on the seeds it was
     chosen on, G's chosen point looks better than it is; by default the report chooses on half the
     seeds and judges on the others, which shows the optimism."""
-    from banditsweep.sweeps.analysis import statistics_of
+    from banditsweep.sweeps.results.compare import statistics_of
 
     rng = np.random.default_rng(11)
     rows = []

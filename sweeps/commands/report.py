@@ -13,8 +13,8 @@ from banditsweep.sweeps.commands import EXIT_INCONSISTENT
 from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
 from banditsweep.sweeps.commands.shared import (display_table, say_code_notes, say_health, say_selection,
                                                 selected_sweep, store_of)
-from banditsweep.sweeps.report import write_report
-from banditsweep.sweeps.results import SweepResults
+from banditsweep.sweeps.results.report import write_report
+from banditsweep.sweeps.results.sweep_results import SweepResults
 from banditsweep.sweeps.spec.model import Sweep
 from banditsweep.workers import attach_report
 from banditsweep.workers import InputError

@@ -11,9 +11,9 @@ from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps.commands.arguments import results_root
 from banditsweep.sweeps.comparisons import ONE_POINT
 from banditsweep.sweeps.confirmation import describe, with_confirmation
-from banditsweep.sweeps.report import CODE_LEGEND, markdown_table
+from banditsweep.sweeps.results.report import CODE_LEGEND, markdown_table
 from banditsweep.sweeps.spec.selection import parse_selectors, select
-from banditsweep.sweeps.results import SweepResults, env_order, label_order, other_code_of  # noqa: F401 (API)
+from banditsweep.sweeps.results.sweep_results import SweepResults, env_order, label_order, other_code_of  # noqa: F401 (API)
 from banditsweep.sweeps.spec.model import PlannedTrial, Sweep
 from banditsweep.sweeps.spec.errors import SpecError
 from banditsweep.sweeps.spec.stored_runs import Selection, select_sweep
@@ -96,7 +96,7 @@ def say_code_notes(summary) -> None:
 
 
 def summary_of(store: SweepStore, sweep: Sweep):
-    """The report's summary of the spec's finished trials (sweeps.results); None with none."""
+    """The report's summary of the spec's finished trials (sweeps.results.sweep_results); None with none."""
     return SweepResults(store, sweep).summary
 
 

@@ -126,7 +126,7 @@ class Resources(_Strict):
 
 class Confirm(_Strict):
     """The held-out stage of a sweep: each cell's grid point, chosen on the sweep's ``seeds`` by the
-    report's rule (sweeps.report.choose_grid_points), runs again on these fresh seeds, and the report
+    report's rule (sweeps.results.report.choose_grid_points), runs again on these fresh seeds, and the report
     judges every cell on them alone. A count n: the n seeds after the largest of ``seeds``."""
 
     seeds: int | list[int]

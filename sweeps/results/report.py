@@ -10,7 +10,7 @@ legend (``ν = 10⁻³``) and the band stated (the 95% interval of the mean over
 LaTeX tables with booktabs rules and a ``\label``. A column's best regret is bold only where it is
 lower than every other algorithm of the column by a paired test at 5% after Holm's adjustment
 (sweeps.comparisons.significant_best), as each caption states; each cell's interval, every pair's
-comparison and the aggregates across environments are files of their own (sweeps.report_comparisons).
+comparison and the aggregates across environments are files of their own (sweeps.results.report_comparisons).
 Markdown and CSV tables keep the labels the Parquet results hold, so that they join with them.
 """
 
@@ -31,10 +31,10 @@ from banditsweep.sweeps.display import DISPLAY_NAMES, display_name, grid_point_l
 from banditsweep.sweeps.figures import plot_curves
 from banditsweep.sweeps.grid_choice import (CHOICE_RTOL, HOLD_OUT_FROM, Choice, _point_text,  # noqa: F401 (API)
                                             choose_grid_points, default_choose_on, grid_values)
-from banditsweep.sweeps.paper_comparison import compare_with_papers, write_paper_comparisons
+from banditsweep.sweeps.results.paper_comparison import compare_with_papers, write_paper_comparisons
 from banditsweep.sweeps.comparisons import (ONE_POINT, SAME_SEEDS, AcrossEnvironments, across_environments, final_by_seed,
                                             pair_table, significance_rule, significant_best)
-from banditsweep.sweeps.report_comparisons import with_pair_marks, write_across, write_intervals, write_pairs
+from banditsweep.sweeps.results.report_comparisons import with_pair_marks, write_across, write_intervals, write_pairs
 from banditsweep.sweeps.statistics import mean_interval
 from banditsweep.sweeps.tables import (CODE_LEGEND, CODE_MIXED, CODE_OTHER, MISSING,  # noqa: F401 (API)
                                        label_slug, latex_escape, marks_legend, latex_table, latex_text_table, markdown_table,

@@ -1,6 +1,6 @@
 """The report's statistics from Python, for any results folder: ``banditsweep.compare(results, sweep)``.
 
-The same numbers as ``banditsweep report`` writes (sweeps.report.summarise, sweeps.comparisons),
+The same numbers as ``banditsweep report`` writes (sweeps.results.report.summarise, sweeps.comparisons),
 without a spec: algorithms and environments are named and ordered as the folder's journal holds
 them, and nothing is written.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from banditsweep.sweeps.comparisons import AcrossEnvironments
-from banditsweep.sweeps.report import judged_summary, recorded_trials
+from banditsweep.sweeps.results.report import judged_summary, recorded_trials
 from banditsweep.workers import FAILED, FINISHED, InputError, ResultsNotFoundError, SweepStore
 
 
@@ -39,7 +39,7 @@ def compare(results_root: str | os.PathLike, sweep: str | None = None, choose_on
     """The statistics of the finished trials of one sweep folder (``results_root/sweep``; without
     ``sweep``, ``results_root`` is the sweep folder). ``choose_on_seeds``: choose each cell's grid
     point on the first that many seeds and judge on the others (default: half of them where a cell
-    has a grid and there are 4 seeds or more, sweeps.report.default_choose_on); ``same_seeds``:
+    has a grid and there are 4 seeds or more, sweeps.results.report.default_choose_on); ``same_seeds``:
     choose and judge on every seed (optimistic, ``chosen`` says so)."""
     root = Path(results_root).expanduser()
     folder = (root / sweep if sweep is not None else root).resolve()
@@ -58,9 +58,9 @@ def compare(results_root: str | os.PathLike, sweep: str | None = None, choose_on
 
 def statistics_of(trials: pd.DataFrame, labels: list[str] | None = None, envs: list[str] | None = None,
                   choose_on_seeds: int | None = None, same_seeds: bool = False) -> SweepStatistics:
-    """The statistics of ``trials`` (rows of a sweep's recorded trials, sweeps.report.recorded_trials;
+    """The statistics of ``trials`` (rows of a sweep's recorded trials, sweeps.results.report.recorded_trials;
     its finished ones are compared), algorithms and environments in the order given (else as the
-    rows hold them). With the spec at hand, :class:`banditsweep.sweeps.results.SweepResults` gives
+    rows hold them). With the spec at hand, :class:`banditsweep.sweeps.results.sweep_results.SweepResults` gives
     the same, its held-out stage and the marks for other code included."""
     finished, failed = trials[trials["status"] == FINISHED], trials[trials["status"] == FAILED]
     present_labels, present_envs = set(finished["label"]), set(finished["environment"])
@@ -71,7 +71,7 @@ def statistics_of(trials: pd.DataFrame, labels: list[str] | None = None, envs: l
 
 
 def statistics_from(summary) -> SweepStatistics:
-    """The statistics of a report's :class:`~banditsweep.sweeps.report.Summary`: its cells (with their
+    """The statistics of a report's :class:`~banditsweep.sweeps.results.report.Summary`: its cells (with their
     ``code`` marks), pairs, aggregates, how the grid points were chosen, and its notes."""
     cells = summary.best.rename(columns={"label": "algorithm_label", "seeds": "n"})
     keep = ["algorithm_label", "environment", "grid_point", "mean", "std", "n", "ci_low", "ci_high", "ci_method",

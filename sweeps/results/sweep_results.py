@@ -5,7 +5,7 @@ read the same wherever they appear.
 :class:`SweepResults` holds a store and the spec's planned trials (a held-out stage's confirming
 trials included, sweeps.confirmation) and computes, each once: the recorded trials, the finished and
 failed ones named as the spec names them, the trials computed by other code than today's, the judged
-summary (grid points chosen and judged as :func:`banditsweep.sweeps.report.judged_summary` says, with
+summary (grid points chosen and judged as :func:`banditsweep.sweeps.results.report.judged_summary` says, with
 its caption), the statistics ``banditsweep.compare`` gives, and the regret figure.
 """
 
@@ -48,19 +48,19 @@ class SweepResults:
 
     @functools.cached_property
     def recorded(self) -> pd.DataFrame:
-        from banditsweep.sweeps.report import recorded_trials
+        from banditsweep.sweeps.results.report import recorded_trials
 
         return recorded_trials(self.store) if self.store.root.is_dir() else pd.DataFrame()
 
     @functools.cached_property
     def finished(self) -> pd.DataFrame:
-        from banditsweep.sweeps.report import finished_trials
+        from banditsweep.sweeps.results.report import finished_trials
 
         return finished_trials(self.recorded, self.sweep.trials)
 
     @functools.cached_property
     def failed(self) -> pd.DataFrame:
-        from banditsweep.sweeps.report import finished_trials
+        from banditsweep.sweeps.results.report import finished_trials
 
         return finished_trials(self.recorded, self.sweep.trials, FAILED)
 
@@ -70,7 +70,7 @@ class SweepResults:
 
     @functools.cached_property
     def _judged(self):
-        from banditsweep.sweeps.report import judged_summary
+        from banditsweep.sweeps.results.report import judged_summary
 
         if self.finished.empty:
             return None, ""
@@ -81,7 +81,7 @@ class SweepResults:
 
     @property
     def summary(self):
-        """The report's :class:`~banditsweep.sweeps.report.Summary`; None before any trial finished."""
+        """The report's :class:`~banditsweep.sweeps.results.report.Summary`; None before any trial finished."""
         return self._judged[0]
 
     @property
@@ -93,7 +93,7 @@ class SweepResults:
     def statistics(self):
         """What ``banditsweep.compare`` gives (cells with their marks, pairs, across, chosen); None
         before any trial finished."""
-        from banditsweep.sweeps.analysis import statistics_from
+        from banditsweep.sweeps.results.compare import statistics_from
 
         return None if self.summary is None else statistics_from(self.summary)
 

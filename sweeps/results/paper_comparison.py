@@ -24,7 +24,7 @@ from banditsweep.sweeps.tables import MISSING, markdown_table, slug
 # ratio to the best baseline of its environment (comparable across horizons, where regret itself is
 # not), the Spearman rank correlation per environment and whether each claim holds on our trials.
 
-PAPERS_DIR = Path(__file__).resolve().parent / "papers"
+PAPERS_DIR = Path(__file__).resolve().parents[1] / "papers"   # sweeps/papers/
 CLAIM_STATISTICS = ("mean", "std", "seconds_per_round")
 
 
@@ -421,7 +421,7 @@ def write_paper_comparisons(directory: Path, comparisons: list[PaperComparison],
                             code_notes: list[str] = ()) -> str:
     """``vs_paper.md`` (every matched paper) and per paper ``vs_paper_<key>_{cells,spearman,claims}.csv``;
     returns the Markdown. ``code_notes``: which cells mix code versions or hold trials of other code
-    than today's (sweeps.report.code_marks); their cells are marked in the ``code`` column."""
+    than today's (sweeps.results.report.code_marks); their cells are marked in the ``code`` column."""
     if not comparisons:
         return ""
     text = "\n".join(paper_comparison_markdown(c, sweep) for c in comparisons)
