@@ -89,7 +89,7 @@ def test_across_environments_normalised_by_the_random_policy(store):
     runs = np.concatenate([np.array(A_MUSHROOM) / (HORIZON / 2), np.array(A_SHUTTLE) / (HORIZON * 6 / 7)])
     assert iqm.loc["A", "iqm"] == pytest.approx(stats.trim_mean(runs, 0.25))
     assert iqm.loc["A", "runs"] == 12 and iqm.loc["A", "environments"] == 2
-    # 6 runs per environment: fewer than the interval was measured to cover at (sweeps.statistics).
+    # 6 runs per environment: fewer than the interval was measured to cover at (sweeps.analysis.statistics).
     assert iqm["ci_low"].isna().all() and iqm.loc["A", "interval"].startswith("too few runs for an interval")
     assert "Two intervals that do not overlap are no test" in (store.report_dir / "across_environments.md").read_text()
     improvement = pd.read_csv(store.report_dir / "improvement.csv", index_col=0)

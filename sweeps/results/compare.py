@@ -1,6 +1,6 @@
 """The report's statistics from Python, for any results folder: ``banditsweep.compare(results, sweep)``.
 
-The same numbers as ``banditsweep report`` writes (sweeps.results.report.summarise, sweeps.comparisons),
+The same numbers as ``banditsweep report`` writes (sweeps.results.report.summarise, sweeps.analysis.comparisons),
 without a spec: algorithms and environments are named and ordered as the folder's journal holds
 them, and nothing is written.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from banditsweep.sweeps.comparisons import AcrossEnvironments
+from banditsweep.sweeps.analysis.comparisons import AcrossEnvironments
 from banditsweep.sweeps.results.report import judged_summary, recorded_trials
 from banditsweep.workers import FAILED, FINISHED, InputError, ResultsNotFoundError, SweepStore
 
@@ -23,7 +23,7 @@ class SweepStatistics:
     """A sweep's comparisons. ``cells``: one row per (algorithm, environment) at its chosen grid
     point, with mean, std, n, ci_low, ci_high, ci_method (the interval of the mean) and the
     ``trial_ids`` behind it; ``pairs``: every pair of an environment compared by seed
-    (sweeps.comparisons.pair_table); ``across``: the aggregates over environments (None for fewer
+    (sweeps.analysis.comparisons.pair_table); ``across``: the aggregates over environments (None for fewer
     than two environments with a random-policy reference); ``chosen``: on which seeds the grid
     points were chosen."""
 

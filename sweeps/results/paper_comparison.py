@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from banditsweep.sweeps.claims import FAMILY_RULE, RULES, UNJUDGED, judge_environment, verdict_text
-from banditsweep.sweeps.statistics import compare
+from banditsweep.sweeps.analysis.claims import FAMILY_RULE, RULES, UNJUDGED, judge_environment, verdict_text
+from banditsweep.sweeps.analysis.statistics import compare
 from banditsweep.sweeps.tables import MISSING, markdown_table, slug
 
 # ---- ours beside the paper's --------------------------------------------------------------------
@@ -267,7 +267,7 @@ def _compare(paper: PaperData, best: pd.DataFrame, by_id: pd.DataFrame, configs:
 
 def _against(name: str, baseline: str | None, ours: dict | None, theirs: dict | None) -> str:
     """Our cell against the best baseline of its environment, paired by seed: ``lower``, ``higher`` or
-    ``cannot be told apart at n = 3 (about 14 seeds would)`` (sweeps.statistics.verdict)."""
+    ``cannot be told apart at n = 3 (about 14 seeds would)`` (sweeps.analysis.statistics.verdict)."""
     if baseline is None or name == baseline:
         return MISSING
     if ours is None or theirs is None:
@@ -299,7 +299,7 @@ def _spearman(ours: list[float], paper: list[float]) -> tuple[float, str]:
 def _judge_claim(claim: dict, paper: PaperData, cells: dict, matched_envs: dict, ours, published, finals) -> dict:
     """Whether a claim holds on our trials and on the paper's numbers, both over the environments
     and algorithms run here (so that the two verdicts speak of the same comparison): by the rules of
-    sweeps.claims (``ours``, ``paper``), and as a plain comparison of the means (``ours_means``,
+    sweeps.analysis.claims (``ours``, ``paper``), and as a plain comparison of the means (``ours_means``,
     ``paper_means``)."""
     statistic, lower = claim["statistic"], claim["compare"] == "lower"
     tolerance = float(claim.get("tolerance", 0.0))

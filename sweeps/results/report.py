@@ -9,7 +9,7 @@ setting 1, Matérn-5/2``); figures (sweeps.figures) as PDF and PNG with the chos
 legend (``ν = 10⁻³``) and the band stated (the 95% interval of the mean over n seeds, or ±1 std);
 LaTeX tables with booktabs rules and a ``\label``. A column's best regret is bold only where it is
 lower than every other algorithm of the column by a paired test at 5% after Holm's adjustment
-(sweeps.comparisons.significant_best), as each caption states; each cell's interval, every pair's
+(sweeps.analysis.comparisons.significant_best), as each caption states; each cell's interval, every pair's
 comparison and the aggregates across environments are files of their own (sweeps.results.report_comparisons).
 Markdown and CSV tables keep the labels the Parquet results hold, so that they join with them.
 """
@@ -29,13 +29,13 @@ from banditsweep.core.engine.trial import environment_label, environment_title
 from banditsweep.sweeps.by_setting import setting_table  # noqa: F401 (API: tests and notebooks build it alone)
 from banditsweep.sweeps.display import DISPLAY_NAMES, display_name, grid_point_latex  # noqa: F401 (DISPLAY_NAMES: API)
 from banditsweep.sweeps.figures import plot_curves
-from banditsweep.sweeps.grid_choice import (CHOICE_RTOL, HOLD_OUT_FROM, Choice, _point_text,  # noqa: F401 (API)
+from banditsweep.sweeps.analysis.grid_choice import (CHOICE_RTOL, HOLD_OUT_FROM, Choice, _point_text,  # noqa: F401 (API)
                                             choose_grid_points, default_choose_on, grid_values)
 from banditsweep.sweeps.results.paper_comparison import compare_with_papers, write_paper_comparisons
-from banditsweep.sweeps.comparisons import (ONE_POINT, SAME_SEEDS, AcrossEnvironments, across_environments, final_by_seed,
+from banditsweep.sweeps.analysis.comparisons import (ONE_POINT, SAME_SEEDS, AcrossEnvironments, across_environments, final_by_seed,
                                             pair_table, significance_rule, significant_best)
 from banditsweep.sweeps.results.report_comparisons import with_pair_marks, write_across, write_intervals, write_pairs
-from banditsweep.sweeps.statistics import mean_interval
+from banditsweep.sweeps.analysis.statistics import mean_interval
 from banditsweep.sweeps.tables import (CODE_LEGEND, CODE_MIXED, CODE_OTHER, MISSING,  # noqa: F401 (API)
                                        label_slug, latex_escape, marks_legend, latex_table, latex_text_table, markdown_table,
                                        separated_best, separation_rule)
@@ -62,7 +62,7 @@ class Summary:
     # -> mark (CODE_MIXED, CODE_OTHER), and the notes that name the modules.
     marks: dict[tuple[str, str], str] = field(default_factory=dict)
     code_notes: list[str] = field(default_factory=list)
-    # Every pair of algorithms of each environment compared by seed (sweeps.comparisons.pair_table),
+    # Every pair of algorithms of each environment compared by seed (sweeps.analysis.comparisons.pair_table),
     # the aggregates across environments (None: fewer than two with a reference), and on which seeds
     # the grid points were chosen.
     pairs: pd.DataFrame = field(default_factory=pd.DataFrame)

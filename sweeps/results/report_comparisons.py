@@ -1,4 +1,4 @@
-"""The report's files of statistics (sweeps.comparisons): ``final_regret_ci`` (each cell's interval),
+"""The report's files of statistics (sweeps.analysis.comparisons): ``final_regret_ci`` (each cell's interval),
 ``pairs`` (every pair of an environment compared by seed), ``across_environments`` (IQM of normalised
 regret with stratified-bootstrap intervals, the probability of improvement) and the performance
 profile figure, each as Markdown, CSV and LaTeX (the figure as PDF and PNG)."""
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from banditsweep.sweeps.comparisons import PAIRS_CAPTION, SAME_SEEDS, AcrossEnvironments
+from banditsweep.sweeps.analysis.comparisons import PAIRS_CAPTION, SAME_SEEDS, AcrossEnvironments
 from banditsweep.sweeps.figures import WIDTH_INCHES, figure_style, style_of
-from banditsweep.sweeps.statistics import IQM_INTERVAL_FROM, SEED
+from banditsweep.sweeps.analysis.statistics import IQM_INTERVAL_FROM, SEED
 from banditsweep.sweeps.tables import marks_legend, MISSING, label_slug, latex_escape, latex_text_table, markdown_table
 
 PROFILE_RESAMPLES = 500   # stratified-bootstrap resamples behind the profile's bands

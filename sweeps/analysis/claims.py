@@ -1,4 +1,4 @@
-"""A paper's claims judged with statistics (sweeps.statistics), on our trials and on the paper's
+"""A paper's claims judged with statistics (sweeps.analysis.statistics), on our trials and on the paper's
 own table, over the environments and algorithms run here.
 
 Each claim says that on every environment of its scope ``algorithm``'s ``statistic`` is lower (or
@@ -6,7 +6,7 @@ higher) than that of every algorithm of ``than``, optionally within a ``toleranc
 paper's 1% rule for Table 1: "lower" then means below (1 + tolerance) x the other's). The rules:
 
 - **mean** (of the final regret): per environment and other algorithm, the difference
-  a - (1 + tolerance) b with its 95% interval: paired by seed on our trials (sweeps.statistics.compare),
+  a - (1 + tolerance) b with its 95% interval: paired by seed on our trials (sweeps.analysis.statistics.compare),
   Welch's test from means, standard deviations and n on a paper's table. ``holds`` where the
   interval lies wholly on the claimed side, ``does not hold`` where wholly on the other, else
   ``cannot be told apart at n`` with the seeds a paired test would need.
@@ -34,7 +34,7 @@ from typing import Callable, Mapping
 import numpy as np
 from scipy import stats
 
-from banditsweep.sweeps.statistics import (ALPHA, SIGN_TEST, Comparison, SeedsNeeded, compare, compare_summaries,
+from banditsweep.sweeps.analysis.statistics import (ALPHA, SIGN_TEST, Comparison, SeedsNeeded, compare, compare_summaries,
                                            holm)
 
 HOLDS, FAILS, UNDECIDED, UNJUDGED = "holds", "does not hold", "cannot be told apart", "cannot be judged"

@@ -1,4 +1,4 @@
-"""The statistics of :mod:`banditsweep.sweeps.statistics` applied to a sweep's results: each cell's
+"""The statistics of :mod:`banditsweep.sweeps.analysis.statistics` applied to a sweep's results: each cell's
 interval, every pair of algorithms of an environment compared by seed, which cell is significantly
 the best of its column, and the aggregates across environments (Agarwal et al., NeurIPS 2021).
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from banditsweep.sweeps.statistics import (ALPHA, Comparison, adjusted, compare, iqm, performance_profile,
+from banditsweep.sweeps.analysis.statistics import (ALPHA, Comparison, adjusted, compare, iqm, performance_profile,
                                            probability_of_improvement, random_policy_regret, stratified_bootstrap)
 
 RANDOM_ALGORITHM = "random"   # the registry name of the uniformly random policy
