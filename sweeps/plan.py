@@ -44,7 +44,7 @@ import numpy as np
 from banditsweep.core.neural.datasets import DATA_ENV_VAR
 from banditsweep.core.engine.memory import gib, trial_footprint
 from banditsweep.core.engine.trial import TrialRun
-from banditsweep.sweeps.display import display_name
+from banditsweep.sweeps.publishing.display import display_name
 from banditsweep.workers import quiet_factor
 
 PROBE_SECONDS = 3.0       # per cell, at most (a probe stops at the first round past it)

@@ -14,7 +14,7 @@ from scipy import stats
 
 import banditsweep
 from banditsweep.core.engine.trial import environment_label
-from banditsweep.sweeps.figures import band_half_width
+from banditsweep.sweeps.publishing.figures import band_half_width
 from banditsweep.sweeps.results.report import recorded_trials, summarise, summarise_held_out, write_report
 from banditsweep.workers import InputError
 

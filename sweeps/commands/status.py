@@ -16,7 +16,7 @@ from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps.commands import EXIT_INCONSISTENT
 from banditsweep.sweeps.commands.shared import jobs_of, say_code_findings, say_health, say_selection, selected_sweep, store_of
-from banditsweep.sweeps.display import display_name
+from banditsweep.sweeps.publishing.display import display_name
 from banditsweep.sweeps.results.report import markdown_table
 from banditsweep.sweeps.spec.model import Sweep
 from banditsweep.workers import STALE_SECONDS, LiveTrial

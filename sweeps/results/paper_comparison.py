@@ -14,7 +14,7 @@ import pandas as pd
 
 from banditsweep.sweeps.analysis.claims import FAMILY_RULE, RULES, UNJUDGED, judge_environment, verdict_text
 from banditsweep.sweeps.analysis.statistics import compare
-from banditsweep.sweeps.tables import MISSING, markdown_table, slug
+from banditsweep.sweeps.publishing.tables import MISSING, markdown_table, slug
 
 # ---- ours beside the paper's --------------------------------------------------------------------
 #

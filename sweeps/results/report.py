@@ -5,7 +5,7 @@ lowest mean final regret over seeds; report that point's mean and standard devia
 
 The files for a paper name algorithms by display name (the spec's ``label``, else the algorithm's
 usual name: ``LinUCB``, ``NeuralRBMLE-GA``) and environments by title (``Mushroom``, ``kernel
-setting 1, Matérn-5/2``); figures (sweeps.figures) as PDF and PNG with the chosen grid point in the
+setting 1, Matérn-5/2``); figures (sweeps.publishing.figures) as PDF and PNG with the chosen grid point in the
 legend (``ν = 10⁻³``) and the band stated (the 95% interval of the mean over n seeds, or ±1 std);
 LaTeX tables with booktabs rules and a ``\label``. A column's best regret is bold only where it is
 lower than every other algorithm of the column by a paired test at 5% after Holm's adjustment
@@ -26,9 +26,9 @@ from pathlib import Path
 import pandas as pd
 
 from banditsweep.core.engine.trial import environment_label, environment_title
-from banditsweep.sweeps.by_setting import setting_table  # noqa: F401 (API: tests and notebooks build it alone)
-from banditsweep.sweeps.display import DISPLAY_NAMES, display_name, grid_point_latex  # noqa: F401 (DISPLAY_NAMES: API)
-from banditsweep.sweeps.figures import plot_curves
+from banditsweep.sweeps.publishing.by_setting import setting_table  # noqa: F401 (API: tests and notebooks build it alone)
+from banditsweep.sweeps.publishing.display import DISPLAY_NAMES, display_name, grid_point_latex  # noqa: F401 (DISPLAY_NAMES: API)
+from banditsweep.sweeps.publishing.figures import plot_curves
 from banditsweep.sweeps.analysis.grid_choice import (CHOICE_RTOL, HOLD_OUT_FROM, Choice, _point_text,  # noqa: F401 (API)
                                             choose_grid_points, default_choose_on, grid_values)
 from banditsweep.sweeps.results.paper_comparison import compare_with_papers, write_paper_comparisons
@@ -36,7 +36,7 @@ from banditsweep.sweeps.analysis.comparisons import (ONE_POINT, SAME_SEEDS, Acro
                                             pair_table, significance_rule, significant_best)
 from banditsweep.sweeps.results.report_comparisons import with_pair_marks, write_across, write_intervals, write_pairs
 from banditsweep.sweeps.analysis.statistics import mean_interval
-from banditsweep.sweeps.tables import (CODE_LEGEND, CODE_MIXED, CODE_OTHER, MISSING,  # noqa: F401 (API)
+from banditsweep.sweeps.publishing.tables import (CODE_LEGEND, CODE_MIXED, CODE_OTHER, MISSING,  # noqa: F401 (API)
                                        label_slug, latex_escape, marks_legend, latex_table, latex_text_table, markdown_table,
                                        separated_best, separation_rule)
 from banditsweep.workers import InputError

@@ -99,7 +99,7 @@ class SweepResults:
 
     def figure(self, band: str = "ci", environments: list[str] | None = None):
         """The report's regret curves as one matplotlib figure (a panel per environment)."""
-        from banditsweep.sweeps.figures import BANDS, regret_figure
+        from banditsweep.sweeps.publishing.figures import BANDS, regret_figure
 
         if band not in BANDS:
             raise ValueError(f"band: {band!r} is not allowed; allowed: {', '.join(BANDS)}")

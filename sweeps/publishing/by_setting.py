@@ -8,7 +8,7 @@ import json
 import pandas as pd
 
 from banditsweep.core.engine.canonical import canonical_json
-from banditsweep.sweeps.tables import MISSING
+from banditsweep.sweeps.publishing.tables import MISSING
 
 
 def _setting_value(value):

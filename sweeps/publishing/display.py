@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from banditsweep.sweeps.tables import latex_escape
+from banditsweep.sweeps.publishing.tables import latex_escape
 
 # The usual names of the registered algorithms, for figures and LaTeX tables of a spec that gives
 # no ``label`` (a label the spec gives is used as it is).

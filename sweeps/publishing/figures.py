@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from banditsweep.sweeps.display import latex_entry, legend_entry
-from banditsweep.sweeps.tables import label_slug, latex_escape, marks_legend, slug
+from banditsweep.sweeps.publishing.display import latex_entry, legend_entry
+from banditsweep.sweeps.publishing.tables import label_slug, latex_escape, marks_legend, slug
 from banditsweep.workers import SweepStore
 
 # Distinct at a glance and in black and white: a colour, a line style and a marker per algorithm.
