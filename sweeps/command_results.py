@@ -16,7 +16,7 @@ from banditsweep.sweeps.events import Collector
 from banditsweep.sweeps.spec.model import Sweep
 
 if TYPE_CHECKING:   # heavy (numpy, core): imported where a command runs
-    from banditsweep.sweeps.plan import SweepPlan
+    from banditsweep.sweeps.planning.plan import SweepPlan
     from banditsweep.sweeps.results.sweep_results import SweepResults
     from banditsweep.workers import StatusSummary
 

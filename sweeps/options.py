@@ -85,7 +85,7 @@ def seconds(value) -> float:
 
 def slurm_time(value) -> int:
     """``plan --time``: a Slurm time limit, in seconds."""
-    from banditsweep.sweeps.slurm import TIME_FORMS, parse_time
+    from banditsweep.sweeps.planning.slurm import TIME_FORMS, parse_time
 
     if not isinstance(value, str):
         raise OptionValueError(f"{value!r}: give a Slurm time such as '2-00:00:00' ({TIME_FORMS})")

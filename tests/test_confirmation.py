@@ -1,4 +1,4 @@
-"""A spec's held-out stage (``confirm:``, sweeps.confirmation): each cell's grid point chosen on the
+"""A spec's held-out stage (``confirm:``, sweeps.planning.confirmation): each cell's grid point chosen on the
 spec's seeds runs again on fresh seeds in the same ``run``, and every reader (report, ``.statistics``,
 ``run``'s table) judges on those alone; grid points whose means tie within the stated tolerance go to
 the earliest in the spec's grid order, whatever order their trials finished in."""

@@ -13,8 +13,8 @@ from conftest import TEST_DATASETS
 
 from banditsweep.core.neural import datasets as core_datasets
 from banditsweep.core.neural.datasets import DATASETS, DatasetError, data_directory, load_dataset, read_table
-from banditsweep.sweeps import datasets as sweep_datasets
-from banditsweep.sweeps.datasets import ensure_dataset, ensure_datasets_for
+from banditsweep.sweeps.planning import datasets as sweep_datasets
+from banditsweep.sweeps.planning.datasets import ensure_dataset, ensure_datasets_for
 
 # name: (rows of the test copy in tests/data, d' ordinal, K); every copy keeps every class.
 COPIES = {

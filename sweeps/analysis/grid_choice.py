@@ -2,7 +2,7 @@
 
 The papers' tuning rule: for each (algorithm label, environment) cell, the grid point with the lowest
 mean final regret over seeds. Stated in full here because a report, ``run``'s table, a result's
-``.statistics`` and a spec's held-out stage (sweeps.confirmation) must all choose alike: failed points
+``.statistics`` and a spec's held-out stage (sweeps.planning.confirmation) must all choose alike: failed points
 are left out, ties within :data:`CHOICE_RTOL` go to the earliest point in the spec's grid order, and
 which seeds choose (:func:`default_choose_on`) is stated with every number judged after the choice
 (sweeps.results.report.judged_summary).
@@ -39,7 +39,7 @@ def choose_grid_points(trials: pd.DataFrame, failed: pd.DataFrame | None = None)
     candidate: the mean of the seeds that survived would flatter it. Only where every grid point of
     a cell has one is the best of what finished chosen, and a note says so. Means within
     :data:`CHOICE_RTOL` of the cell's lowest are tied, and the earliest in the spec's grid order wins
-    (``plan_order``, :func:`finished_trials`; without a spec, the first by the parameters' JSON text). ``sweeps.confirmation`` runs what this chooses on
+    (``plan_order``, :func:`finished_trials`; without a spec, the first by the parameters' JSON text). ``sweeps.planning.confirmation`` runs what this chooses on
     fresh seeds, so a report and a run choose alike."""
     named = {"algorithm": ("algorithm", "first")} if "algorithm" in trials.columns else {}
     ended = trials.assign(failed=0)

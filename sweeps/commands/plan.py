@@ -1,4 +1,4 @@
-"""``banditsweep plan SPEC``: what a sweep will cost before it runs (sweeps.plan): per cell the
+"""``banditsweep plan SPEC``: what a sweep will cost before it runs (sweeps.planning.plan): per cell the
 trials, trial-rounds, seconds per round, memory per trial and GPUs, then the total as wall time on
 this machine's CPUs, or on ``--workers N`` / ``--gpus N``."""
 
@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import PlanRequest
-from banditsweep.sweeps import slurm
+from banditsweep.sweeps.planning import slurm
 from banditsweep.sweeps.commands.arguments import tracking_uri
 from banditsweep.sweeps.commands.shared import store_of
-from banditsweep.sweeps.confirmation import describe, with_costed_confirmation
-from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
-from banditsweep.sweeps.plan import SweepPlan, data_directory, default_workers, duration, plan_sweep
+from banditsweep.sweeps.planning.confirmation import describe, with_costed_confirmation
+from banditsweep.sweeps.planning.datasets import chosen_data_dir, ensure_datasets_of_trials
+from banditsweep.sweeps.planning.plan import SweepPlan, data_directory, default_workers, duration, plan_sweep
 from banditsweep.sweeps.spec.model import Sweep
 from banditsweep.sweeps.spec.errors import SpecError
 from banditsweep.workers import MLFLOW_SINK, compare_code, mirror_plan
@@ -22,7 +22,7 @@ from banditsweep.workers import MLFLOW_SINK, compare_code, mirror_plan
 
 @dataclass
 class PlanReport:
-    """What ``plan`` found: the plan of the trials left (sweeps.plan.SweepPlan), the spec's trials
+    """What ``plan`` found: the plan of the trials left (sweeps.planning.plan.SweepPlan), the spec's trials
     finished in the store and left out of it, and those of them computed by other code (which
     `run` runs again, so they are in the plan)."""
 

@@ -22,9 +22,9 @@ from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
 from banditsweep.workers import one_line
 from banditsweep.sweeps.commands.arguments import check_sink_stores, results_root, sink_options
 from banditsweep.sweeps.commands.progress import ProgressDisplay
-from banditsweep.sweeps.confirmation import describe, with_confirmation
+from banditsweep.sweeps.planning.confirmation import describe, with_confirmation
 from banditsweep.sweeps.commands.shared import jobs_of, print_results, say_code_findings, say_health, store_of
-from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
+from banditsweep.sweeps.planning.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.spec.model import DEFAULT_SINKS, Sweep
 from banditsweep.sweeps.spec.errors import SpecError
 from banditsweep.sweeps.spec.reading import SpecText
@@ -86,7 +86,7 @@ def execute(args: SweepRequest, sweep: Sweep) -> RunReport:
                                       final=stage is None or not stage.waiting)
         if stage is None:
             return report
-        # The held-out stage (sweeps.confirmation): the cells whose choosing trials ended in this run
+        # The held-out stage (sweeps.planning.confirmation): the cells whose choosing trials ended in this run
         # now have a chosen grid point to run on the fresh seeds.
         again, stage = with_confirmation(sweep, store)
         if len(again.trials) > len(planned.trials):
@@ -238,9 +238,9 @@ RUN_PROBE_SECONDS = 0.3
 
 
 def say_estimate(sweep: Sweep, store, pending: list[Job], options: RunOptions, spec: str) -> None:
-    """The run's cost in its first lines (sweeps.plan), and a word before a long one starts."""
-    from banditsweep.sweeps.plan import LONG_RUN_SECONDS, data_directory, default_workers, duration, plan_sweep
-    from banditsweep.sweeps.slurm import time_limit_notes
+    """The run's cost in its first lines (sweeps.planning.plan), and a word before a long one starts."""
+    from banditsweep.sweeps.planning.plan import LONG_RUN_SECONDS, data_directory, default_workers, duration, plan_sweep
+    from banditsweep.sweeps.planning.slurm import time_limit_notes
 
     records = store.journal()
     wanted = {job.record.trial_id for job in pending}
@@ -271,7 +271,7 @@ def planning(spec: str) -> str:
 def estimate_line(estimate, workers: int, planning: str) -> str:
     """The run's first-line estimate, saying what it covers: the trials it timed, and Ray's start and
     stop on an embedded Ray (a cluster's Ray is up already; its actors' start is not estimated)."""
-    from banditsweep.sweeps.plan import about
+    from banditsweep.sweeps.planning.plan import about
 
     reasons = sorted({cell.source for cell in estimate.cells if math.isnan(cell.seconds_per_trial)})
     left_out = f"{estimate.unknown} cell(s) not estimated: {'; '.join(reasons)}" if reasons else ""

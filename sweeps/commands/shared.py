@@ -10,7 +10,7 @@ from banditsweep.sweeps.events import say
 from banditsweep.sweeps.options import SweepRequest
 from banditsweep.sweeps.commands.arguments import results_root
 from banditsweep.sweeps.analysis.comparisons import ONE_POINT
-from banditsweep.sweeps.confirmation import describe, with_confirmation
+from banditsweep.sweeps.planning.confirmation import describe, with_confirmation
 from banditsweep.sweeps.results.report import CODE_LEGEND, markdown_table
 from banditsweep.sweeps.spec.selection import parse_selectors, select
 from banditsweep.sweeps.results.sweep_results import SweepResults, env_order, label_order, other_code_of  # noqa: F401 (API)

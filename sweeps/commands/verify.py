@@ -25,7 +25,7 @@ from banditsweep.sweeps.commands.arguments import results_root
 from banditsweep.sweeps.commands.progress import ProgressDisplay
 from banditsweep.sweeps.commands.run import run_options
 from banditsweep.sweeps.commands.shared import jobs_of, say_health, say_selection, selected_sweep, store_of
-from banditsweep.sweeps.datasets import chosen_data_dir, ensure_datasets_of_trials
+from banditsweep.sweeps.planning.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.spec.model import Sweep
 from banditsweep.workers import current_code
 from banditsweep.workers import run_sweep

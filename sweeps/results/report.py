@@ -153,7 +153,7 @@ def summarise_held_out(trials: pd.DataFrame, label_order: list[str], env_order: 
     """:func:`summarise` with each cell's grid point chosen on some seeds and every number judged on
     the others, so that the choice does not flatter what it chose. ``choose_on``: a count (the
     sweep's first n seeds choose, ``--choose-on-seeds``), or the choosing seeds themselves (a spec's
-    ``seeds`` where its ``confirm:`` stage ran the chosen points on fresh ones, sweeps.confirmation)."""
+    ``seeds`` where its ``confirm:`` stage ran the chosen points on fresh ones, sweeps.planning.confirmation)."""
     seeds = sorted({int(seed) for seed in trials["seed"]})
     if isinstance(choose_on, int):
         if not 1 <= choose_on < len(seeds):

@@ -3,7 +3,7 @@ the Python results, so that a number, its interval and its mark for other code a
 read the same wherever they appear.
 
 :class:`SweepResults` holds a store and the spec's planned trials (a held-out stage's confirming
-trials included, sweeps.confirmation) and computes, each once: the recorded trials, the finished and
+trials included, sweeps.planning.confirmation) and computes, each once: the recorded trials, the finished and
 failed ones named as the spec names them, the trials computed by other code than today's, the judged
 summary (grid points chosen and judged as :func:`banditsweep.sweeps.results.report.judged_summary` says, with
 its caption), the statistics ``banditsweep.compare`` gives, and the regret figure.

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 
 from banditsweep.sweeps.spec.errors import SpecError
 
-if TYPE_CHECKING:   # sweeps.plan loads numpy and core: the command line imports this module before them
-    from banditsweep.sweeps.plan import SweepPlan
+if TYPE_CHECKING:   # sweeps.planning.plan loads numpy and core: the command line imports this module before them
+    from banditsweep.sweeps.planning.plan import SweepPlan
 
 
 def duration(seconds: float) -> str:
-    from banditsweep.sweeps.plan import duration
+    from banditsweep.sweeps.planning.plan import duration
 
     return duration(seconds)
 
@@ -83,7 +83,7 @@ class Allocation:
 
     @property
     def workers(self) -> int:
-        from banditsweep.sweeps.plan import default_workers
+        from banditsweep.sweeps.planning.plan import default_workers
 
         per_node = default_workers(self.cpus_per_node, self.cpus_per_trial, self.gpus_per_node, self.gpus_per_trial)
         return self.nodes * per_node

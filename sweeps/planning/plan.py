@@ -58,7 +58,7 @@ LONG_RUN_SECONDS = 3600.0
 # worker processes, the mirror's last writes and `ray.shutdown`. docs/benchmarks.md ("Start-up and
 # tear-down") measures 12-25 s for the quick-start sweep on a 2-core machine (start-up 9-22 s,
 # tear-down 2-4 s), against 1.5 s of trials: on a small sweep it is most of the wait. A Slurm job's
-# own overhead (Ray on every node of the allocation) is sweeps.slurm.JOB_OVERHEAD.
+# own overhead (Ray on every node of the allocation) is sweeps.planning.slurm.JOB_OVERHEAD.
 RAY_START_SECONDS = 20.0
 
 
