@@ -39,7 +39,7 @@ CASES = {
 def write_store(root: Path, trials: int, horizon: int) -> None:
     import numpy as np
 
-    from banditsweep.sweeps.commands.shared import record_of
+    from banditsweep.sweeps.cli.commands.shared import record_of
     from banditsweep.sweeps.spec.model import parse_sweep
     from banditsweep.workers import FINISHED, SweepStore, TrialOutcome
 

@@ -3,7 +3,7 @@ and ``verify`` (their results: :mod:`banditsweep.sweeps.command_results`), and
 ``register_algorithm`` / ``register_environment`` for classes defined where they run (a notebook's
 cells, a script).
 
-Each function is its command's code path (sweeps.commands): the options are the command line's, by
+Each function is its command's code path (sweeps.cli.commands): the options are the command line's, by
 their Python names (``--set`` is ``overrides``, ``--only`` is ``only``, ``--sink`` is ``sinks``, ``--no-progress``
 is ``progress=False``), checked as the command line checks them, and the command prints what it
 prints (``quiet=True``: nothing on stdout). What the command line says in one line and an exit code
@@ -22,7 +22,7 @@ import pandas as pd
 
 from banditsweep.sweeps.command_results import PlanResult, ReportResult, RunResult, StatusResult, VerifyResult
 from banditsweep.sweeps.events import collecting
-from banditsweep.sweeps.options import REQUESTS, OptionTypeError, SweepRequest
+from banditsweep.sweeps.cli.options import REQUESTS, OptionTypeError, SweepRequest
 from banditsweep.sweeps.spec.errors import SpecError
 from banditsweep.sweeps.spec.reading import SpecText
 from banditsweep.workers import InputError
@@ -47,7 +47,7 @@ def run(spec, *, results=None, mlflow_uri: str | None = None, sinks=None, overri
     values (``{"horizon": 200, "seeds": 2}`` or ``["horizon=200"]``); ``only``: the ``--only`` selection
     (``{"algorithm": ["linucb", "lints"]}`` or ``["algorithm=linucb,lints"]``); ``max_workers``,
     ``retry_failed``, ``rerun_changed`` / ``keep_changed``, ``data_dir``, ``progress`` as the command line's."""
-    from banditsweep.sweeps.commands import run as command
+    from banditsweep.sweeps.cli.commands import run as command
 
     if rerun_changed and keep_changed:
         raise InputError("keep_changed and rerun_changed exclude each other; give one")
@@ -68,7 +68,7 @@ def plan(spec, *, results=None, mlflow_uri: str | None = None, overrides=None, o
     """What running ``spec`` will cost (``banditsweep plan``): trials, rounds, seconds per round,
     memory per cell, wall time on this machine's CPUs or on ``workers`` / ``gpus``; the options as
     :func:`run`'s."""
-    from banditsweep.sweeps.commands import plan as command
+    from banditsweep.sweeps.cli.commands import plan as command
 
     args = _arguments("plan", spec, results, mlflow_uri, overrides, only, data_dir=_path("data_dir", data_dir),
                       workers=workers, gpus=gpus, probe_seconds=probe_seconds)
@@ -93,7 +93,7 @@ def status(spec, *, results=None, mlflow_uri: str | None = None, overrides=None,
     / other code, and the check of every result file; the options as :func:`run`'s."""
     from dataclasses import asdict
 
-    from banditsweep.sweeps.commands import status as command
+    from banditsweep.sweeps.cli.commands import status as command
 
     args = _arguments("status", spec, results, mlflow_uri, overrides, only)
     with collecting(quiet) as output:
@@ -114,7 +114,7 @@ def report(spec, *, results=None, mlflow_uri: str | None = None, overrides=None,
     """The report of ``spec``'s finished trials (``banditsweep report``): tables and figures written to
     ``<results>/<sweep>/report/``, attached to the sweep's MLflow run; ``band``, ``choose_on_seeds`` and
     ``same_seeds`` as the command line's, the other options as :func:`run`'s."""
-    from banditsweep.sweeps.commands import report as command
+    from banditsweep.sweeps.cli.commands import report as command
 
     args = _arguments("report", spec, results, mlflow_uri, overrides, only, band=band,
                       choose_on_seeds=choose_on_seeds, same_seeds=bool(same_seeds))
@@ -130,7 +130,7 @@ def verify(spec, *, results=None, mlflow_uri: str | None = None, overrides=None,
            ) -> VerifyResult:
     """Re-run a sample of ``spec``'s finished trials on today's code and compare every stored value but
     timings (``banditsweep verify``); the options as the command line's and :func:`run`'s."""
-    from banditsweep.sweeps.commands import verify as command
+    from banditsweep.sweeps.cli.commands import verify as command
 
     args = _arguments("verify", spec, results, mlflow_uri, overrides, only, sample=sample, seed=seed,
                       max_trial_seconds=max_trial_seconds, accept=bool(accept), address=_text("address", address),
@@ -212,7 +212,7 @@ def _spec_source(spec) -> str:
 
 
 def _arguments(command: str, spec, results, mlflow_uri, overrides, only, **options) -> SweepRequest:
-    """The request of ``command`` (sweeps.options), every value checked as the command line checks it."""
+    """The request of ``command`` (sweeps.cli.options), every value checked as the command line checks it."""
     return REQUESTS[command].create(spec=_spec_source(spec), results=_path("results", results),
                                     mlflow_uri=_text("mlflow_uri", mlflow_uri),
                                     overrides=_pairs("overrides", overrides, _yaml_scalar),
@@ -220,7 +220,7 @@ def _arguments(command: str, spec, results, mlflow_uri, overrides, only, **optio
 
 
 def _execute(command, args: SweepRequest):
-    from banditsweep.sweeps.cli import prepare
+    from banditsweep.sweeps.cli.main import prepare
 
     return command.execute(args, prepare(args))
 

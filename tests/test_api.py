@@ -13,7 +13,7 @@ import yaml
 
 import banditsweep
 from banditsweep.core.engine.trial import run_trials
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from banditsweep.sweeps.spec.errors import SpecError
 from banditsweep.workers import InputError, code_of
 from banditsweep.workers.provenance import shipped

@@ -13,8 +13,8 @@ from typing import Callable
 
 import pytest
 
-import banditsweep.sweeps.commands.run as run_command
-from banditsweep.sweeps.cli import main
+import banditsweep.sweeps.cli.commands.run as run_command
+from banditsweep.sweeps.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_DATASETS = Path(os.environ.get("BANDITSWEEP_TEST_DATASETS", REPO / "tests" / "data"))

@@ -245,9 +245,9 @@ SHIPPED = sorted(str(p.relative_to(REPO)) for p in (REPO / "sweeps").rglob("*.ya
 def test_every_shipped_spec_validates_and_fits_a_16_gib_node(spec, monkeypatch):
     """The estimate is conservative but refuses none of the shipped sweeps on a 16 GiB machine (the
     largest, table3_timing's full Z on Covertype, needs about 11 GiB)."""
-    import banditsweep.sweeps.cli as cli
-    from banditsweep.sweeps.commands import run as run_command
-    from banditsweep.sweeps.commands.shared import jobs_of
+    import banditsweep.sweeps.cli.main as cli
+    from banditsweep.sweeps.cli.commands import run as run_command
+    from banditsweep.sweeps.cli.commands.shared import jobs_of
 
     monkeypatch.setattr(pool, "local_node", lambda: {"CPU": 16.0, "GPU": 8.0, "memory": 16.0 * 2**30})
     sweep = load_sweep(REPO / spec)

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import yaml
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 
 from conftest import TEST_DATASETS
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import banditsweep
-from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.commands.shared import record_of
+from banditsweep.sweeps.cli.main import main
+from banditsweep.sweeps.cli.commands.shared import record_of
 from banditsweep.sweeps.results.report import CHOICE_RTOL, finished_trials, judged_summary, recorded_trials
 from banditsweep.sweeps.spec.model import parse_sweep
 from banditsweep.sweeps.spec.errors import SpecError

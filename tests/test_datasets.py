@@ -213,7 +213,7 @@ def test_offline_download_names_the_network_in_full_and_no_install_advice(tmp_pa
     and the advice is the network or a file, not installing what is installed."""
     import urllib.error
 
-    from banditsweep.sweeps.cli import main
+    from banditsweep.sweeps.cli.main import main
 
     def offline(data_id, data_home):
         try:

@@ -151,13 +151,13 @@ def test_every_room_has_a_front_page():
 
 
 def test_no_module_below_the_command_line_reads_its_parsing():
-    """The command line parses into the request objects of sweeps/options.py and hands them on: no
-    module but the parser (sweeps/cli.py) and the options' one argparse adaptor reads argparse."""
+    """The command line parses into the request objects of sweeps/cli/options.py and hands them on: no
+    module but the parser (sweeps/cli/main.py) and the options' one argparse adaptor reads argparse."""
     # (and legacy_table.py, a maintainers' script run as `python -m`, with a command line of its own)
-    allowed = {"sweeps/cli.py", "sweeps/options.py", "workers/provenance/legacy_table.py"}
+    allowed = {"sweeps/cli/main.py", "sweeps/cli/options.py", "workers/provenance/legacy_table.py"}
     readers = sorted(str(path.relative_to(REPO)) for layer in ("core", "workers", "sweeps")
                      for path in (REPO / layer).rglob("*.py")
                      if "argparse" in path.read_text() and str(path.relative_to(REPO)) not in allowed)
     assert readers == [], readers
-    options = (REPO / "sweeps" / "options.py").read_text()
+    options = (REPO / "sweeps" / "cli" / "options.py").read_text()
     assert options.count("import argparse") == 1 and "def add_options(" in options

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from banditsweep.sweeps.spec.model import load_sweep
 from banditsweep.sweeps.spec.overrides import parse_overrides
 

@@ -12,7 +12,7 @@ from scipy.stats import spearmanr
 
 from banditsweep.core.engine import registry
 from banditsweep.core.engine.trial import environment_label
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from banditsweep.sweeps.results.paper_comparison import PaperDataError, compare_with_papers, load_paper, load_papers
 
 from conftest import TEST_DATASETS

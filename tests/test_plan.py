@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from banditsweep.sweeps.planning.plan import RAY_START_SECONDS, CellCost, SweepPlan
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from banditsweep.sweeps.planning import slurm
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from banditsweep.sweeps.planning.plan import CellCost, SweepPlan
 
 

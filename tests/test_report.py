@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from banditsweep.core.engine.trial import TrialSpec, environment_label
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from banditsweep.sweeps.results.report import MISSING, markdown_table, setting_table, summarise
 
 H1 = {"kind": "synthetic", "function": "h1", "dim": 5}
@@ -289,7 +289,7 @@ def test_report_says_what_it_replaces_and_refuses_a_link_in_its_place(tmp_path, 
 
     import yaml
 
-    from banditsweep.sweeps.cli import main
+    from banditsweep.sweeps.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     spec = {"sweep": "rep", "horizon": 10, "seeds": 2, "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],

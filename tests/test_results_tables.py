@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import banditsweep
-from banditsweep.sweeps.commands.shared import record_of
+from banditsweep.sweeps.cli.commands.shared import record_of
 from banditsweep.sweeps.spec.model import parse_sweep
 from banditsweep.workers import FINISHED, InputError, SweepStore, TrialOutcome
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from banditsweep.sweeps.spec.model import SpecError, load_sweep, parse_sweep
 from banditsweep.sweeps.spec.overrides import parse_overrides
 
@@ -217,7 +217,7 @@ def test_the_parent_runs_settings_give_a_long_run_of_seeds_by_its_ends():
     import argparse
     import json
 
-    from banditsweep.sweeps.commands.run import sweep_settings
+    from banditsweep.sweeps.cli.commands.run import sweep_settings
 
     args = argparse.Namespace(overrides=[])
     many = sweep_settings(args, parse_sweep({**copy.deepcopy(GOOD), "seeds": 50_000}))

@@ -8,10 +8,10 @@ import os
 from dataclasses import dataclass
 
 from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import PlanRequest
+from banditsweep.sweeps.cli.options import PlanRequest
 from banditsweep.sweeps.planning import slurm
-from banditsweep.sweeps.commands.arguments import tracking_uri
-from banditsweep.sweeps.commands.shared import store_of
+from banditsweep.sweeps.cli.commands.arguments import tracking_uri
+from banditsweep.sweeps.cli.commands.shared import store_of
 from banditsweep.sweeps.planning.confirmation import describe, with_costed_confirmation
 from banditsweep.sweeps.planning.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.planning.plan import SweepPlan, data_directory, default_workers, duration, plan_sweep

@@ -19,12 +19,12 @@ import tempfile
 from dataclasses import dataclass
 
 from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import SweepRequest
-from banditsweep.sweeps.commands import EXIT_INCONSISTENT
-from banditsweep.sweeps.commands.arguments import results_root
-from banditsweep.sweeps.commands.progress import ProgressDisplay
-from banditsweep.sweeps.commands.run import run_options
-from banditsweep.sweeps.commands.shared import jobs_of, say_health, say_selection, selected_sweep, store_of
+from banditsweep.sweeps.cli.options import SweepRequest
+from banditsweep.sweeps.cli.commands import EXIT_INCONSISTENT
+from banditsweep.sweeps.cli.commands.arguments import results_root
+from banditsweep.sweeps.cli.commands.progress import ProgressDisplay
+from banditsweep.sweeps.cli.commands.run import run_options
+from banditsweep.sweeps.cli.commands.shared import jobs_of, say_health, say_selection, selected_sweep, store_of
 from banditsweep.sweeps.planning.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.spec.model import Sweep
 from banditsweep.workers import current_code

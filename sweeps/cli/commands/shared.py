@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 
 from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import SweepRequest
-from banditsweep.sweeps.commands.arguments import results_root
+from banditsweep.sweeps.cli.options import SweepRequest
+from banditsweep.sweeps.cli.commands.arguments import results_root
 from banditsweep.sweeps.analysis.comparisons import ONE_POINT
 from banditsweep.sweeps.planning.confirmation import describe, with_confirmation
 from banditsweep.sweeps.results.report import CODE_LEGEND, markdown_table

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import SweepRequest
-from banditsweep.sweeps.commands import EXIT_INCONSISTENT
-from banditsweep.sweeps.commands.arguments import results_root, tracking_uri
-from banditsweep.sweeps.commands.shared import (display_table, say_code_notes, say_health, say_selection,
+from banditsweep.sweeps.cli.options import SweepRequest
+from banditsweep.sweeps.cli.commands import EXIT_INCONSISTENT
+from banditsweep.sweeps.cli.commands.arguments import results_root, tracking_uri
+from banditsweep.sweeps.cli.commands.shared import (display_table, say_code_notes, say_health, say_selection,
                                                 selected_sweep, store_of)
 from banditsweep.sweeps.results.report import write_report
 from banditsweep.sweeps.results.sweep_results import SweepResults

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import SweepRequest
-from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
+from banditsweep.sweeps.cli.options import SweepRequest
+from banditsweep.sweeps.cli.commands import EXIT_FAILED_TRIALS
 from banditsweep.workers import one_line
-from banditsweep.sweeps.commands.arguments import check_sink_stores, results_root, sink_options
-from banditsweep.sweeps.commands.progress import ProgressDisplay
+from banditsweep.sweeps.cli.commands.arguments import check_sink_stores, results_root, sink_options
+from banditsweep.sweeps.cli.commands.progress import ProgressDisplay
 from banditsweep.sweeps.planning.confirmation import describe, with_confirmation
-from banditsweep.sweeps.commands.shared import jobs_of, print_results, say_code_findings, say_health, store_of
+from banditsweep.sweeps.cli.commands.shared import jobs_of, print_results, say_code_findings, say_health, store_of
 from banditsweep.sweeps.planning.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.spec.model import DEFAULT_SINKS, Sweep
 from banditsweep.sweeps.spec.errors import SpecError

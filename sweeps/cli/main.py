@@ -1,7 +1,7 @@
 """The ``banditsweep`` command: ``run``, ``plan``, ``status``, ``verify``, ``report``, ``sync-mlflow`` and
 ``ui`` of a sweep spec, and ``list`` of the registered algorithms and environments.
 
-Exit codes (sweeps.commands.EXIT_CODES): 0 done; 1 some trials failed (their errors are in the trials
+Exit codes (sweeps.cli.commands.EXIT_CODES): 0 done; 1 some trials failed (their errors are in the trials
 table); 2 bad input (spec, overrides, arguments, dataset) — reported in one line before anything is
 started or written; 3 the results folder cannot be written (disk full, read-only, permissions), no
 trial marked failed for it; 4 result files damaged or disagreeing (`status`), a re-run that differs
@@ -9,7 +9,7 @@ trial marked failed for it; 4 result files damaged or disagreeing (`status`), a 
 
 This module parses the command line, checks the arguments and reads the spec (only light modules
 imported, so that bad input is refused quickly), then hands over to the command's module in
-``sweeps.commands``, and turns what went wrong into one line and an exit code.
+``sweeps.cli.commands``, and turns what went wrong into one line and an exit code.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from pathlib import Path
 
 from banditsweep.core.neural.datasets import DatasetError
 from banditsweep.core.engine.registry import PluginError
-from banditsweep.sweeps.commands import EXIT_BAD_INPUT, EXIT_INCONSISTENT, EXIT_INTERRUPTED, EXIT_STORE_UNWRITABLE
-from banditsweep.sweeps.commands.arguments import check_arguments, check_sweep_folder, results_root
-from banditsweep.sweeps.options import REQUESTS, Request, SweepRequest, add_options, request_of
+from banditsweep.sweeps.cli.commands import EXIT_BAD_INPUT, EXIT_INCONSISTENT, EXIT_INTERRUPTED, EXIT_STORE_UNWRITABLE
+from banditsweep.sweeps.cli.commands.arguments import check_arguments, check_sweep_folder, results_root
+from banditsweep.sweeps.cli.options import REQUESTS, Request, SweepRequest, add_options, request_of
 from banditsweep.sweeps.spec.model import Sweep, load_sweep
 from banditsweep.sweeps.spec.errors import SpecError, one_line
 from banditsweep.sweeps.spec.selection import parse_selectors, select
@@ -50,13 +50,13 @@ DESCRIPTION = ("Run every trial of a bandit experiment (each algorithm, environm
 
 
 def epilog() -> str:
-    """The exit codes, as sweeps.commands.EXIT_CODES names them."""
-    from banditsweep.sweeps.commands import EXIT_CODES
+    """The exit codes, as sweeps.cli.commands.EXIT_CODES names them."""
+    from banditsweep.sweeps.cli.commands import EXIT_CODES
 
     return "exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()) + "."
 
 
-# command -> (module of sweeps.commands, its function); each is imported only when it runs.
+# command -> (module of sweeps.cli.commands, its function); each is imported only when it runs.
 COMMANDS = {"run": ("run", "main"), "status": ("status", "main"), "report": ("report", "main"),
             "sync-mlflow": ("mlflow", "sync"), "ui": ("mlflow", "ui"), "list": ("listing", "main"),
             "plan": ("plan", "main"), "verify": ("verify", "main")}
@@ -70,7 +70,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line of every request of :mod:`banditsweep.sweeps.options` (their one declaration)."""
+    """The command line of every request of :mod:`banditsweep.sweeps.cli.options` (their one declaration)."""
     parser = _Parser(prog="banditsweep", description=DESCRIPTION, epilog=epilog())
     commands = parser.add_subparsers(dest="command", required=True)
     for name, request in REQUESTS.items():
@@ -95,9 +95,9 @@ def prepare(args: SweepRequest) -> Sweep:
 def _dispatch(args: Request) -> int:
     module, function = COMMANDS[args.command]
     if args.command == "list":
-        return getattr(importlib.import_module(f"banditsweep.sweeps.commands.{module}"), function)(args)
+        return getattr(importlib.import_module(f"banditsweep.sweeps.cli.commands.{module}"), function)(args)
     sweep = prepare(args)   # before the command's module: a bad spec is refused without waiting for Ray's import
-    return getattr(importlib.import_module(f"banditsweep.sweeps.commands.{module}"), function)(args, sweep)
+    return getattr(importlib.import_module(f"banditsweep.sweeps.cli.commands.{module}"), function)(args, sweep)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,5 +152,5 @@ def _results_unwritable(args: Request, error: OSError) -> bool:
         return False
 
 
-if __name__ == "__main__":  # `ray submit cluster.yaml sweeps/cli.py -- run ...` runs this file as a script
+if __name__ == "__main__":  # `ray submit cluster.yaml sweeps/cli/main.py -- run ...` runs this file as a script
     raise SystemExit(main())

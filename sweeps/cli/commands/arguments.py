@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from banditsweep.sweeps.options import SweepRequest
-from banditsweep.sweeps.options import DEFAULT_RESULTS_ROOT, RESULTS_ENV_VAR  # noqa: F401,E402 (API)
+from banditsweep.sweeps.cli.options import SweepRequest
+from banditsweep.sweeps.cli.options import DEFAULT_RESULTS_ROOT, RESULTS_ENV_VAR  # noqa: F401,E402 (API)
 from banditsweep.sweeps.spec.model import Sweep
 from banditsweep.sweeps.spec.errors import SpecError, show
 from banditsweep.workers import (InputError, MLFLOW_SINK, MLflowOptions, check_mlflow_version, check_tracking_server,

@@ -12,10 +12,10 @@ import urllib.error
 import urllib.request
 
 from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import SweepRequest
-from banditsweep.sweeps.commands import EXIT_FAILED_TRIALS
-from banditsweep.sweeps.commands.arguments import results_root, sink_options, tracking_uri
-from banditsweep.sweeps.commands.shared import store_of
+from banditsweep.sweeps.cli.options import SweepRequest
+from banditsweep.sweeps.cli.commands import EXIT_FAILED_TRIALS
+from banditsweep.sweeps.cli.commands.arguments import results_root, sink_options, tracking_uri
+from banditsweep.sweeps.cli.commands.shared import store_of
 from banditsweep.sweeps.spec.model import Sweep
 from banditsweep.workers import experiment_of
 from banditsweep.workers import catch_up

@@ -1,7 +1,7 @@
 """The ``banditsweep`` commands, one module each: ``run``, ``plan``, ``status``, ``verify``, ``report``,
 ``sync-mlflow`` and ``ui`` (``mlflow``), ``list`` (``listing``). Each module's ``main(args, sweep)`` calls the workers
 layer for what the store, Ray and the sinks do and prints what the user reads; the command line
-itself (parsing, the checks of the arguments and the exit codes of errors) is ``sweeps.cli``.
+itself (parsing, the checks of the arguments and the exit codes of errors) is ``sweeps.cli.main``.
 
 The exit codes a command returns are named here, where every command and the CLI see them.
 """

@@ -14,10 +14,10 @@ import yaml
 from pydantic import BaseModel
 
 from banditsweep.sweeps.events import say
-from banditsweep.sweeps.options import ListRequest
+from banditsweep.sweeps.cli.options import ListRequest
 from banditsweep.core.engine import registry
 from banditsweep.core.kernel.sharded.shard import shardable_algorithms, shardable_environments
-from banditsweep.sweeps.commands import EXIT_BAD_INPUT
+from banditsweep.sweeps.cli.commands import EXIT_BAD_INPUT
 from banditsweep.sweeps.spec.errors import did_you_mean, show
 from banditsweep.sweeps.spec.model import DEFAULT_SINKS
 from banditsweep.workers import sink_names
