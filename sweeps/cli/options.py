@@ -2,7 +2,7 @@
 
 A field of a request class is an option: its flag, help, default and check live in its declaration,
 and both the command line (``sweeps.cli.main`` builds its parser from these classes) and Python
-(``sweeps.api`` builds the request from keyword arguments) read that one declaration. A new option
+(``sweeps.api.functions`` builds the request from keyword arguments) read that one declaration. A new option
 is one field here; the command's module reads it from the request it is handed, never from the
 command line's parsing.
 

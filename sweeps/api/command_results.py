@@ -1,4 +1,4 @@
-"""What the Python functions of :mod:`banditsweep.sweeps.api` return: one typed result per command,
+"""What the Python functions of :mod:`banditsweep.sweeps.api.functions` return: one typed result per command,
 each holding what the command said (``output``: its lines, ``warnings`` and notes as data) and, for
 the commands about a spec's trials, those trials' tables, statistics and figure, read through one
 :class:`~banditsweep.sweeps.results.sweep_results.SweepResults`."""

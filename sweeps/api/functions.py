@@ -1,5 +1,5 @@
 """banditsweep from Python and notebooks: ``banditsweep.run(spec, ...)``, ``plan``, ``status``, ``report``
-and ``verify`` (their results: :mod:`banditsweep.sweeps.command_results`), and
+and ``verify`` (their results: :mod:`banditsweep.sweeps.api.command_results`), and
 ``register_algorithm`` / ``register_environment`` for classes defined where they run (a notebook's
 cells, a script).
 
@@ -20,7 +20,7 @@ from typing import Iterable, Mapping
 
 import pandas as pd
 
-from banditsweep.sweeps.command_results import PlanResult, ReportResult, RunResult, StatusResult, VerifyResult
+from banditsweep.sweeps.api.command_results import PlanResult, ReportResult, RunResult, StatusResult, VerifyResult
 from banditsweep.sweeps.events import collecting
 from banditsweep.sweeps.cli.options import REQUESTS, OptionTypeError, SweepRequest
 from banditsweep.sweeps.spec.errors import SpecError
