@@ -73,14 +73,16 @@ def run(spec, **options):
 
 
 def plan(spec, **options):
-    """What running ``spec`` will cost, as ``banditsweep plan`` says; see :func:`banditsweep.sweeps.api.functions.plan`."""
+    """What running ``spec`` will cost, as ``banditsweep plan`` says;
+    see :func:`banditsweep.sweeps.api.functions.plan`."""
     from banditsweep.sweeps.api.functions import plan as plan_sweep
 
     return plan_sweep(spec, **options)
 
 
 def status(spec, **options):
-    """Where ``spec``'s trials stand, as ``banditsweep status`` says; see :func:`banditsweep.sweeps.api.functions.status`."""
+    """Where ``spec``'s trials stand, as ``banditsweep status`` says;
+    see :func:`banditsweep.sweeps.api.functions.status`."""
     from banditsweep.sweeps.api.functions import status as sweep_status
 
     return sweep_status(spec, **options)

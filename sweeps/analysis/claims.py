@@ -34,8 +34,8 @@ from typing import Callable, Mapping
 import numpy as np
 from scipy import stats
 
-from banditsweep.sweeps.analysis.statistics import (ALPHA, SIGN_TEST, Comparison, SeedsNeeded, compare, compare_summaries,
-                                           holm)
+from banditsweep.sweeps.analysis.statistics import (ALPHA, SIGN_TEST, Comparison, SeedsNeeded, compare,
+                                                    compare_summaries, holm)
 
 HOLDS, FAILS, UNDECIDED, UNJUDGED = "holds", "does not hold", "cannot be told apart", "cannot be judged"
 RULES = {"mean": "paired by seed (ours), Welch from the table's means, stds and n (the paper's); 95% intervals",

@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from banditsweep.sweeps.analysis.statistics import (ALPHA, Comparison, adjusted, compare, iqm, performance_profile,
-                                           probability_of_improvement, random_policy_regret, stratified_bootstrap)
+                                                    probability_of_improvement, random_policy_regret,
+                                                    stratified_bootstrap)
 
 RANDOM_ALGORITHM = "random"   # the registry name of the uniformly random policy
 

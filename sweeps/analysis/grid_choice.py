@@ -39,8 +39,9 @@ def choose_grid_points(trials: pd.DataFrame, failed: pd.DataFrame | None = None)
     candidate: the mean of the seeds that survived would flatter it. Only where every grid point of
     a cell has one is the best of what finished chosen, and a note says so. Means within
     :data:`CHOICE_RTOL` of the cell's lowest are tied, and the earliest in the spec's grid order wins
-    (``plan_order``, :func:`finished_trials`; without a spec, the first by the parameters' JSON text). ``sweeps.planning.confirmation`` runs what this chooses on
-    fresh seeds, so a report and a run choose alike."""
+    (``plan_order``, :func:`finished_trials`; without a spec, the first by the parameters' JSON text).
+    ``sweeps.planning.confirmation`` runs what this chooses on fresh seeds, so a report and a run
+    choose alike."""
     named = {"algorithm": ("algorithm", "first")} if "algorithm" in trials.columns else {}
     ended = trials.assign(failed=0)
     if failed is not None and not failed.empty:   # failed trials' grid points, also where no seed finished

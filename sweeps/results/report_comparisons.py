@@ -13,7 +13,8 @@ import pandas as pd
 from banditsweep.sweeps.analysis.comparisons import PAIRS_CAPTION, SAME_SEEDS, AcrossEnvironments
 from banditsweep.sweeps.publishing.figures import WIDTH_INCHES, figure_style, style_of
 from banditsweep.sweeps.analysis.statistics import IQM_INTERVAL_FROM, SEED
-from banditsweep.sweeps.publishing.tables import marks_legend, MISSING, label_slug, latex_escape, latex_text_table, markdown_table
+from banditsweep.sweeps.publishing.tables import (marks_legend, MISSING, label_slug, latex_escape, latex_text_table,
+                                                  markdown_table)
 
 PROFILE_RESAMPLES = 500   # stratified-bootstrap resamples behind the profile's bands
 

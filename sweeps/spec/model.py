@@ -35,8 +35,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from banditsweep.core.engine import registry
 from banditsweep.core.engine.trial import TrialSpec, environment_label
-from banditsweep.sweeps.spec.checks import (Collisions, GridPoint, check_environment_repeats, check_every_entry_has_trials,
-                                           check_grid_repeats, check_when_values, matches, written_horizons, SHARD_KEYS)
+from banditsweep.sweeps.spec.checks import (Collisions, GridPoint, check_environment_repeats,
+                                            check_every_entry_has_trials, check_grid_repeats, check_when_values,
+                                            matches, written_horizons, SHARD_KEYS)
 from banditsweep.sweeps.spec.errors import SpecError, did_you_mean, raise_from_validation, show
 from banditsweep.sweeps.spec.overrides import apply_overrides
 from banditsweep.sweeps.spec.reading import check_booleans, check_values, load_yaml, read_spec_text

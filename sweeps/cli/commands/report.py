@@ -12,7 +12,7 @@ from banditsweep.sweeps.cli.options import SweepRequest
 from banditsweep.sweeps.cli.commands import EXIT_INCONSISTENT
 from banditsweep.sweeps.cli.commands.arguments import results_root, tracking_uri
 from banditsweep.sweeps.cli.commands.shared import (display_table, say_code_notes, say_health, say_selection,
-                                                selected_sweep, store_of)
+                                                    selected_sweep, store_of)
 from banditsweep.sweeps.results.report import write_report
 from banditsweep.sweeps.results.sweep_results import SweepResults
 from banditsweep.sweeps.spec.model import Sweep

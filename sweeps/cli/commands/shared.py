@@ -13,7 +13,8 @@ from banditsweep.sweeps.analysis.comparisons import ONE_POINT
 from banditsweep.sweeps.planning.confirmation import describe, with_confirmation
 from banditsweep.sweeps.results.report import CODE_LEGEND, markdown_table
 from banditsweep.sweeps.spec.selection import parse_selectors, select
-from banditsweep.sweeps.results.sweep_results import SweepResults, env_order, label_order, other_code_of  # noqa: F401 (API)
+from banditsweep.sweeps.results.sweep_results import (SweepResults, env_order, label_order,  # noqa: F401 (API)
+                                                      other_code_of)
 from banditsweep.sweeps.spec.model import PlannedTrial, Sweep
 from banditsweep.sweeps.spec.errors import SpecError
 from banditsweep.sweeps.spec.stored_runs import Selection, select_sweep

@@ -15,7 +15,8 @@ import pandas as pd
 from banditsweep.sweeps.events import say
 from banditsweep.sweeps.cli.options import SweepRequest
 from banditsweep.sweeps.cli.commands import EXIT_INCONSISTENT
-from banditsweep.sweeps.cli.commands.shared import jobs_of, say_code_findings, say_health, say_selection, selected_sweep, store_of
+from banditsweep.sweeps.cli.commands.shared import (jobs_of, say_code_findings, say_health, say_selection,
+                                                    selected_sweep, store_of)
 from banditsweep.sweeps.publishing.display import display_name
 from banditsweep.sweeps.results.report import markdown_table
 from banditsweep.sweeps.spec.model import Sweep
