@@ -26,19 +26,21 @@ from pathlib import Path
 import pandas as pd
 
 from banditsweep.core.engine.trial import environment_label, environment_title
-from banditsweep.sweeps.publishing.by_setting import setting_table  # noqa: F401 (API: tests and notebooks build it alone)
-from banditsweep.sweeps.publishing.display import DISPLAY_NAMES, display_name, grid_point_latex  # noqa: F401 (DISPLAY_NAMES: API)
+from banditsweep.sweeps.publishing.by_setting import setting_table  # noqa: F401 (API: tests, notebooks build it)
+from banditsweep.sweeps.publishing.display import (DISPLAY_NAMES, display_name,  # noqa: F401 (DISPLAY_NAMES: API)
+                                                   grid_point_latex)
 from banditsweep.sweeps.publishing.figures import plot_curves
-from banditsweep.sweeps.analysis.grid_choice import (CHOICE_RTOL, HOLD_OUT_FROM, Choice, _point_text,  # noqa: F401 (API)
-                                            choose_grid_points, default_choose_on, grid_values)
+from banditsweep.sweeps.analysis.grid_choice import (CHOICE_RTOL, HOLD_OUT_FROM, Choice,  # noqa: F401 (API)
+                                                     _point_text, choose_grid_points, default_choose_on, grid_values)
 from banditsweep.sweeps.results.paper_comparison import compare_with_papers, write_paper_comparisons
-from banditsweep.sweeps.analysis.comparisons import (ONE_POINT, SAME_SEEDS, AcrossEnvironments, across_environments, final_by_seed,
-                                            pair_table, significance_rule, significant_best)
+from banditsweep.sweeps.analysis.comparisons import (ONE_POINT, SAME_SEEDS, AcrossEnvironments, across_environments,
+                                                     final_by_seed, pair_table, significance_rule, significant_best)
 from banditsweep.sweeps.results.report_comparisons import with_pair_marks, write_across, write_intervals, write_pairs
 from banditsweep.sweeps.analysis.statistics import mean_interval
+from banditsweep.sweeps.events import say
 from banditsweep.sweeps.publishing.tables import (CODE_LEGEND, CODE_MIXED, CODE_OTHER, MISSING,  # noqa: F401 (API)
-                                       label_slug, latex_escape, marks_legend, latex_table, latex_text_table, markdown_table,
-                                       separated_best, separation_rule)
+                                                  label_slug, latex_escape, marks_legend, latex_table, latex_text_table,
+                                                  markdown_table, separated_best, separation_rule)
 from banditsweep.workers import InputError
 from banditsweep.workers import FINISHED
 from banditsweep.workers import content_digest_of
@@ -296,10 +298,11 @@ def _renamed(bold: dict | None, names: dict[str, str], titles: dict[str, str]) -
     return {titles.get(column, column): names.get(row, row) for column, row in (bold or {}).items()}
 
 
-def write_report(store: SweepStore, summary: Summary, sweep: str, echo=print, band: str = "ci") -> list[Path]:
+def write_report(store: SweepStore, summary: Summary, sweep: str, echo=say, band: str = "ci") -> list[Path]:
     """Write the report into a fresh folder that then replaces ``report/`` (no stale files from an
     earlier report survive, and a reader never sees a half-written report). A comparison with a
-    paper's published values, when the sweep has one, is also handed to ``echo`` (printed)."""
+    paper's published values, when the sweep has one, is also handed to ``echo`` (said through
+    sweeps.events: the terminal, or a Python call's collected output; None: not said)."""
     final = store.report_dir
     if final.is_symlink() or (final.exists() and not final.is_dir()):
         kind = f"a link to {os.readlink(final)}" if final.is_symlink() else "not a folder"
