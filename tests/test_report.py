@@ -303,6 +303,13 @@ def test_report_says_what_it_replaces_and_refuses_a_link_in_its_place(tmp_path, 
     assert main(["report", "rep.yaml"]) == 0
     assert "1 of its entries are not part of this report and went with it: my_notes.md" in capsys.readouterr().out
     assert not (report / "my_notes.md").exists() and (report / "final_regret_mean.csv").exists()
+    # From Python with quiet=True: nothing printed, the same line kept in the result's output (sweeps.events).
+    import banditsweep
+
+    (report / "my_notes.md").write_text("notes")
+    result = banditsweep.report("rep.yaml", quiet=True)
+    assert capsys.readouterr().out == "" and not (report / "my_notes.md").exists()
+    assert "1 of its entries are not part of this report and went with it: my_notes.md" in result.output.text
 
     # The report shows what the journal holds, not a trials table edited (or left behind) to differ.
     import pandas as pd
