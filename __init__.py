@@ -3,7 +3,7 @@
 Three layers, imports one way: ``banditsweep.core`` (the science) <- ``banditsweep.workers``
 (Ray execution and result sinks) <- ``banditsweep.sweeps`` (specs, CLI, aggregation).
 
-``banditsweep.run(spec, ...)``, ``plan`` and ``status`` are the commands from Python (sweeps.api), with
+``banditsweep.run(spec, ...)``, ``plan`` and ``status`` are the commands from Python (sweeps.api.functions), with
 typed results; ``register_algorithm(name, cls)`` / ``register_environment`` make a class defined in a
 notebook or script part of the specs run from it (it travels to every Ray worker).
 ``banditsweep.load(results_root, sweep)`` reads a sweep's Parquet results as ``(trials, curves)``;
@@ -58,61 +58,63 @@ def load(results_root, sweep=None, *, algorithms=None, environments=None, rounds
 
 def compare(results_root, sweep=None, choose_on_seeds=None, same_seeds=False):
     """The report's statistics of a sweep's finished trials (grid points chosen on half the seeds and
-    judged on the others where there are seeds to spare); see :func:`banditsweep.sweeps.analysis.compare`."""
-    from banditsweep.sweeps.analysis import compare as compare_results
+    judged on the others where there are seeds to spare); see :func:`banditsweep.sweeps.results.compare.compare`."""
+    from banditsweep.sweeps.results.compare import compare as compare_results
 
     return compare_results(results_root, sweep, choose_on_seeds, same_seeds)
 
 
 def run(spec, **options):
     """Run every trial of ``spec`` (a path, YAML text or a dict) not yet finished, as ``banditsweep
-    run`` does; the options are the command line's. See :func:`banditsweep.sweeps.api.run`."""
-    from banditsweep.sweeps.api import run as run_sweep
+    run`` does; the options are the command line's. See :func:`banditsweep.sweeps.api.functions.run`."""
+    from banditsweep.sweeps.api.functions import run as run_sweep
 
     return run_sweep(spec, **options)
 
 
 def plan(spec, **options):
-    """What running ``spec`` will cost, as ``banditsweep plan`` says; see :func:`banditsweep.sweeps.api.plan`."""
-    from banditsweep.sweeps.api import plan as plan_sweep
+    """What running ``spec`` will cost, as ``banditsweep plan`` says;
+    see :func:`banditsweep.sweeps.api.functions.plan`."""
+    from banditsweep.sweeps.api.functions import plan as plan_sweep
 
     return plan_sweep(spec, **options)
 
 
 def status(spec, **options):
-    """Where ``spec``'s trials stand, as ``banditsweep status`` says; see :func:`banditsweep.sweeps.api.status`."""
-    from banditsweep.sweeps.api import status as sweep_status
+    """Where ``spec``'s trials stand, as ``banditsweep status`` says;
+    see :func:`banditsweep.sweeps.api.functions.status`."""
+    from banditsweep.sweeps.api.functions import status as sweep_status
 
     return sweep_status(spec, **options)
 
 
 def report(spec, **options):
     """The tables and figures of ``spec``'s results, as ``banditsweep report`` writes them; see
-    :func:`banditsweep.sweeps.api.report`."""
-    from banditsweep.sweeps.api import report as report_sweep
+    :func:`banditsweep.sweeps.api.functions.report`."""
+    from banditsweep.sweeps.api.functions import report as report_sweep
 
     return report_sweep(spec, **options)
 
 
 def verify(spec, **options):
     """A sample of ``spec``'s finished trials re-run and compared, as ``banditsweep verify`` does; see
-    :func:`banditsweep.sweeps.api.verify`."""
-    from banditsweep.sweeps.api import verify as verify_sweep
+    :func:`banditsweep.sweeps.api.functions.verify`."""
+    from banditsweep.sweeps.api.functions import verify as verify_sweep
 
     return verify_sweep(spec, **options)
 
 
 def register_algorithm(name, cls):
     """Make ``cls`` (a policy class, e.g. defined in a notebook) the algorithm ``name`` of the specs
-    run from this process, on every Ray worker too; see :func:`banditsweep.sweeps.api.register_algorithm`."""
-    from banditsweep.sweeps.api import register_algorithm as register
+    run from this process, on every Ray worker too; see :func:`banditsweep.sweeps.api.functions.register_algorithm`."""
+    from banditsweep.sweeps.api.functions import register_algorithm as register
 
     register(name, cls)
 
 
 def register_environment(name, cls):
     """Make ``cls`` (an environment class) the environment kind ``name``; see
-    :func:`banditsweep.sweeps.api.register_environment`."""
-    from banditsweep.sweeps.api import register_environment as register
+    :func:`banditsweep.sweeps.api.functions.register_environment`."""
+    from banditsweep.sweeps.api.functions import register_environment as register
 
     register(name, cls)

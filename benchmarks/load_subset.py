@@ -39,8 +39,8 @@ CASES = {
 def write_store(root: Path, trials: int, horizon: int) -> None:
     import numpy as np
 
-    from banditsweep.sweeps.commands.shared import record_of
-    from banditsweep.sweeps.spec import parse_sweep
+    from banditsweep.sweeps.cli.commands.shared import record_of
+    from banditsweep.sweeps.spec.model import parse_sweep
     from banditsweep.workers import FINISHED, SweepStore, TrialOutcome
 
     seeds = max(1, trials // 4)

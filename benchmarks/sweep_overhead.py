@@ -1,6 +1,6 @@
 """The framework's own overhead: how close a sweep comes to the time its trials need.
 
-Runs the real command, ``python -m banditsweep.sweeps.cli run ...`` (embedded local Ray, MLflow on a
+Runs the real command, ``python -m banditsweep run ...`` (embedded local Ray, MLflow on a
 fresh SQLite file, Parquet results in a fresh folder), as a subprocess, and compares what it takes
 with what the trials alone need. Two cases:
 
@@ -128,7 +128,7 @@ def prepare_tree(tree: Tree, python: str, scratch: Path) -> None:
     if tree.path is not None:
         tree.code_dir = Path(tempfile.mkdtemp(prefix=f"code_{tree.label}_", dir=scratch))
         (tree.code_dir / "banditsweep").symlink_to(tree.path)
-    probe = ("import os, banditsweep, banditsweep.sweeps.cli, torch, mlflow; "
+    probe = ("import os, banditsweep, banditsweep.__main__, torch, mlflow; "
              "print(os.path.dirname(os.path.realpath(banditsweep.__file__)))")
     empty = Path(tempfile.mkdtemp(prefix="probe_", dir=scratch))
     out = subprocess.run([python, "-c", probe], cwd=empty, env=run_env(tree), capture_output=True, text=True)
@@ -154,7 +154,7 @@ def sleep_spec(trials: int, seconds: float, cpus_per_trial: float) -> str:
 
 
 def run_command(tree: Tree, python: str, spec: Path, workers: int, run_dir: Path, timeout: float) -> dict:
-    command = [python, "-m", "banditsweep.sweeps.cli", "run", str(spec), "--results", str(run_dir / "results"),
+    command = [python, "-m", "banditsweep", "run", str(spec), "--results", str(run_dir / "results"),
                "--mlflow-uri", f"sqlite:///{run_dir / 'mlflow.db'}", "--max-workers", str(workers)]
     stdout, stderr = open(run_dir / "stdout.txt", "w"), open(run_dir / "stderr.txt", "w")
     began_epoch = time.time()
@@ -192,7 +192,7 @@ def status_command(tree: Tree, python: str, seeds: int, run_dir: Path, timeout: 
     spec = run_dir / "status_scale.yaml"
     spec.write_text(f"sweep: status_scale\nhorizon: 100\nseeds: {seeds}\n"
                     "environments:\n  - {kind: synthetic, function: h1, dim: 3}\nalgorithms:\n  - {name: random}\n")
-    command = [python, "-m", "banditsweep.sweeps.cli", "status", str(spec), "--results", str(run_dir / "results")]
+    command = [python, "-m", "banditsweep", "status", str(spec), "--results", str(run_dir / "results")]
     began = time.perf_counter()
     with open(run_dir / "stdout.txt", "w") as stdout, open(run_dir / "stderr.txt", "w") as stderr:
         process = subprocess.Popen(command, cwd=run_dir, env=run_env(tree), stdout=stdout, stderr=stderr,

@@ -63,7 +63,7 @@ def write_spec(folder: Path, trials: int, mlflow_runs: str) -> Path:
 
 
 def expand_seconds(spec: Path) -> float:
-    from banditsweep.sweeps.spec import load_sweep
+    from banditsweep.sweeps.spec.model import load_sweep
 
     started = time.perf_counter()
     load_sweep(str(spec))

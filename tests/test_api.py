@@ -1,4 +1,4 @@
-"""banditsweep from Python (sweeps.api): run, plan and status with typed results, a policy class
+"""banditsweep from Python (sweeps.api.functions): run, plan and status with typed results, a policy class
 defined in ``__main__`` (a notebook's cells, here exec'd as IPython runs a cell: its source in
 linecache under the cell's file name) registered and shipped by value to the Ray workers, its code
 identity digested from that source, its checkpoints resumed on a fresh worker."""
@@ -13,8 +13,8 @@ import yaml
 
 import banditsweep
 from banditsweep.core.engine.trial import run_trials
-from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.spec_errors import SpecError
+from banditsweep.sweeps.cli.main import main
+from banditsweep.sweeps.spec.errors import SpecError
 from banditsweep.workers import InputError, code_of
 from banditsweep.workers.provenance import shipped
 
@@ -98,7 +98,7 @@ def test_a_notebook_policy_runs_on_the_workers_resumes_and_carries_its_code(shar
     banditsweep.register_algorithm("eps_greedy", cell["EpsGreedy"])
 
     result = banditsweep.run(SPEC, sinks="none", progress=False)
-    assert isinstance(result, banditsweep.sweeps.api.RunResult)
+    assert isinstance(result, banditsweep.sweeps.api.functions.RunResult)
     assert (result.total, result.ran, result.finished, result.failed, result.exit_code) == (4, 4, 4, 0, 0)
     assert result.folder == tmp_path / "results" / "notebook" and result.ok
     trials = result.trials.set_index("trial_id")
@@ -143,7 +143,7 @@ def test_a_class_without_source_is_recorded_unknown(registered):
     banditsweep.register_algorithm("eps_greedy", cell["EpsGreedy"])
     sweep = banditsweep.plan(SPEC, only={"algorithm": "eps_greedy", "seed": 0}, probe_seconds=0.2, quiet=True)
     assert sweep.trials == 1 and list(sweep.cells["algorithm"]) == ["EpsGreedy"]
-    from banditsweep.sweeps.spec import parse_sweep
+    from banditsweep.sweeps.spec.model import parse_sweep
 
     [trial] = parse_sweep(SPEC).trials[:1]
     parts = code_of(trial.spec).parts

@@ -13,8 +13,8 @@ from typing import Callable
 
 import pytest
 
-import banditsweep.sweeps.commands.run as run_command
-from banditsweep.sweeps.cli import main
+import banditsweep.sweeps.cli.commands.run as run_command
+from banditsweep.sweeps.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_DATASETS = Path(os.environ.get("BANDITSWEEP_TEST_DATASETS", REPO / "tests" / "data"))
@@ -414,7 +414,7 @@ def test_good_classification_input_passes_every_check(tmp_path, monkeypatch, cap
 
 
 def test_set_help_lists_exactly_the_keys_it_accepts(capsys):
-    from banditsweep.sweeps.spec_overrides import OVERRIDABLE
+    from banditsweep.sweeps.spec.overrides import OVERRIDABLE
 
     with pytest.raises(SystemExit):
         main(["run", "--help"])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import banditsweep.workers.execution.pool as pool
-from banditsweep.sweeps.spec import load_sweep
+from banditsweep.sweeps.spec.model import load_sweep
 
 from test_bad_input import KERNEL, RUN, Case, add, edit, refused_writing_nothing, run_case
 
@@ -219,7 +219,7 @@ def test_bad_input_exits_2_naming_the_value_and_writes_nothing(case, tmp_path, m
 
 def test_a_sweep_of_1_2_million_trials_is_refused_in_seconds(tmp_path, monkeypatch, capsys, fixed_node):
     """Counted from the grid sizes, never listed: not one trial is built."""
-    from banditsweep.sweeps import spec as spec_module
+    from banditsweep.sweeps.spec import model as spec_module
 
     def no_trial(*args, **kwargs):
         raise AssertionError("a trial was built: the sweep was expanded before it was counted")
@@ -245,9 +245,9 @@ SHIPPED = sorted(str(p.relative_to(REPO)) for p in (REPO / "sweeps").rglob("*.ya
 def test_every_shipped_spec_validates_and_fits_a_16_gib_node(spec, monkeypatch):
     """The estimate is conservative but refuses none of the shipped sweeps on a 16 GiB machine (the
     largest, table3_timing's full Z on Covertype, needs about 11 GiB)."""
-    import banditsweep.sweeps.cli as cli
-    from banditsweep.sweeps.commands import run as run_command
-    from banditsweep.sweeps.commands.shared import jobs_of
+    import banditsweep.sweeps.cli.main as cli
+    from banditsweep.sweeps.cli.commands import run as run_command
+    from banditsweep.sweeps.cli.commands.shared import jobs_of
 
     monkeypatch.setattr(pool, "local_node", lambda: {"CPU": 16.0, "GPU": 8.0, "memory": 16.0 * 2**30})
     sweep = load_sweep(REPO / spec)

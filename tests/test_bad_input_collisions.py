@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from banditsweep.sweeps.spec import load_sweep
+from banditsweep.sweeps.spec.model import load_sweep
 
 from test_bad_input import GOOD, KERNEL, MAX_LINE, RUN, Case, _tree, add, edit, refused_writing_nothing, run_case
 

@@ -18,7 +18,7 @@ import yaml
 
 from banditsweep.core.engine.state_codec import MAX_DEPTH, StateFormatError, decode_state
 from banditsweep.core.engine.trial import TrialRun, TrialSpec, checkpoint_key, run_trial
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from banditsweep.workers.storage.store import SweepStore
 
 HORIZON = 20
@@ -168,7 +168,7 @@ def _restore(run: TrialRun) -> None:
 
 @pytest.mark.parametrize("module", [PLUGIN_MODULE, "banditsweep.tests.plugins.crash_midway",
                                     "banditsweep.benchmarks.plugins.sleep_algorithm", "banditsweep.benchmarks.sweep_scale",
-                                    "banditsweep.sweeps.cli", "banditsweep.tests.conftest", "banditsweep"])
+                                    "banditsweep.sweeps.cli.main", "banditsweep.tests.conftest", "banditsweep"])
 def test_decode_refuses_classes_outside_the_library_without_importing_them(module):
     imported = module in sys.modules
     forged = _npz({"format": FORMAT, "root": {"t": "object", "cls": [module, "X"],

@@ -20,7 +20,7 @@ from cases import DATA, specs  # noqa: E402
 
 from banditsweep.core.engine.state_codec import StateFormatError, decode_state, encode_state  # noqa: E402
 from banditsweep.core.engine.trial import TrialRun, TrialSpec, checkpoint_key, run_trial  # noqa: E402
-from banditsweep.sweeps.cli import main  # noqa: E402
+from banditsweep.sweeps.cli.main import main  # noqa: E402
 from banditsweep.workers.storage.store import SweepStore  # noqa: E402
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import yaml
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 
 from conftest import TEST_DATASETS
 
@@ -28,7 +28,7 @@ def test_horizon_beyond_the_dataset_exits_2_before_anything_runs(tmp_path, monke
 
 
 def test_missing_dataset_offline_exits_2_naming_dataset_and_directory(tmp_path, monkeypatch, capsys):
-    import banditsweep.sweeps.datasets as datasets
+    import banditsweep.sweeps.planning.datasets as datasets
 
     def offline(*args, **kwargs):
         raise OSError("network is unreachable")

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 
 SPEC = {"sweep": "twin", "horizon": 20, "seeds": 2,
         "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],

@@ -242,7 +242,7 @@ def test_ray_up_submit_and_down_on_this_machine(head_machine, tmp_path):
     assert (tmp_path / "cluster-token").read_text().strip() == token
 
     started = time.time()
-    submitted = machine.inside(str(BIN / "ray"), "submit", "--tmux", str(copy), "sweeps/cli.py", "--", "run",
+    submitted = machine.inside(str(BIN / "ray"), "submit", "--tmux", str(copy), "sweeps/cli/main.py", "--", "run",
                                "~/banditsweep/sweeps/quickstart.yaml", "--address", "auto",
                                "--mlflow-uri", "http://127.0.0.1:5000", cwd=REPO)
     assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""A spec's held-out stage (``confirm:``, sweeps.confirmation): each cell's grid point chosen on the
+"""A spec's held-out stage (``confirm:``, sweeps.planning.confirmation): each cell's grid point chosen on the
 spec's seeds runs again on fresh seeds in the same ``run``, and every reader (report, ``.statistics``,
 ``run``'s table) judges on those alone; grid points whose means tie within the stated tolerance go to
 the earliest in the spec's grid order, whatever order their trials finished in."""
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import banditsweep
-from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.commands.shared import record_of
-from banditsweep.sweeps.report import CHOICE_RTOL, finished_trials, judged_summary, recorded_trials
-from banditsweep.sweeps.spec import parse_sweep
-from banditsweep.sweeps.spec_errors import SpecError
+from banditsweep.sweeps.cli.main import main
+from banditsweep.sweeps.cli.commands.shared import record_of
+from banditsweep.sweeps.results.report import CHOICE_RTOL, finished_trials, judged_summary, recorded_trials
+from banditsweep.sweeps.spec.model import parse_sweep
+from banditsweep.sweeps.spec.errors import SpecError
 from banditsweep.workers import FINISHED, SweepStore, TrialOutcome
 
 SPEC = {

@@ -13,8 +13,8 @@ from conftest import TEST_DATASETS
 
 from banditsweep.core.neural import datasets as core_datasets
 from banditsweep.core.neural.datasets import DATASETS, DatasetError, data_directory, load_dataset, read_table
-from banditsweep.sweeps import datasets as sweep_datasets
-from banditsweep.sweeps.datasets import ensure_dataset, ensure_datasets_for
+from banditsweep.sweeps.planning import datasets as sweep_datasets
+from banditsweep.sweeps.planning.datasets import ensure_dataset, ensure_datasets_for
 
 # name: (rows of the test copy in tests/data, d' ordinal, K); every copy keeps every class.
 COPIES = {
@@ -213,7 +213,7 @@ def test_offline_download_names_the_network_in_full_and_no_install_advice(tmp_pa
     and the advice is the network or a file, not installing what is installed."""
     import urllib.error
 
-    from banditsweep.sweeps.cli import main
+    from banditsweep.sweeps.cli.main import main
 
     def offline(data_id, data_home):
         try:

@@ -21,7 +21,7 @@ from banditsweep.core.kernel.sharded.partition import shard_ranges
 from banditsweep.core.kernel.sharded.protocol import LocalShards, Moved
 from banditsweep.core.kernel.sharded.shard import KernelShard, domain_shape
 from banditsweep.core.engine.trial import NonFiniteError, TrialRun, TrialSpec, run_trial, run_trials
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 
 SYNTHETIC = {"kind": "synthetic", "function": "h1", "dim": 3, "arms": 4}
 KERNEL = {"kind": "adversarial_kernel", "domain": {"grid": [8, 8]}, "candidates": 10, "centers": 3}

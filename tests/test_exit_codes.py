@@ -1,4 +1,4 @@
-"""One exit-code table for every command (sweeps.commands.EXIT_CODES): the command line's help, its
+"""One exit-code table for every command (sweeps.cli.commands.EXIT_CODES): the command line's help, its
 module and docs/commands.md say the same codes, and the API's errors are the project's types that the command
 line maps to them."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import banditsweep
-from banditsweep.sweeps import cli
-from banditsweep.sweeps.commands import EXIT_BAD_INPUT, EXIT_CODES
+from banditsweep.sweeps.cli import main as cli
+from banditsweep.sweeps.cli.commands import EXIT_BAD_INPUT, EXIT_CODES
 from banditsweep.workers import InputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def test_every_exit_code_is_named_once_and_said_alike_everywhere():
 ], ids=["status-spec", "run-option", "plan-option", "report-choice", "verify-option", "compare-folder", "load-folder"])
 def test_the_api_raises_the_projects_bad_input_error(call, monkeypatch):
     monkeypatch.chdir(REPO)
-    with pytest.raises((InputError, banditsweep.sweeps.spec_errors.SpecError)) as raised:
+    with pytest.raises((InputError, banditsweep.sweeps.spec.errors.SpecError)) as raised:
         call()
     assert isinstance(raised.value, cli.INPUT_ERRORS)   # what the command line exits 2 for
     assert EXIT_BAD_INPUT == 2

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from mlflow_server import TrackingServer
 from banditsweep.workers.mirrors.mlflow.run_content import regret_metric
 

@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy
 import yaml
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from banditsweep.workers.mirrors.mlflow.tracking_store import store_problem
 
 SPEC = {"horizon": 20, "seeds": 2, "log_every": 10, "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],

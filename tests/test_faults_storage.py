@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 
 TRIALS = 12
 SPEC = {"horizon": 100, "seeds": TRIALS,   # 100 rounds of 10 ms: about 1 s a trial, one worker

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 import banditsweep
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from banditsweep.workers.errors import DamagedResultError
 from banditsweep.workers.storage.store import SweepStore, named_digest
 

@@ -1,8 +1,9 @@
 """The rules that keep the layout readable, checked from the code (AST, imports inside functions
-included): layers import one way, each room owns its subject (core's rooms by what they may import of
-each other, workers' by the one library each alone imports), and ``sweeps`` enters ``workers`` by its
-front door. A module's size is no rule: a long one is a smell its docstring explains, never a reason
-to split one subject in two."""
+included): layers import one way, each room owns its subject (core's and sweeps' rooms by what they
+may import of each other, workers' by the one library each alone imports; in sweeps, only the command
+line parses a command line or prints), and ``sweeps`` enters ``workers`` by its front door. A module's
+size is no rule: a long one is a smell its docstring explains, never a reason to split one subject in
+two."""
 
 import ast
 import importlib
@@ -21,6 +22,24 @@ CORE_ROOMS = {
     "neural": {"engine", "baselines"},
     "kernel": {"engine", "baselines"},
 }
+# sweeps' rooms and, for each, the rooms it may import (its front door, sweeps/<room>/__init__.py, says
+# so): the spec, the statistics (analysis) and how results look (publishing) know no other room; a
+# sweep's results build on those three; planning on the spec, publishing (display names) and the
+# results (the held-out stage chooses by the report's rule); the command line on every room below it;
+# the Python API on the command line, whose commands it runs. A room is named by its subject, never by
+# who calls it: a module goes where what it does is, and the table says what it may build on.
+SWEEPS_ROOMS = {
+    "spec": set(),
+    "analysis": set(),
+    "publishing": set(),
+    "results": {"spec", "analysis", "publishing"},
+    "planning": {"spec", "publishing", "results"},
+    "cli": {"spec", "analysis", "publishing", "results", "planning"},
+    "api": {"spec", "planning", "results", "cli"},
+}
+# Modules of sweeps outside the rooms: its map (__init__.py) and what every room says things through
+# (events.py: the terminal for the command line, a collector for Python), which imports no room.
+SWEEPS_SHARED = {"sweeps/__init__.py", "sweeps/events.py"}
 
 
 def _modules():
@@ -151,13 +170,113 @@ def test_every_room_has_a_front_page():
 
 
 def test_no_module_below_the_command_line_reads_its_parsing():
-    """The command line parses into the request objects of sweeps/options.py and hands them on: no
-    module but the parser (sweeps/cli.py) and the options' one argparse adaptor reads argparse."""
+    """The command line parses into the request objects of sweeps/cli/options.py and hands them on: no
+    module but the parser (sweeps/cli/main.py) and the options' one argparse adaptor reads argparse."""
     # (and legacy_table.py, a maintainers' script run as `python -m`, with a command line of its own)
-    allowed = {"sweeps/cli.py", "sweeps/options.py", "workers/provenance/legacy_table.py"}
+    allowed = {"sweeps/cli/main.py", "sweeps/cli/options.py", "workers/provenance/legacy_table.py"}
     readers = sorted(str(path.relative_to(REPO)) for layer in ("core", "workers", "sweeps")
                      for path in (REPO / layer).rglob("*.py")
                      if "argparse" in path.read_text() and str(path.relative_to(REPO)) not in allowed)
     assert readers == [], readers
-    options = (REPO / "sweeps" / "options.py").read_text()
+    options = (REPO / "sweeps" / "cli" / "options.py").read_text()
     assert options.count("import argparse") == 1 and "def add_options(" in options
+
+
+def _sweeps_room(name: str) -> str | None:
+    """The room of sweeps a dotted name belongs to (``banditsweep.sweeps.results.report`` -> "results"),
+    "sweeps" for sweeps' own package and its shared modules, None outside sweeps."""
+    parts = name.split(".")
+    if parts[:2] != ["banditsweep", "sweeps"]:
+        return None
+    return parts[2] if len(parts) > 2 and parts[2] in SWEEPS_ROOMS else "sweeps"
+
+
+def test_every_module_of_sweeps_lives_in_a_room():
+    for module in IMPORTS:
+        if module.startswith("sweeps/") and module not in SWEEPS_SHARED:
+            assert module.split("/")[1] in SWEEPS_ROOMS, (
+                f"{module}: not in a room of sweeps ({', '.join(SWEEPS_ROOMS)}) nor shared")
+
+
+@pytest.mark.parametrize("room", list(SWEEPS_ROOMS))
+def test_each_room_of_sweeps_imports_only_the_rooms_it_builds_on(room):
+    allowed = SWEEPS_ROOMS[room] | {room, "sweeps"}
+    for module, names in IMPORTS.items():
+        if module.startswith(f"sweeps/{room}/"):
+            wrong = sorted({name for name in names if _sweeps_room(name) not in (None, *allowed)})
+            assert not wrong, (f"{module} imports {wrong}: "
+                               f"sweeps.{room} builds on {sorted(SWEEPS_ROOMS[room]) or 'none'}")
+
+
+def test_the_shared_modules_of_sweeps_import_no_room():
+    for module in SWEEPS_SHARED:
+        rooms = sorted({_sweeps_room(name) for name in IMPORTS[module]} - {None, "sweeps"})
+        assert not rooms, f"{module} imports the rooms {rooms}: every room imports it"
+
+
+def test_the_rooms_of_sweeps_build_one_way():
+    """The table above may gain rooms, never a cycle: a room never builds on one that builds on it."""
+    done: list[str] = []
+    waiting = dict(SWEEPS_ROOMS)
+    while waiting:
+        ready = [room for room, below in waiting.items() if below <= set(done)]
+        assert ready, f"the rooms {sorted(waiting)} build on each other"
+        done += ready
+        for room in ready:
+            del waiting[room]
+    assert SWEEPS_ROOMS["spec"] == SWEEPS_ROOMS["analysis"] == SWEEPS_ROOMS["publishing"] == set()
+    assert not any("api" in below for below in SWEEPS_ROOMS.values())
+
+
+def _writes_to_the_terminal(tree: ast.AST) -> list[int]:
+    """Lines that print: ``print`` called or handed on (``echo=print``), or ``sys.stdout`` /
+    ``sys.stderr`` written to."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == "print":
+            lines.append(node.lineno)
+        elif (isinstance(node, ast.Attribute) and node.attr == "write" and isinstance(node.value, ast.Attribute)
+              and node.value.attr in ("stdout", "stderr") and isinstance(node.value.value, ast.Name)
+              and node.value.value.id == "sys"):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_command_line_parses_a_command_line_or_prints():
+    """Below the command line (sweeps/cli/), nothing reads argparse or prints: what a module has to say
+    it says through sweeps.events (``say``), which the command line shows on the terminal and the
+    Python API keeps as data (``quiet=True`` prints nothing and loses nothing). The one print outside
+    the command line is events.py's ``Terminal``, where what is said meets the terminal."""
+    for module, path in _modules():
+        if not module.startswith("sweeps/") or module.startswith("sweeps/cli/"):
+            continue
+        tree = ast.parse(path.read_text())
+        assert not [n for n in IMPORTS[module] if n.split(".")[0] == "argparse"], f"{module} imports argparse"
+        if module == "sweeps/events.py":
+            [terminal] = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Terminal"]
+            printed = [line for line in _writes_to_the_terminal(tree)
+                       if not terminal.lineno <= line <= terminal.end_lineno]
+        else:
+            printed = _writes_to_the_terminal(tree)
+        assert not printed, f"{module} prints on lines {printed}: say it through sweeps.events"
+
+
+def test_every_room_of_sweeps_has_a_light_front_door():
+    """Each room's ``__init__.py`` is its front page (what lives there, what it may import) and imports
+    nothing: naming a room loads none of its modules, nor numpy, pandas or torch; sweeps' own
+    ``__init__.py`` is the map that names every room."""
+    import json
+    import subprocess
+    import sys
+
+    sweeps_map = importlib.import_module("banditsweep.sweeps").__doc__
+    for room in SWEEPS_ROOMS:
+        doc = importlib.import_module(f"banditsweep.sweeps.{room}").__doc__
+        assert doc and len(doc) > 200 and "import" in doc, room
+        assert f"``sweeps.{room}``" in sweeps_map, f"sweeps/__init__.py does not name the room {room}"
+    code = ("import json, sys; import " + ", ".join(f"banditsweep.sweeps.{room}" for room in SWEEPS_ROOMS) + "; "
+            "loaded = sorted(m for m in sys.modules if m.startswith('banditsweep.sweeps.')); "
+            "print(json.dumps([loaded, sorted(m for m in ('numpy', 'pandas', 'torch') if m in sys.modules)]))")
+    loaded, heavy = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                              check=True).stdout)
+    assert loaded == sorted(f"banditsweep.sweeps.{room}" for room in SWEEPS_ROOMS) and not heavy, (loaded, heavy)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from banditsweep.core.engine import registry
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 
 
 def _block(out: str, name: str) -> list[str]:
@@ -91,7 +91,7 @@ def test_list_name_shows_one_algorithm_or_environment(capsys):
 
 @pytest.mark.parametrize("name", ["neural_rbmle_gaa", "nosuch"])
 def test_list_of_an_unknown_name_exits_2_naming_the_known_ones(name):
-    done = subprocess.run([sys.executable, "-m", "banditsweep.sweeps.cli", "list", name],
+    done = subprocess.run([sys.executable, "-m", "banditsweep", "list", name],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     (line,) = done.stderr.splitlines()

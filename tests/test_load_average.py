@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import banditsweep
-from banditsweep.sweeps.plan import MEASURED_RULE, CellCost, SweepPlan, quiet_seconds
+from banditsweep.sweeps.planning.plan import MEASURED_RULE, CellCost, SweepPlan, quiet_seconds
 from banditsweep.workers.provenance.load import LoadSampler, quiet_factor
 from banditsweep.workers.provenance.runtime import runtime_info
 from banditsweep.workers.storage.record import TrialRecord

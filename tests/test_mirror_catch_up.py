@@ -14,7 +14,7 @@ import yaml
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from banditsweep.workers.mirrors.mlflow.queries import search_all
 from banditsweep.workers.mirrors.mlflow.run_content import regret_metric
 from banditsweep.workers.mirrors.mlflow.sink import MLflowSink
@@ -232,7 +232,7 @@ def test_a_long_trials_curve_grows_in_mlflow_while_it_runs(tmp_path, monkeypatch
 
 def test_without_a_terminal_progress_is_a_plain_line_every_interval(tmp_path, monkeypatch, plugins, shared_ray, capsys):
     """Piped to a log, `run` prints a progress line every LOG_LINE_SECONDS even while no trial ends."""
-    from banditsweep.sweeps.commands import progress
+    from banditsweep.sweeps.cli.commands import progress
 
     monkeypatch.setattr(progress, "LOG_LINE_SECONDS", 1.0)
     monkeypatch.chdir(tmp_path)

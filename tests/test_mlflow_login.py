@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from mlflow_server import TrackingServer
 
 pytestmark = pytest.mark.slow   # a server started once and one sweep: about 40 s

@@ -8,7 +8,7 @@ not answer is named without its password."""
 import pytest
 import yaml
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from postgres_server import PostgresServer, unavailable
 
 pytestmark = pytest.mark.slow   # a PostgreSQL started for the module and two sweeps: about 40 s

@@ -5,7 +5,7 @@ import sqlite3
 
 import yaml
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 
 SPEC = {"sweep": "shared", "horizon": 10, "seeds": 1, "environments": [{"kind": "synthetic", "function": "h1"}],
         "algorithms": [{"name": "random"}]}

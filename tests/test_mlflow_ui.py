@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.spec import load_sweep
-from banditsweep.sweeps.spec_overrides import parse_overrides
+from banditsweep.sweeps.cli.main import main
+from banditsweep.sweeps.spec.model import load_sweep
+from banditsweep.sweeps.spec.overrides import parse_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "sweeps" / "quickstart.yaml"

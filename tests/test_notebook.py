@@ -65,7 +65,7 @@ def test_a_run_without_progress_imports_nothing_of_tqdm():
     """The progress display of a run with progress=False (a notebook's) draws no bar and imports no tqdm."""
     import subprocess
 
-    code = ("import sys; from banditsweep.sweeps.commands.progress import ProgressDisplay; "
+    code = ("import sys; from banditsweep.sweeps.cli.commands.progress import ProgressDisplay; "
             "from banditsweep.workers import Progress; display = ProgressDisplay(3, 'x', bar=False); "
             "display.show(Progress(total=3, done=1, running=1, actors=1)); display.close(); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tqdm'))")

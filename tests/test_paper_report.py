@@ -12,8 +12,8 @@ from scipy.stats import spearmanr
 
 from banditsweep.core.engine import registry
 from banditsweep.core.engine.trial import environment_label
-from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.paper_comparison import PaperDataError, compare_with_papers, load_paper, load_papers
+from banditsweep.sweeps.cli.main import main
+from banditsweep.sweeps.results.paper_comparison import PaperDataError, compare_with_papers, load_paper, load_papers
 
 from conftest import TEST_DATASETS
 
@@ -67,7 +67,7 @@ def test_a_paper_file_that_does_not_fit_its_tables_is_named(tmp_path):
 
 
 def _papers_dir():
-    from banditsweep.sweeps.paper_comparison import PAPERS_DIR
+    from banditsweep.sweeps.results.paper_comparison import PAPERS_DIR
 
     return PAPERS_DIR
 
@@ -180,7 +180,7 @@ def test_several_labels_of_one_algorithm():
 def test_claims_of_a_paper_without_published_numbers(tmp_path):
     """The kernel paper's results table is lost from its text: its claims are judged on our trials
     alone, with no cells to compare and no rank correlation."""
-    from banditsweep.sweeps.paper_comparison import write_paper_comparisons
+    from banditsweep.sweeps.results.paper_comparison import write_paper_comparisons
 
     values = {("random", "s1_se"): (40.0, 1.0, 1e-5), ("apg_exp3", "s1_se"): (30.0, 1.0, 2e-4),
               ("rls_kernel_exp3", "s1_se"): (10.0, 1.0, 5e-3), ("kernel_exp3", "s1_se"): (12.0, 1.0, 9e-3),

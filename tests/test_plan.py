@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.plan import RAY_START_SECONDS, CellCost, SweepPlan
+from banditsweep.sweeps.cli.main import main
+from banditsweep.sweeps.planning.plan import RAY_START_SECONDS, CellCost, SweepPlan
 
 
 def _plan_rows(text: str) -> dict[str, float]:

@@ -11,9 +11,9 @@ import subprocess
 import pytest
 import yaml
 
-from banditsweep.sweeps import slurm
-from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.plan import CellCost, SweepPlan
+from banditsweep.sweeps.planning import slurm
+from banditsweep.sweeps.cli.main import main
+from banditsweep.sweeps.planning.plan import CellCost, SweepPlan
 
 
 @pytest.mark.parametrize("text, seconds", [("90", 5400), ("5:30", 330), ("4:00:00", 14400), ("1-12", 129600),

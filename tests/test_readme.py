@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 
 
 def _section(readme: str, title: str) -> str:

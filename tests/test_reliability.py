@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from banditsweep.core.engine.trial import NonFiniteError, TrialSpec, run_trial
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from banditsweep.workers.storage.record import TrialRecord
 
 KERNEL = {"kind": "adversarial_kernel", "domain": {"grid": [4, 4]}, "candidates": 10, "centers": 3}

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from banditsweep.core.engine.trial import TrialSpec, environment_label
-from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.report import MISSING, markdown_table, setting_table, summarise
+from banditsweep.sweeps.cli.main import main
+from banditsweep.sweeps.results.report import MISSING, markdown_table, setting_table, summarise
 
 H1 = {"kind": "synthetic", "function": "h1", "dim": 5}
 H3 = {"kind": "synthetic", "function": "h3", "dim": 5}
@@ -222,7 +222,7 @@ def _report_store(tmp_path):
 def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
     import matplotlib.figure
 
-    from banditsweep.sweeps.report import write_report
+    from banditsweep.sweeps.results.report import write_report
 
     store = _report_store(tmp_path)
     trials = store.read_trials()
@@ -289,7 +289,7 @@ def test_report_says_what_it_replaces_and_refuses_a_link_in_its_place(tmp_path, 
 
     import yaml
 
-    from banditsweep.sweeps.cli import main
+    from banditsweep.sweeps.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     spec = {"sweep": "rep", "horizon": 10, "seeds": 2, "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
@@ -303,6 +303,13 @@ def test_report_says_what_it_replaces_and_refuses_a_link_in_its_place(tmp_path, 
     assert main(["report", "rep.yaml"]) == 0
     assert "1 of its entries are not part of this report and went with it: my_notes.md" in capsys.readouterr().out
     assert not (report / "my_notes.md").exists() and (report / "final_regret_mean.csv").exists()
+    # From Python with quiet=True: nothing printed, the same line kept in the result's output (sweeps.events).
+    import banditsweep
+
+    (report / "my_notes.md").write_text("notes")
+    result = banditsweep.report("rep.yaml", quiet=True)
+    assert capsys.readouterr().out == "" and not (report / "my_notes.md").exists()
+    assert "1 of its entries are not part of this report and went with it: my_notes.md" in result.output.text
 
     # The report shows what the journal holds, not a trials table edited (or left behind) to differ.
     import pandas as pd

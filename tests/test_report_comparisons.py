@@ -14,8 +14,8 @@ from scipy import stats
 
 import banditsweep
 from banditsweep.core.engine.trial import environment_label
-from banditsweep.sweeps.figures import band_half_width
-from banditsweep.sweeps.report import recorded_trials, summarise, summarise_held_out, write_report
+from banditsweep.sweeps.publishing.figures import band_half_width
+from banditsweep.sweeps.results.report import recorded_trials, summarise, summarise_held_out, write_report
 from banditsweep.workers import InputError
 
 MUSHROOM = {"kind": "classification", "dataset": "mushroom"}   # K = 2: the random policy's regret T / 2
@@ -89,7 +89,7 @@ def test_across_environments_normalised_by_the_random_policy(store):
     runs = np.concatenate([np.array(A_MUSHROOM) / (HORIZON / 2), np.array(A_SHUTTLE) / (HORIZON * 6 / 7)])
     assert iqm.loc["A", "iqm"] == pytest.approx(stats.trim_mean(runs, 0.25))
     assert iqm.loc["A", "runs"] == 12 and iqm.loc["A", "environments"] == 2
-    # 6 runs per environment: fewer than the interval was measured to cover at (sweeps.statistics).
+    # 6 runs per environment: fewer than the interval was measured to cover at (sweeps.analysis.statistics).
     assert iqm["ci_low"].isna().all() and iqm.loc["A", "interval"].startswith("too few runs for an interval")
     assert "Two intervals that do not overlap are no test" in (store.report_dir / "across_environments.md").read_text()
     improvement = pd.read_csv(store.report_dir / "improvement.csv", index_col=0)
@@ -162,7 +162,7 @@ def test_held_out_by_default_where_the_same_seed_choice_is_optimistic(tmp_path):
     best on some seeds is luck), algorithm F has one configuration at 9.5. Judged on the seeds it was
     chosen on, G's chosen point looks better than it is; by default the report chooses on half the
     seeds and judges on the others, which shows the optimism."""
-    from banditsweep.sweeps.analysis import statistics_of
+    from banditsweep.sweeps.results.compare import statistics_of
 
     rng = np.random.default_rng(11)
     rows = []

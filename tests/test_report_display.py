@@ -12,9 +12,9 @@ import pytest
 import yaml
 from conftest import TEST_DATASETS
 
-from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.commands.shared import record_of
-from banditsweep.sweeps.spec import load_sweep
+from banditsweep.sweeps.cli.main import main
+from banditsweep.sweeps.cli.commands.shared import record_of
+from banditsweep.sweeps.spec.model import load_sweep
 
 KERNEL_TITLE = "kernel setting 1, Matérn-5/2 (candidates = 20, centers = 5)"
 SWEEP = {

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "sweeps" / "kernel_exp3" / "exact_vs_rls.yaml"

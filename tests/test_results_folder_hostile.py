@@ -173,7 +173,7 @@ def test_a_file_name_cannot_forge_output_lines_and_quarantine_keeps_every_file(s
 def test_planted_run_notes_of_huge_sweeps_are_not_expanded(swept, capsys, monkeypatch):
     """Two 78-byte notes of runs with 333,333 seeds: `status` built 1.3 M trials for them (a minute,
     1.3 GB). A noted run far larger than the store and the spec is not considered."""
-    import banditsweep.sweeps.spec as spec_module
+    import banditsweep.sweeps.spec.model as spec_module
 
     built = []
     expand = spec_module._expand_algorithm

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 import banditsweep
-from banditsweep.sweeps.commands.shared import record_of
-from banditsweep.sweeps.spec import parse_sweep
+from banditsweep.sweeps.cli.commands.shared import record_of
+from banditsweep.sweeps.spec.model import parse_sweep
 from banditsweep.workers import FINISHED, InputError, SweepStore, TrialOutcome
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 
 TABLE3 = "sweeps/kernel_exp3/table3.yaml"
 

@@ -18,8 +18,8 @@ from banditsweep.core.kernel.sharded.coordinator import run_sharded
 from banditsweep.core.kernel.sharded.partition import shard_ranges
 from banditsweep.core.kernel.sharded.protocol import LocalShards
 from banditsweep.core.kernel.sharded.shard import KernelShard, domain_shape
-from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.spec import load_sweep
+from banditsweep.sweeps.cli.main import main
+from banditsweep.sweeps.spec.model import load_sweep
 
 ENVIRONMENT = {"kind": "adversarial_kernel", "setting": 2, "candidates": 40, "centers": 8}
 

@@ -13,7 +13,7 @@ from banditsweep.core.kernel.sharded.protocol import LocalShards
 from banditsweep.core.kernel.sharded.shard import KernelShard, domain_shape
 from banditsweep.core.engine.state_codec import decode_state, encode_state
 from banditsweep.core.engine.trial import TrialSpec, checkpoint_key, run_trial
-from banditsweep.sweeps.spec import SpecError, parse_sweep
+from banditsweep.sweeps.spec.model import SpecError, parse_sweep
 
 ENVIRONMENTS = {
     "setting1": {"kind": "adversarial_kernel", "setting": 1, "candidates": 60, "centers": 10},

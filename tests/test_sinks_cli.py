@@ -8,7 +8,7 @@ import pandas as pd
 import yaml
 from mlflow.tracking import MlflowClient
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from banditsweep.workers.mirrors.mlflow.run_content import regret_metric
 
 

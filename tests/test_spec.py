@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.spec import SpecError, load_sweep, parse_sweep
-from banditsweep.sweeps.spec_overrides import parse_overrides
+from banditsweep.sweeps.cli.main import main
+from banditsweep.sweeps.spec.model import SpecError, load_sweep, parse_sweep
+from banditsweep.sweeps.spec.overrides import parse_overrides
 
 GOOD = {
     "sweep": "unit",
@@ -189,7 +189,7 @@ def test_anchors_and_merge_keys_still_work(tmp_path):
 
 
 def test_every_message_is_one_bounded_line():
-    from banditsweep.sweeps.spec_errors import MAX_MESSAGE
+    from banditsweep.sweeps.spec.errors import MAX_MESSAGE
 
     error = SpecError("bad.yaml", "label", "x" * 10_000 + "\nsecond line")
     assert len(str(error)) <= MAX_MESSAGE and "\n" not in str(error)
@@ -217,7 +217,7 @@ def test_the_parent_runs_settings_give_a_long_run_of_seeds_by_its_ends():
     import argparse
     import json
 
-    from banditsweep.sweeps.commands.run import sweep_settings
+    from banditsweep.sweeps.cli.commands.run import sweep_settings
 
     args = argparse.Namespace(overrides=[])
     many = sweep_settings(args, parse_sweep({**copy.deepcopy(GOOD), "seeds": 50_000}))

@@ -1,4 +1,4 @@
-"""The statistics of the report (sweeps.statistics): intervals that cover at their nominal rate at
+"""The statistics of the report (sweeps.analysis.statistics): intervals that cover at their nominal rate at
 the seeds the project ships, paired tests that use the pairing, Holm's adjustment, the three
 verdicts, the seeds a comparison needs, and the across-environment aggregates."""
 
@@ -8,7 +8,7 @@ import numpy as np
 from scipy import stats
 import pytest
 
-from banditsweep.sweeps import statistics as S
+from banditsweep.sweeps.analysis import statistics as S
 
 
 @pytest.mark.parametrize("n", [3, 5, 10])
@@ -171,7 +171,7 @@ def test_does_not_hold_is_decided_for_the_claims_family_after_holm():
     """A claim over 6 environments with one part on the wrong side at p = 0.03 used to read "does not
     hold"; over a family of 6 parts that p is 0.18 after Holm's adjustment: it cannot be told apart.
     A part at p = 0.001 (0.006 adjusted) still decides it. "Holds" needs every part at 5%."""
-    from banditsweep.sweeps.claims import FAILS, HOLDS, UNDECIDED, Part, combine, verdict_text
+    from banditsweep.sweeps.analysis.claims import FAILS, HOLDS, UNDECIDED, Part, combine, verdict_text
 
     undecided = [Part(UNDECIDED, 3, S.SeedsNeeded(5, None), "", 0.5, False) for _ in range(5)]
     weak = Part(FAILS, 3, S.SeedsNeeded(4, 9), "", 0.03, True)
@@ -186,7 +186,7 @@ def test_does_not_hold_is_decided_for_the_claims_family_after_holm():
 
 
 def test_a_spread_is_compared_without_assuming_normal_data_or_not_at_all():
-    from banditsweep.sweeps.claims import FAILS, HOLDS, UNJUDGED, std_part
+    from banditsweep.sweeps.analysis.claims import FAILS, HOLDS, UNJUDGED, std_part
 
     three = std_part({0: 91.0, 1: 417.0, 2: 432.0}, {0: 300.0, 1: 310.0, 2: 305.0}, 1.0, lower=True)
     assert three.outcome == UNJUDGED and "at least 5 seeds" in three.text
@@ -203,7 +203,7 @@ def test_the_family_is_every_comparison_of_the_claim_not_its_environments():
     of the claim's comparisons. An environment whose comparison with one baseline is on the other side
     at p = 2e-6 fails the claim even where it was combined first (its combined verdict once carried no
     p-value, and the claim read "cannot be told apart"); three environments of undecided parts do not."""
-    from banditsweep.sweeps.claims import FAILS, UNDECIDED, Part, combine, verdict_text
+    from banditsweep.sweeps.analysis.claims import FAILS, UNDECIDED, Part, combine, verdict_text
 
     def environment(*parts):
         return combine(list(parts))

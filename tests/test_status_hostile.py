@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import test_status_verify
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from banditsweep.workers.storage.checksums import file_digest
 from banditsweep.workers.storage.consistency import check
 from banditsweep.workers.storage.curves import CURVE_SCHEMA

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 from banditsweep.workers.storage.consistency import check
 from banditsweep.workers.storage.store import CURVE_SCHEMA, SweepStore
 

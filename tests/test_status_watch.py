@@ -15,8 +15,8 @@ import time
 import pytest
 import yaml
 
-from banditsweep.sweeps.cli import main
-from banditsweep.sweeps.spec import load_sweep
+from banditsweep.sweeps.cli.main import main
+from banditsweep.sweeps.spec.model import load_sweep
 
 ENVIRONMENTS = [{"kind": "synthetic", "function": "h1", "dim": 3}]
 
@@ -238,7 +238,7 @@ def test_status_and_report_without_the_set_of_the_run_show_its_trials_and_name_i
 @pytest.mark.parametrize("unplaced, said", [(0, "placed, still starting"), (2, "no node can place them yet")])
 def test_run_says_whether_the_actors_it_waits_for_are_starting_or_have_no_node(unplaced, said, monkeypatch, capsys):
     """Actors placed and still starting (a new worker process each) are not called unplaceable."""
-    from banditsweep.sweeps.commands import progress as display_module
+    from banditsweep.sweeps.cli.commands import progress as display_module
     from banditsweep.workers.execution.run_values import Progress
 
     monkeypatch.setattr(display_module, "WAIT_NOTICE_SECONDS", 0.0)

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from banditsweep.sweeps.cli import main
+from banditsweep.sweeps.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "docs" / "results" / "kernel_exact_vs_rls"

@@ -1,4 +1,4 @@
-"""Why a run cannot go on, as the CLI reports it (exit codes in sweeps/commands/__init__.py), and an
+"""Why a run cannot go on, as the CLI reports it (exit codes in sweeps/cli/commands/__init__.py), and an
 error's text on one line. Kept free of heavy imports: the CLI maps them before anything runs."""
 
 

@@ -6,7 +6,7 @@ strings for categorical features, a missing value being a real null), then a str
 (``$XDG_CACHE_HOME/banditsweep/datasets``, by default ``~/.cache/banditsweep/datasets``).
 
 This module only reads. Fetching a missing file from OpenML and writing it into the data
-directory is the user's side (``banditsweep.sweeps.datasets``); a worker never downloads.
+directory is the user's side (``banditsweep.sweeps.planning.datasets``); a worker never downloads.
 
 Preprocessing, as the reference code of NeuralUCB / NeuralTS / NeuralRBMLE (uclaml/NeuralTS
 ``data_multi.py``, ``Bandit_multi``: ``fetch_openml(name, version, return_X_y=True)``, then

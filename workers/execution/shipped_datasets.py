@@ -1,7 +1,7 @@
 """Dataset files that travel with a run: a node without a file its trials read gets the driver's copy
 through Ray's object store.
 
-The driver has made sure of every dataset its trials read (sweeps.datasets, before anything runs) in
+The driver has made sure of every dataset its trials read (sweeps.planning.datasets, before anything runs) in
 its data folder. It puts each file's bytes in the object store once (:func:`ship_datasets`) and every
 trial actor gets the references. Before its trials read a dataset, an actor looks in its data folder
 (the driver's ``--data-dir`` / ``$BANDITSWEEP_DATA`` when the driver has one, else its own

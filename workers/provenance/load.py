@@ -4,7 +4,7 @@ A trial's wall time is what its core gave it: on a machine whose run queue holds
 C CPUs, a CPU-bound process gets about C / L of a core once L > C. The record keeps the mean of the
 1-minute load average (``os.getloadavg()[0]``) sampled at the trial's start, at most once a second
 while it streams progress, and at its end; the runtime facts keep C (``machine_cpus``). The plan
-(sweeps.plan) uses both to tell a quiet measurement from a crowded one (:func:`quiet_factor`).
+(sweeps.planning.plan) uses both to tell a quiet measurement from a crowded one (:func:`quiet_factor`).
 """
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ class NeuralPolicy(Policy, BatchedPolicy):
 
     Params: ClassVar[type[Config]] = NeuralParams
     structural: ClassVar[tuple[str, ...]] = SHARED_STRUCTURE
-    # A round trains on the whole history: its cost grows linearly with t (sweeps.plan's cost model).
+    # A round trains on the whole history: its cost grows linearly with t (sweeps.planning.plan's cost model).
     round_cost_grows: ClassVar[bool] = True
 
     def __init__(self, params: Config, problem: Problem, rng: np.random.Generator, device: str = "cpu"):
