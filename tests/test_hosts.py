@@ -50,8 +50,9 @@ pytestmark = [pytest.mark.hosts, pytest.mark.timeout(900)]
 SYNTHETIC = {"horizon": 2000, "seeds": 6,
              "environments": [{"kind": "synthetic", "function": "h1"}],
              "algorithms": [{"name": "linucb"}, {"name": "random"}]}
-# Trials of a few seconds each, so that the worker hosts are running some when one is lost.
-LONG = {"horizon": 30000, "seeds": 10,
+# Trials of a few seconds each, so that both worker hosts are running some when one is lost (a host
+# whose trial actor is slow to start would otherwise find the work gone).
+LONG = {"horizon": 50000, "seeds": 12,
         "environments": [{"kind": "synthetic", "function": "h1"}],
         "algorithms": [{"name": "linucb"}]}
 CLASSIFICATION = {"horizon": 200, "seeds": 2,
@@ -323,11 +324,11 @@ def test_a_worker_host_cut_off_for_20_s(cluster, tmp_path_factory):
     out, err = run.communicate(timeout=500)
     seconds = time.monotonic() - started
     assert run.returncode == 0, out + err
-    assert "10 finished, 0 failed" in out, out + err
+    assert "12 finished, 0 failed" in out, out + err
     trials, curves = results_of(hosts, "hosts_cut")
-    assert len(trials) == 10 and trials["trial_id"].is_unique and (trials["attempts"] <= 2).all()
+    assert len(trials) == 12 and trials["trial_id"].is_unique and (trials["attempts"] <= 2).all()
     assert set(trials["node"]) <= worker_addresses(hosts)
-    assert len(curves) == 10 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
+    assert len(curves) == 12 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
     assert_same_values(trials, reference(LONG, tmp_path_factory))
     assert sorted(hosts.alive_nodes().values()) == sorted(host.address for host in hosts)
     print(f"\nhost 2 cut off for 20 s: the run took {seconds:.1f} s, {int((trials['attempts'] > 1).sum())} trial(s) "
@@ -359,7 +360,7 @@ def test_a_sigterm_to_the_run_saves_the_running_trials_in_the_drivers_folder(clu
     trials, curves = results_of(hosts, "hosts_sigterm")
     resumed = trials["diag_resumed_from_round"].dropna()
     assert len(resumed) >= 2 and (resumed > 500).all(), trials.filter(like="resumed")
-    assert len(curves) == 10 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
+    assert len(curves) == 12 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
     assert_same_values(trials, reference(LONG, tmp_path_factory))
     assert not written_on(hosts[1]) and not written_on(hosts[2])
     print(f"\nSIGTERM on host 0: {len(saved)} state file(s) saved from the worker hosts; "
@@ -416,10 +417,10 @@ def test_a_worker_host_lost_mid_sweep(cluster, tmp_path_factory):
         time.sleep(0.5)
     out, err = run.communicate(timeout=300)
     assert run.returncode == 0, out + err
-    assert "10 finished, 0 failed" in out, out + err
+    assert "12 finished, 0 failed" in out, out + err
     trials, curves = results_of(hosts, "hosts_lost")
-    assert len(trials) == 10 and trials["trial_id"].is_unique                       # none lost, none twice
-    assert len(curves) == 10 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
+    assert len(trials) == 12 and trials["trial_id"].is_unique                       # none lost, none twice
+    assert len(curves) == 12 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
     assert_same_values(trials, reference(LONG, tmp_path_factory))
     started = pd.to_datetime(trials["started_at"], utc=True).map(lambda t: t.timestamp())
     again = trials[(started > fault).to_numpy() & (trials["attempts"] > 1).to_numpy()]
@@ -451,12 +452,12 @@ def test_a_trial_lost_with_its_host_resumes_on_another_from_its_checkpoint(clust
     lost.lose()
     out, err = run.communicate(timeout=500)
     assert run.returncode == 0, out + err
-    assert "10 finished, 0 failed" in out, out + err
+    assert "12 finished, 0 failed" in out, out + err
     trials, curves = results_of(hosts, "hosts_resume")
     again = trials[trials["attempts"] > 1]
     assert len(again) >= 1 and set(again["node"]) == {replacement.address}, trials[["node", "attempts"]]
     assert (again["diag_resumed_from_round"] >= every + 1).all(), again.filter(like="resumed")
-    assert len(curves) == 10 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
+    assert len(curves) == 12 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
     assert_same_values(trials, reference(LONG, tmp_path_factory))
     assert not written_on(replacement)
     assert not list(hosts[0].path(f"{RESULTS}/hosts_resume/.checkpoints").glob("*.state"))   # removed when done

@@ -21,6 +21,7 @@ and a save the keeper cannot take within
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ from banditsweep.workers.storage.checkpoint_files import STOP_POLL, CheckpointFi
 from banditsweep.workers.storage.untrusted_files import NotARegularFile
 
 __all__ = ["CheckpointKeeper", "ClusterCheckpoints", "run_checkpoints"]
+
+log = logging.getLogger(__name__)
 
 # Seconds a process on another node waits for the keeper to take or give a state before it goes on
 # without (a node cut off from the driver's: the trial is not held up by its checkpoint).
@@ -118,8 +121,10 @@ class ClusterCheckpoints:
             return self.files.save(key, state)
         try:
             return self._ask(self.keeper.save.remote(key, state))
-        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError):
-            return False   # not kept: a later attempt resumes from the previous checkpoint
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError) as error:
+            # Not kept: a later attempt resumes from the previous checkpoint (said in the worker's log).
+            log.warning("checkpoint %s not saved: the driver's node did not take it: %s", key, error)
+            return False
 
     def discard(self, key: str) -> None:
         if self.local():
@@ -145,8 +150,9 @@ class ClusterCheckpoints:
             self._stop_checked = now
             try:
                 self._stopping = bool(self._ask(self.keeper.stop_requested.remote(), STOP_ASK_SECONDS))
-            except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError):
-                pass   # the driver's node is out of reach: asked again at the next poll
+            except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError) as error:
+                # The driver's node is out of reach: asked again at the next poll.
+                log.warning("the run's stop could not be asked of the driver's node: %s", error)
         return self._stopping
 
     # The driver's side (it runs on the folder's node).

@@ -182,12 +182,19 @@ class SweepLoop:
             stopped, _ = ray.wait(waiting, num_returns=len(waiting), timeout=STOP_SAVE_SECONDS)
         except BaseException:   # a second signal: stop at once
             return
-        outcomes = {ref: _stop_outcome(ref) for ref in stopped}
-        saved = sum(len(self.in_flight[ref].batch) for ref in stopped if outcomes[ref] == "saved")
-        running = sum(len(flight.batch) for ref, flight in self.in_flight.items() if outcomes.get(ref) != "not started")
+        met = {ref: _stop_outcome(ref) for ref in stopped}
+        kinds = {ref: kind for ref, (kind, _) in met.items()}
+        # A batch that ended before it saw the stop has its results: they are kept like any others.
+        ended = [outcome for kind, outcomes in met.values() if kind == "ended" for outcome in outcomes]
+        if ended:
+            self.feed(ended)
+        saved = sum(len(self.in_flight[ref].batch) for ref in stopped if kinds[ref] == "saved")
+        running = sum(len(flight.batch) for ref, flight in self.in_flight.items()
+                      if kinds.get(ref) not in ("not started", "ended"))
         self.progress.messages.append(
             f"saved the state of {saved} of {running} running trial(s) "
-            "at the round they had reached: the next run resumes them there")
+            "at the round they had reached: the next run resumes them there"
+            + (f" ({len(ended)} more finished before the stop reached them, and are kept)" if ended else ""))
         self.show()
 
     def step(self) -> None:
@@ -430,18 +437,17 @@ class SweepLoop:
         return MirrorStatus(notes=notes)
 
 
-def _stop_outcome(ref) -> str:
+def _stop_outcome(ref) -> tuple[str, list[TrialOutcome]]:
     """How the batch behind ``ref`` met the run's stop: "saved" (stopped with its state saved),
     "not started" (it was queued on its actor: nothing to save), "lost" (stopped without its state,
-    or failed), "ended" (it finished before it saw the stop)."""
+    or failed), "ended" (it finished before it saw the stop; with its outcomes)."""
     try:
-        ray.get(ref)
+        return "ended", ray.get(ref)
     except Exception as error:
         stopped = error if isinstance(error, TrialStopped) else getattr(error, "cause", None)
         if not isinstance(stopped, TrialStopped):
-            return "lost"
-        return "saved" if stopped.saved else "not started" if stopped.key == NOT_STARTED else "lost"
-    return "ended"
+            return "lost", []
+        return ("saved" if stopped.saved else "not started" if stopped.key == NOT_STARTED else "lost"), []
 
 
 def sink_context(sweep_name: str, store: SweepStore, options: RunOptions) -> SinkContext:
