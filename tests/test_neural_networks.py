@@ -14,13 +14,16 @@ from banditsweep.core.neural.z_matrix import ZMatrix
 
 from neural_reference import dense_forward, dense_gradient, dense_parameters
 
-torch.set_default_dtype(torch.float64)
-
-
 @pytest.fixture(autouse=True)
 def seeded_torch():
-    """Every test draws its random data from the same stream, whatever ran before it."""
+    """Every test draws its random data from the same stream, whatever ran before it, in float64 by
+    default; the default dtype is given back after each test (set at import, it held for every
+    test of the session collected after this module)."""
     torch.manual_seed(0)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 def make_network(groups, sets, blocks, block_dim, width=8, depth=2, init="paper", seed=0, distinct=True,
