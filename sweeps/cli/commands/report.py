@@ -11,8 +11,8 @@ from banditsweep.sweeps.events import say
 from banditsweep.sweeps.cli.options import SweepRequest
 from banditsweep.sweeps.cli.commands import EXIT_INCONSISTENT
 from banditsweep.sweeps.cli.commands.arguments import results_root, tracking_uri
-from banditsweep.sweeps.cli.commands.shared import (display_table, say_code_notes, say_health, say_selection,
-                                                    selected_sweep, store_of)
+from banditsweep.sweeps.cli.commands.shared import (display_table, say_code_notes, say_health, said_selection,
+                                                    store_of)
 from banditsweep.sweeps.results.report import write_report
 from banditsweep.sweeps.results.sweep_results import SweepResults
 from banditsweep.sweeps.spec.model import Sweep
@@ -41,9 +41,7 @@ def main(args: SweepRequest, sweep: Sweep) -> int:
 def execute(args: SweepRequest, sweep: Sweep) -> ReportOutcome:
     """The report (what `banditsweep report` and ``banditsweep.report`` do), saying what the command says."""
     store = store_of(args, sweep)
-    selection = selected_sweep(args, sweep, store)
-    say_selection(selection)
-    sweep = selection.sweep
+    sweep = said_selection(args, sweep, store)
     health = store.verify(planned=[trial.trial_id for trial in sweep.trials]) if store.root.is_dir() else None
     say_health(health)
     results = SweepResults(store, sweep, args.choose_on_seeds, args.same_seeds)

@@ -59,6 +59,13 @@ def selected_sweep(args: SweepRequest, sweep: Sweep, store: SweepStore) -> Selec
     return selection
 
 
+def said_selection(args: SweepRequest, sweep: Sweep, store: SweepStore) -> Sweep:
+    """The trials the command works on (:func:`selected_sweep`), its warnings and notes said."""
+    selection = selected_sweep(args, sweep, store)
+    say_selection(selection)
+    return selection.sweep
+
+
 def say_selection(selection: Selection) -> None:
     for warning in selection.warnings:
         say(f"warning: {warning}", file=sys.stderr)

@@ -24,7 +24,7 @@ from banditsweep.sweeps.cli.commands import EXIT_INCONSISTENT
 from banditsweep.sweeps.cli.commands.arguments import results_root
 from banditsweep.sweeps.cli.commands.progress import ProgressDisplay
 from banditsweep.sweeps.cli.commands.run import run_options
-from banditsweep.sweeps.cli.commands.shared import jobs_of, say_health, say_selection, selected_sweep, store_of
+from banditsweep.sweeps.cli.commands.shared import jobs_of, say_health, said_selection, store_of
 from banditsweep.sweeps.planning.datasets import chosen_data_dir, ensure_datasets_of_trials
 from banditsweep.sweeps.spec.model import Sweep
 from banditsweep.workers import current_code
@@ -63,9 +63,7 @@ def execute(args: SweepRequest, sweep: Sweep) -> VerifyOutcome:
     if not store.root.is_dir():
         raise InputError(f"{store.root}: no results of the sweep {sweep.name} here; nothing to verify "
                          f"(`banditsweep run {args.spec}` makes them)")
-    selection = selected_sweep(args, sweep, store)
-    say_selection(selection)
-    sweep = selection.sweep
+    sweep = said_selection(args, sweep, store)
     with store.exclusive():   # no run writes the store while its trials are compared (and re-stamped)
         return _verify(args, sweep, store)
 
