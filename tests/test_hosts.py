@@ -15,8 +15,11 @@ driver; hosts 1 and 2 run a Ray worker node each, one CPU.
   same values;
 - a SIGTERM to the run: the trial actors on hosts 1 and 2 save their state into host 0's results
   folder (the stop and the states travel through Ray), and the run again resumes them there;
+- the driver killed (SIGKILL) mid-sweep and the run started again: every trial once, the same values;
 - a worker host lost after its trial's first checkpoint: the trial resumes on another host (a
-  replacement joined after the earlier loss) from that checkpoint, kept in host 0's folder.
+  replacement joined after the earlier loss) from that checkpoint, kept in host 0's folder;
+- a sharded trial (two shards, one per worker host) losing one host: the shards placed again, on
+  a replacement host too, and the trial resumed from its checkpoint with the same final regret.
 
 The tests skip, saying why, where the namespaces cannot be made (not Linux, not root); with
 BANDITSWEEP_REQUIRE_HOSTS=1 they fail instead.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -305,6 +309,22 @@ def wait_for_a_trial_on(hosts: Hosts, host, sweep: str, run: subprocess.Popen, p
         time.sleep(0.2)
 
 
+def wait_for_trials_midway(hosts: Hosts, on: list, sweep: str, run: subprocess.Popen) -> None:
+    """Until running.json lists, on every host of ``on`` at once, a trial between round 500 and half
+    its horizon: none of them near its end, where it might finish before a signal reaches it."""
+    running = hosts[0].path(f"{RESULTS}/{sweep}/running.json")
+    deadline = time.monotonic() + 240
+    while True:
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        try:
+            trials = json.loads(running.read_text())["trials"]
+        except (OSError, ValueError, KeyError):
+            trials = []
+        if all(any(t["node"] == host.address and 500 < t["round"] < t["horizon"] // 2 for t in trials) for host in on):
+            return
+        time.sleep(0.1)
+
+
 def test_a_worker_host_cut_off_for_20_s(cluster, tmp_path_factory):
     """Host 2's link down for 20 s while it runs a trial, then up again: shorter than Ray takes to
     declare a node dead, so the node stays in the cluster, and the run finishes with every trial once
@@ -344,8 +364,7 @@ def test_a_sigterm_to_the_run_saves_the_running_trials_in_the_drivers_folder(clu
     spec = write_spec(hosts, "hosts_sigterm", {**LONG, "checkpoint_every": 100_000})
     run = hosts[0].popen(BIN / "banditsweep", "run", spec, "--address", hosts.address, "--no-progress",
                          "--sink", "none", text=True)
-    for host in hosts[1:]:
-        wait_for_a_trial_on(hosts, host, "hosts_sigterm", run, past=500)
+    wait_for_trials_midway(hosts, hosts[1:], "hosts_sigterm", run)
     os.kill(run.pid, signal.SIGTERM)
     out, err = run.communicate(timeout=120)
     assert run.returncode == 130, out + err
@@ -359,12 +378,43 @@ def test_a_sigterm_to_the_run_saves_the_running_trials_in_the_drivers_folder(clu
     assert "cannot be used" not in again.stdout + again.stderr   # no state refused
     trials, curves = results_of(hosts, "hosts_sigterm")
     resumed = trials["diag_resumed_from_round"].dropna()
-    assert len(resumed) >= 2 and (resumed > 500).all(), trials.filter(like="resumed")
+    assert len(resumed) == len(saved) and (resumed > 500).all(), trials.filter(regex="resumed|rejected")
     assert len(curves) == 12 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
     assert_same_values(trials, reference(LONG, tmp_path_factory))
     assert not written_on(hosts[1]) and not written_on(hosts[2])
     print(f"\nSIGTERM on host 0: {len(saved)} state file(s) saved from the worker hosts; "
           f"{len(resumed)} trial(s) resumed from rounds {sorted(resumed.astype(int))}")
+
+
+def test_the_driver_killed_mid_sweep_and_the_run_started_again(cluster, tmp_path_factory):
+    """`run` on host 0 killed (SIGKILL: no clean stop) once a trial is done and both worker hosts run
+    others; Ray ends the dead driver's trial actors. The same command again runs what was not
+    recorded: every trial once, none lost or twice, the clean run's values."""
+    hosts = cluster
+    spec = write_spec(hosts, "hosts_driver", LONG)
+    run = hosts[0].popen(BIN / "banditsweep", "run", spec, "--address", hosts.address, "--no-progress",
+                         "--sink", "none", text=True)
+    for host in hosts[1:]:
+        wait_for_a_trial_on(hosts, host, "hosts_driver", run)
+    running = hosts[0].path(f"{RESULTS}/hosts_driver/running.json")
+    deadline = time.monotonic() + 240
+    while (json.loads(running.read_text()).get("done") or 0) < 1:
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.2)
+    os.kill(run.pid, signal.SIGKILL)
+    run.communicate(timeout=60)
+    killed = time.monotonic()
+    again = run_on_head(hosts, spec, "--sink", "none")
+    seconds = time.monotonic() - killed
+    assert again.returncode == 0, again.stdout + again.stderr
+    trials, curves = results_of(hosts, "hosts_driver")
+    assert len(trials) == 12 and trials["trial_id"].is_unique and (trials["status"] == "finished").all()
+    assert len(curves) == 12 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
+    assert_same_values(trials, reference(LONG, tmp_path_factory))
+    assert not written_on(hosts[1]) and not written_on(hosts[2])
+    finished_again = re.search(r"(\d+) finished, \d+ failed in", again.stdout)
+    print(f"\ndriver killed: the run again ran {finished_again and finished_again.group(1)} trial(s) and ended "
+          f"{seconds:.1f} s after the kill")
 
 
 def actor_cpu_seconds(host) -> float | None:
@@ -464,3 +514,45 @@ def test_a_trial_lost_with_its_host_resumes_on_another_from_its_checkpoint(clust
     starts = pd.to_datetime(again["started_at"], utc=True).map(lambda t: t.timestamp())
     print(f"\nreplacement host joined in {joined:.1f} s; host 2 lost: {len(again)} trial(s) resumed on it from rounds "
           f"{sorted(again['diag_resumed_from_round'].astype(int))}, {starts.min() - fault:.1f} s after the fault")
+
+
+SHARDED = {"horizon": 400, "seeds": 1, "checkpoint_every": 50,
+           "environments": [{"kind": "adversarial_kernel", "domain": {"grid": [60, 60]}, "kernel": "se", "shards": 2}],
+           "algorithms": [{"name": "rls_kernel_exp3"}], "resources": {"cpus_per_shard": 1}}
+
+
+def test_a_sharded_trial_losing_a_host_resumes_from_its_checkpoint(cluster, tmp_path_factory):
+    """A trial of 3,600 points in two shards, one on each worker host (one CPU each), saving every 50
+    rounds into host 0's folder through Ray; one shard's host lost after a checkpoint. Once Ray has
+    declared that node dead the shards are placed again (on the survivor and a replacement host)
+    and the trial goes on from its last checkpoint: the final regret of an uninterrupted run."""
+    hosts = cluster
+    alive = [host for host in hosts[1:] if not host.lost]
+    while len(alive) < 2:
+        alive.append(hosts.add_host())
+    lost = alive[-1]
+    spec = write_spec(hosts, "hosts_sharded", SHARDED)
+    run = hosts[0].popen(BIN / "banditsweep", "run", spec, "--address", hosts.address, "--no-progress",
+                         "--sink", "none", text=True)
+    checkpoints = hosts[0].path(f"{RESULTS}/hosts_sharded/.checkpoints")
+    deadline = time.monotonic() + 300
+    while not list(checkpoints.glob("*/shard-*.r*.state")):
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.2)
+    assert not written_on(lost)
+    fault = time.monotonic()
+    lost.lose()
+    hosts.add_host()   # the autoscaler's replacement, so that two shards fit again
+    out, err = run.communicate(timeout=600)
+    seconds = time.monotonic() - fault
+    assert run.returncode == 0, out + err
+    assert "a shard actor died" in out and "1 finished, 0 failed" in out, out + err
+    trials, curves = results_of(hosts, "hosts_sharded")
+    [row] = trials.to_dict("records")
+    assert row["attempts"] == 2 and row["diag_resumed_from_round"] >= 51, row
+    assert row["diag_shard_nodes"] == 2
+    assert len(curves) == SHARDED["horizon"]
+    assert_same_values(trials, reference(SHARDED, tmp_path_factory))
+    assert not any(written_on(host) for host in hosts[1:] if not host.lost)
+    print(f"\nsharded trial, a shard's host lost: resumed from round {int(row['diag_resumed_from_round'])}, "
+          f"finished {seconds:.1f} s after the fault")

@@ -184,6 +184,11 @@ class SweepLoop:
             return
         met = {ref: _stop_outcome(ref) for ref in stopped}
         kinds = {ref: kind for ref, (kind, _) in met.items()}
+        for kind, keys in met.values():
+            # A batch that met the stop before its first round has nothing to resume: a state it saved
+            # would only be refused by the next run (core's loop saves whenever it is stopped).
+            if kind == "not started" and keys and keys[0] != NOT_STARTED:
+                self.checkpoints.discard(keys[0])
         # A batch that ended before it saw the stop has its results: they are kept like any others.
         ended = [outcome for kind, outcomes in met.values() if kind == "ended" for outcome in outcomes]
         if ended:
@@ -439,15 +444,18 @@ class SweepLoop:
 
 def _stop_outcome(ref) -> tuple[str, list[TrialOutcome]]:
     """How the batch behind ``ref`` met the run's stop: "saved" (stopped with its state saved),
-    "not started" (it was queued on its actor: nothing to save), "lost" (stopped without its state,
-    or failed), "ended" (it finished before it saw the stop; with its outcomes)."""
+    "not started" (queued on its actor, or stopped before its first round: nothing to resume; with
+    its checkpoint key), "lost" (stopped without its state, or failed), "ended" (it finished before
+    it saw the stop; with its outcomes)."""
     try:
         return "ended", ray.get(ref)
     except Exception as error:
         stopped = error if isinstance(error, TrialStopped) else getattr(error, "cause", None)
         if not isinstance(stopped, TrialStopped):
             return "lost", []
-        return ("saved" if stopped.saved else "not started" if stopped.key == NOT_STARTED else "lost"), []
+        if stopped.key == NOT_STARTED or stopped.next_round <= 1:
+            return "not started", [stopped.key]   # (a state before round 1, if saved, is of no use)
+        return ("saved" if stopped.saved else "lost"), []
 
 
 def sink_context(sweep_name: str, store: SweepStore, options: RunOptions) -> SinkContext:
