@@ -39,3 +39,33 @@ def test_trials_that_differ_in_structure_never_share_a_batch():
     batches = make_batches(wide + narrow, batch_trials=8, on_gpu=False, workers=1)
     assert _sizes(batches) == [2, 2]
     assert {len({job.spec.params["width"] for job in batch}) for batch in batches} == {1}
+
+
+def test_a_batch_with_a_saved_state_is_formed_again_as_it_was():
+    """The next run cuts its batches from fewer trials (or for other workers), which would name
+    another batch than the one whose state was saved: that batch is formed first, as it was."""
+    jobs = _jobs("neural_ucb", {"kind": "synthetic", "function": "h1"}, 5, {"width": 8})
+    ids = [job.spec.trial_id for job in jobs]
+    batches = make_batches(jobs, 3, False, 1, saved=[[ids[3], ids[1]], [ids[0], "another sweep's trial"]])
+    assert [[job.spec.trial_id for job in batch] for batch in batches] == [[ids[3], ids[1]], [ids[0], ids[2], ids[4]]]
+
+
+def test_the_note_of_saved_batches_names_only_batches_with_a_state_and_reads_as_data(tmp_path):
+    from banditsweep.core.engine.trial import checkpoint_key
+    from banditsweep.workers.storage.checkpoint_files import BATCHES, CheckpointFiles
+
+    files = CheckpointFiles(tmp_path / ".checkpoints", 10)
+    jobs = _jobs("neural_ucb", {"kind": "synthetic", "function": "h1"}, 4, {"width": 8})
+    ids = [job.spec.trial_id for job in jobs]
+    key = checkpoint_key([job.spec for job in jobs[:2]])
+    files.note_batches({key: ids[:2], checkpoint_key([jobs[2].spec]): ids[2:3]})
+    assert files.saved_batches() == []                  # no state saved yet
+    files.save(key, b"state")
+    with open(files.directory / BATCHES, "a") as note:   # what a damaged or planted note may hold
+        note.write('{"key": "../../escape", "trials": ["x"]}\nnot json\n{"key": 1}\n[]\n')
+    assert files.saved_batches() == [ids[:2]]
+    files.forget_batches()
+    assert (files.directory / BATCHES).exists()         # a state is left to find by it
+    files.discard(key)
+    files.forget_batches()
+    assert not (files.directory / BATCHES).exists()

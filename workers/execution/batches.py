@@ -36,9 +36,18 @@ def default_batch_size(spec: TrialSpec, on_gpu: bool, group_size: int, workers: 
     return max(1, min(preferred_batch_size(spec, on_gpu), math.ceil(group_size / max(1, workers))))
 
 
-def make_batches(jobs: list[Job], batch_trials: int | None, on_gpu: bool, workers: int) -> list[list[Job]]:
-    """``jobs`` cut into batches: each batchable group in slices of ``batch_trials`` (the spec's) or
-    the default size, in queue order, then the trials that run alone, one per batch."""
+def make_batches(jobs: list[Job], batch_trials: int | None, on_gpu: bool, workers: int,
+                 saved: list[list[str]] = ()) -> list[list[Job]]:
+    """``jobs`` cut into batches: first each ``saved`` batch (trial ids, in order) whose trials are
+    all among ``jobs``, as it was (a batch with a saved state resumes from it only as the same
+    batch); then each batchable group of the others in slices of ``batch_trials`` (the spec's) or
+    the default size, in queue order; then the trials that run alone, one per batch."""
+    by_id = {job.spec.trial_id: job for job in jobs}
+    resumed: list[list[Job]] = []
+    for trials in saved:
+        if all(trial in by_id for trial in trials) and len(set(trials)) == len(trials):
+            resumed.append([by_id.pop(trial) for trial in trials])
+    jobs = [job for job in jobs if job.spec.trial_id in by_id]
     groups: dict[Any, list[Job]] = {}
     singles: list[list[Job]] = []
     for job in jobs:
@@ -51,4 +60,4 @@ def make_batches(jobs: list[Job], batch_trials: int | None, on_gpu: bool, worker
     for group in groups.values():
         size = batch_trials or default_batch_size(group[0].spec, on_gpu, len(group), workers)
         batches.extend(group[i:i + size] for i in range(0, len(group), size))
-    return batches + singles
+    return resumed + batches + singles

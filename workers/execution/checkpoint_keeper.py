@@ -162,6 +162,9 @@ class ClusterCheckpoints:
     def clear_stop(self) -> None:
         self.files.clear_stop()
 
+    def forget_batches(self) -> None:
+        self.files.forget_batches()
+
     def close(self) -> None:
         ray.kill(self.keeper)
 

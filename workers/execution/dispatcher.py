@@ -38,6 +38,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from banditsweep.core.engine.round_loop import TrialStopped
+from banditsweep.core.engine.trial import checkpoint_key
 from banditsweep.workers.execution.actors import NOT_STARTED, MirrorActor, drain_mirror
 from banditsweep.workers.execution.batches import make_batches
 from banditsweep.workers.execution.checkpoint_keeper import run_checkpoints
@@ -112,17 +113,22 @@ class SweepLoop:
         self.pool = TrialPool(self.mirror, cpus_each, gpus_each, options.max_workers,
                               use_autoscaler=bool(connection.address), data_dir=options.data_dir,
                               shipped=options.shipped, datasets=ship_datasets(pooled, options, connection.address))
-        planned = max(1, min(placeable(cpus_each, gpus_each), options.max_workers or math.inf))
-        self.batches = deque(make_batches(pooled, options.batch_trials, gpus_each > 0, planned))
-        self.in_flight: dict[Any, InFlight] = {}   # ref -> batch, in the order handed out
         # The stop marker is this run's own (workers.storage.checkpoint_files): one an earlier run
         # left, had it been killed before removing it, asks nothing of this run.
         # On a cluster the folder is reached through a keeper on this node (workers.execution.checkpoint_keeper):
         # the nodes may share no disk.
         self.cluster = bool(connection.address)
-        self.checkpoints = (run_checkpoints(CheckpointFiles(store.checkpoints_dir, options.checkpoint_every,
-                                                            stop_marker=f".stop-{uuid.uuid4().hex}"), self.cluster)
-                            if options.checkpoint_every else None)
+        files = (CheckpointFiles(store.checkpoints_dir, options.checkpoint_every, stop_marker=f".stop-{uuid.uuid4().hex}")
+                 if options.checkpoint_every else None)
+        self.checkpoints = run_checkpoints(files, self.cluster) if files is not None else None
+        planned = max(1, min(placeable(cpus_each, gpus_each), options.max_workers or math.inf))
+        # Batches an earlier run saved a state of are formed again as they were, to resume from it.
+        self.batches = deque(make_batches(pooled, options.batch_trials, gpus_each > 0, planned,
+                                          files.saved_batches() if files is not None else []))
+        if files is not None:
+            files.note_batches({checkpoint_key([job.spec for job in batch]): [job.spec.trial_id for job in batch]
+                                for batch in self.batches})
+        self.in_flight: dict[Any, InFlight] = {}   # ref -> batch, in the order handed out
 
     def _check_embedded_ray_fits(self, pooled: list[Job], cpus_each: float, gpus_each: float) -> None:
         """The embedded Ray is all there will be: a trial (or a sharded trial's shards) asking for
@@ -163,6 +169,7 @@ class SweepLoop:
                 self.pool.shutdown()
             if self.checkpoints is not None:
                 self.checkpoints.clear_stop()
+                self.checkpoints.forget_batches()
                 if self.cluster and not self.ray_lost:
                     self.checkpoints.close()   # the keeper: every actor that could call it has ended
             closed = self.close(status)

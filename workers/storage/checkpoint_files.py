@@ -14,6 +14,7 @@ state without a filesystem the nodes share.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import shutil
@@ -25,7 +26,7 @@ from pathlib import Path
 from banditsweep.workers.storage.atomic import write_atomically
 from banditsweep.workers.storage.paths import SweepFolder
 from banditsweep.workers.storage.set_aside import set_aside
-from banditsweep.workers.storage.untrusted_files import open_regular
+from banditsweep.workers.storage.untrusted_files import json_value, open_regular, read_regular
 
 __all__ = ["CheckpointFiles", "write_atomically"]
 
@@ -34,6 +35,13 @@ log = logging.getLogger(__name__)
 # Seconds between two looks for the stop marker: a round costs no file-system call, a stop is seen
 # within this (plus the round being played) of the driver's request.
 STOP_POLL = 0.2
+# The driver's note of which trials each handed-out batch holds, one JSON line a batch: a state is
+# named by its batch (core.engine.trial.checkpoint_key), and the next run cuts its batches anew (from
+# fewer trials, on another number of workers), so without the note a saved batch would not be formed
+# again and its state never read.
+BATCHES = "batches.jsonl"
+# The note is read as hostile data: at most this many bytes.
+BATCHES_LIMIT = 64 << 20
 
 
 @dataclass
@@ -80,6 +88,45 @@ class CheckpointFiles:
             self._stop_checked = now
             self._stopping = (self.directory / self.stop_marker).exists()
         return self._stopping
+
+    def note_batches(self, batches: dict[str, list[str]]) -> None:
+        """Note, for the next run, which trials (by id, in order) the batches named ``key`` hold."""
+        if not batches:
+            return
+        lines = "".join(json.dumps({"key": key, "trials": trials}) + "\n" for key, trials in batches.items())
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with open(self.directory / BATCHES, "a", encoding="utf-8") as handle:
+                handle.write(lines)
+        except OSError as error:   # only a resume's help is lost: the trials start from round 1
+            log.warning("checkpoint batches not noted in %s: %s", self.directory / BATCHES, error)
+
+    def saved_batches(self) -> list[list[str]]:
+        """The batches (their trial ids, in order) that have a saved state, as noted by the runs that
+        handed them out; each once. A note that cannot be read is passed over, line by line."""
+        try:
+            text = read_regular(self.directory / BATCHES, BATCHES_LIMIT).decode("utf-8", errors="replace")
+        except OSError:
+            return []
+        found: dict[str, list[str]] = {}
+        for line in text.splitlines():
+            try:
+                entry = json_value(line)
+            except (ValueError, RecursionError):
+                continue
+            if (isinstance(entry, dict) and isinstance(entry.get("key"), str) and isinstance(entry.get("trials"), list)
+                    and entry["trials"] and all(isinstance(trial, str) for trial in entry["trials"])
+                    and entry["key"] not in found and _is_key(entry["key"]) and self._path(entry["key"]).is_file()):
+                found[entry["key"]] = entry["trials"]
+        return list(found.values())
+
+    def forget_batches(self) -> None:
+        """Remove the note once no state is left to find by it."""
+        try:
+            if not any(self.directory.glob("*.state")):
+                (self.directory / BATCHES).unlink(missing_ok=True)
+        except OSError as error:
+            log.warning("%s not removed: %s", self.directory / BATCHES, error)
 
     def load(self, key: str) -> bytes | None:
         """The state saved under ``key``, or None. One that is not a regular file (a link, a FIFO
@@ -133,6 +180,11 @@ class CheckpointFiles:
         _set_aside(self._path(key), quarantine, reason)
         if (self.directory / key).is_dir():
             _set_aside(self.directory / key, quarantine, reason)
+
+
+def _is_key(key: str) -> bool:
+    """A checkpoint key as core.engine.trial.checkpoint_key makes them (never a path)."""
+    return len(key) == 24 and all(c in "0123456789abcdef" for c in key)
 
 
 def _set_aside(path: Path, quarantine: Path, reason: str) -> None:
