@@ -62,6 +62,7 @@ def test_the_note_of_saved_batches_names_only_batches_with_a_state_and_reads_as_
     assert files.saved_batches() == []                  # no state saved yet
     files.save(key, b"state")
     with open(files.directory / BATCHES, "a") as note:   # what a damaged or planted note may hold
+        note.write('{"key": "%s", "trials": ["a", "b"]}\n' % key)   # a later line for the same key
         note.write('{"key": "../../escape", "trials": ["x"]}\nnot json\n{"key": 1}\n[]\n')
     assert files.saved_batches() == [ids[:2]]
     files.forget_batches()

@@ -90,14 +90,15 @@ class CheckpointFiles:
         return self._stopping
 
     def note_batches(self, batches: dict[str, list[str]]) -> None:
-        """Note, for the next run, which trials (by id, in order) the batches named ``key`` hold."""
+        """Note, for the next run, which trials (by id, in order) the batches named ``key`` hold: this
+        run's batches replace the note (they include every earlier batch with a state whose trials
+        are still to run: :func:`workers.execution.batches.make_batches` formed them again)."""
         if not batches:
             return
         lines = "".join(json.dumps({"key": key, "trials": trials}) + "\n" for key, trials in batches.items())
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            with open(self.directory / BATCHES, "a", encoding="utf-8") as handle:
-                handle.write(lines)
+            write_atomically(self.directory / BATCHES, lines.encode())
         except OSError as error:   # only a resume's help is lost: the trials start from round 1
             log.warning("checkpoint batches not noted in %s: %s", self.directory / BATCHES, error)
 
