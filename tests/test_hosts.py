@@ -19,7 +19,9 @@ driver; hosts 1 and 2 run a Ray worker node each, one CPU.
 - a worker host lost after its trial's first checkpoint: the trial resumes on another host (a
   replacement joined after the earlier loss) from that checkpoint, kept in host 0's folder;
 - a sharded trial (two shards, one per worker host) losing one host: the shards placed again, on
-  a replacement host too, and the trial resumed from its checkpoint with the same final regret.
+  a replacement host too, and the trial resumed from its checkpoint with the same final regret;
+- a worker host cut off for 90 s, longer than Ray's node-death detection: its trials run again
+  elsewhere and nothing it computed is taken when it comes back.
 
 The tests skip, saying why, where the namespaces cannot be made (not Linux, not root); with
 BANDITSWEEP_REQUIRE_HOSTS=1 they fail instead.
@@ -556,3 +558,41 @@ def test_a_sharded_trial_losing_a_host_resumes_from_its_checkpoint(cluster, tmp_
     assert not any(written_on(host) for host in hosts[1:] if not host.lost)
     print(f"\nsharded trial, a shard's host lost: resumed from round {int(row['diag_resumed_from_round'])}, "
           f"finished {seconds:.1f} s after the fault")
+
+
+def test_a_worker_host_cut_off_for_longer_than_node_death_detection(cluster, tmp_path_factory):
+    """A worker host's link down for 90 s while it runs a trial: longer than Ray takes to declare a node
+    dead (about 65 s), so its trials run again on the other host, and when the link comes back the
+    cut host's late answers must neither add a second copy of a trial nor overwrite one. Every trial
+    once, the clean run's values."""
+    hosts = cluster
+    alive = [host for host in hosts[1:] if not host.lost]
+    while len(alive) < 2:
+        alive.append(hosts.add_host())
+    cut = alive[0]
+    spec = write_spec(hosts, "hosts_long_cut", LONG)
+    run = hosts[0].popen(BIN / "banditsweep", "run", spec, "--address", hosts.address, "--no-progress",
+                         "--sink", "none", text=True)
+    wait_for_a_trial_on(hosts, cut, "hosts_long_cut", run, past=500)
+    cut.cut()
+    started = time.monotonic()
+    dead_after = None
+    while time.monotonic() - started < 90:
+        if dead_after is None and cut.address not in hosts.alive_nodes().values():
+            dead_after = time.monotonic() - started
+        time.sleep(1.0)
+    cut.reconnect()
+    out, err = run.communicate(timeout=500)
+    assert run.returncode == 0, out + err
+    assert "12 finished, 0 failed" in out, out + err
+    trials, curves = results_of(hosts, "hosts_long_cut")
+    assert len(trials) == 12 and trials["trial_id"].is_unique and (trials["status"] == "finished").all()
+    assert len(curves) == 12 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
+    assert_same_values(trials, reference(LONG, tmp_path_factory))
+    again = trials[trials["attempts"] > 1]
+    assert len(again) >= 1 and cut.address not in set(again["node"]), trials[["node", "attempts"]]
+    time.sleep(5)   # the cut host's late answers, had any been taken, would be in the store by now
+    later, _ = results_of(hosts, "hosts_long_cut")
+    pd.testing.assert_frame_equal(later, trials)
+    print(f"\nhost cut off for 90 s: declared dead after {dead_after if dead_after is None else round(dead_after, 1)} s; "
+          f"{len(again)} trial(s) ran again on another host; the run took {time.monotonic() - started:.1f} s from the cut")
