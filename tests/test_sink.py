@@ -376,6 +376,9 @@ def test_what_the_sinks_owe_counts_each_trial_once_in_flight_kept_or_queued():
     status = mirror.abort("stopped waiting", grace=5)
     assert status.pending == 5
     assert "the sinks lack 5 of the 5 trials that ended in this run" in status.errors[0]
+    # An abort closes the sinks and ends the delivery thread (it used to spin for ever, holding a
+    # core and the process's other threads back, with a sink still in back-off).
+    assert mirror.wait_closed(5) and slow.calls[-1] == ("close", "KILLED")
 
 
 def test_a_mirror_whose_sinks_took_everything_owes_nothing():

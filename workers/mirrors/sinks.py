@@ -187,6 +187,9 @@ class Mirror:
         """Stop delivering ended trials (after the chunk in hand), close the sinks (a run still open
         is marked KILLED, never left RUNNING) and say exactly what the sinks lack and how to catch up."""
         self._abort.set()
+        # The sinks are closed as KILLED unless the run's own close is queued already (which comes
+        # first); either way the delivery thread ends with the first close it meets.
+        self.events.put(("close", ("KILLED", {})))
         self._stop.set()
         self._thread.join(grace)
         missing = self.owed()
@@ -203,7 +206,12 @@ class Mirror:
 
     def _deliver_forever(self) -> None:
         while True:
-            self._stop.wait(self.interval)
+            if self._stop.is_set():
+                # Closing: the close is queued; a sink still in back-off is retried at a short pace,
+                # never in a loop that would hold a core (and this process's other threads) for ever.
+                time.sleep(min(self.interval, 0.05))
+            else:
+                self._stop.wait(self.interval)
             events = []
             while True:
                 try:
