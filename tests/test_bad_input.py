@@ -7,51 +7,14 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
+from bad_input_cases import GOOD, KERNEL, MAX_LINE, RUN, Case, add, edit, run_case, tree
+from paths import TEST_DATASETS
 
 import banditsweep.sweeps.cli.commands.run as run_command
 from banditsweep.sweeps.cli.main import main
-
-REPO = Path(__file__).resolve().parents[1]
-TEST_DATASETS = Path(os.environ.get("BANDITSWEEP_TEST_DATASETS", REPO / "tests" / "data"))
-MAX_LINE = 500
-
-GOOD = """\
-sweep: unit
-horizon: 100
-seeds: 2
-environments:
-  - {kind: synthetic, function: h1}
-algorithms:
-  - name: linucb
-    grid: {nu: [0.1, 1.0]}
-    params: {lam: 1.0}
-  - {name: random}
-"""
-
-KERNEL = """\
-sweep: kern
-horizon: 50
-seeds: 1
-environments:
-  - {kind: adversarial_kernel, setting: 1}
-algorithms:
-  - {name: apg_exp3, grid: {max_iterations: [10, true]}}
-"""
-
-
-def edit(old: str, new: str, text: str = GOOD) -> str:
-    assert old in text, old
-    return text.replace(old, new, 1)
-
-
-def add(line: str, text: str = GOOD) -> str:
-    return text + line + "\n"
-
 
 BOMB = """\
 sweep: bomb
@@ -67,19 +30,6 @@ f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
 algorithms:
   - {name: random, label: *f}
 """
-
-
-@dataclass
-class Case:
-    id: str
-    what: str                       # the bad input, as the catalogue names it
-    args: list[str]                 # "{spec}" is the spec file, "{tmp}" the test's folder
-    fragment: str                   # what the message must say
-    spec: str | bytes = GOOD
-    setup: Callable | None = field(default=None, repr=False)   # (tmp_path, monkeypatch) -> None
-
-
-RUN = ["run", "{spec}", "--no-progress"]
 
 
 def _no_database_drivers(tmp_path, monkeypatch):
@@ -302,70 +252,13 @@ CASES = [
 ]
 
 
-def _tree(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*")}
-
-
-def _reached_the_sweep(*args, **kwargs):
-    pytest.fail("bad input reached the sweep")
-
-
-def refused_writing_nothing(case, tmp_path, monkeypatch, capsys, setup=None) -> None:
-    """``case`` exits 2 with one line naming it, never reaches Ray, and leaves the folder as it was
-    after ``setup`` (the case's own, or one given)."""
-    import banditsweep.workers.execution.ray_connection as ray_connection
-
-    before = None
-
-    def snapshot(tmp_path, monkeypatch):
-        nonlocal before
-        if setup is not None:
-            setup(tmp_path, monkeypatch)
-        before = _tree(tmp_path)
-
-    def no_ray(self):
-        raise AssertionError("bad input reached Ray")
-
-    monkeypatch.setattr(ray_connection.RayConnection, "__enter__", no_ray)   # also when a Ray is up already
-    code = run_case(Case(**{**case.__dict__, "setup": snapshot}), tmp_path, monkeypatch)
-    out, err = capsys.readouterr()
-    lines = err.splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and "Traceback" not in err, err[:2000]
-    assert lines[0].startswith("error: ") and case.fragment in lines[0], lines[0]
-    assert len(lines[0]) <= MAX_LINE
-    # Nothing written: no sweep folder, .run.lock, README.txt or MLflow store; the results root untouched.
-    assert _tree(tmp_path) == before
-
-
-def run_case(case: Case, tmp_path: Path, monkeypatch, sweep: Callable = _reached_the_sweep) -> int:
-    """Run one case through the CLI (``sweep`` stands in for running the trials); its exit code."""
-    spec = tmp_path / "bad.yaml"
-    if isinstance(case.spec, bytes):
-        spec.write_bytes(case.spec)
-    else:
-        spec.write_text(case.spec)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("BANDITSWEEP_DATA", raising=False)
-    # A case that reached the sweep itself would start Ray: fail it instead.
-    monkeypatch.setattr(run_command, "run_locked", sweep)
-    if case.setup:
-        case.setup(tmp_path, monkeypatch)
-    args = [a.format(spec="bad.yaml", tmp=tmp_path) for a in case.args]
-    try:
-        code = main(args)
-    except SystemExit as exit_:
-        code = exit_.code
-    return code
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_exits_2_with_one_bounded_line_and_writes_nothing(case, tmp_path, monkeypatch, capsys):
     before = None
 
     def snapshot(*a, **k):
         nonlocal before
-        before = _tree(tmp_path)
+        before = tree(tmp_path)
 
     code = run_case(Case(**{**case.__dict__, "setup": _then(case.setup, snapshot)}), tmp_path, monkeypatch)
     out, err = capsys.readouterr()
@@ -375,7 +268,7 @@ def test_bad_input_exits_2_with_one_bounded_line_and_writes_nothing(case, tmp_pa
     assert lines[0].startswith("error: ") and "Traceback" not in err
     assert case.fragment in lines[0]
     assert len(lines[0]) <= MAX_LINE
-    assert _tree(tmp_path) == before   # nothing written: no results folder, no MLflow store
+    assert tree(tmp_path) == before   # nothing written: no results folder, no MLflow store
 
 
 def _then(first, second):

@@ -9,16 +9,14 @@ The node is fixed (2 CPUs, no GPU, 8 GiB) so that the cases do not depend on the
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
+from bad_input_cases import KERNEL, RUN, Case, add, edit, refused_writing_nothing, run_case
+from paths import REPO
 
 import banditsweep.workers.execution.pool as pool
 from banditsweep.sweeps.spec.model import load_sweep
 
-from test_bad_input import KERNEL, RUN, Case, add, edit, refused_writing_nothing, run_case
-
-REPO = Path(__file__).resolve().parents[1]
 NODE = {"CPU": 2.0, "GPU": 0.0, "memory": 8.0 * 2**30}
 
 KERNEL_RANDOM = edit("{name: apg_exp3, grid: {max_iterations: [10, true]}}", "{name: random}", KERNEL)

@@ -13,12 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from bad_input_cases import GOOD, KERNEL, MAX_LINE, RUN, Case, add, edit, refused_writing_nothing, run_case, tree
+from paths import REPO
 
 from banditsweep.sweeps.spec.model import load_sweep
 
-from test_bad_input import GOOD, KERNEL, MAX_LINE, RUN, Case, _tree, add, edit, refused_writing_nothing, run_case
-
-REPO = Path(__file__).resolve().parents[1]
 BANDITSWEEP = Path(sys.executable).with_name("banditsweep")
 
 SYNTHETIC_AND_KERNEL = edit("  - {kind: synthetic, function: h1}\n",
@@ -253,7 +252,7 @@ def _refused(tmp_path: Path, args: list[str], plugins: str, message: str) -> Non
     ``message``, nothing written."""
     (tmp_path / "spec.yaml").write_text(GOOD)
     folder = _plugin_folder(tmp_path)
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     env = {**os.environ, "BANDITSWEEP_PLUGINS": plugins, "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([str(BANDITSWEEP), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
@@ -263,7 +262,7 @@ def _refused(tmp_path: Path, args: list[str], plugins: str, message: str) -> Non
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert lines[0].startswith(message) and len(lines[0]) <= MAX_LINE, lines[0]
     assert result.stdout == ""
-    assert _tree(tmp_path) == before   # no results root, sweep folder or MLflow store
+    assert tree(tmp_path) == before   # no results root, sweep folder or MLflow store
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import GOLDEN, PLUGINS
+from sharded_cases import MemoryCheckpoints
 
+sys.path.insert(0, str(GOLDEN))
 from cases import DATA, specs  # noqa: E402
-from test_sharding import MemoryCheckpoints  # noqa: E402
 
 from banditsweep.core.engine.round_loop import TrialStopped  # noqa: E402
 from banditsweep.core.engine.trial import checkpoint_key, run_trials  # noqa: E402
@@ -71,7 +71,6 @@ def test_the_stop_marker_is_the_runs_own(tmp_path):
     assert not (tmp_path / ".stop-this").exists() and files.stop_requested()
 
 
-PLUGINS = Path(__file__).resolve().parent / "plugins"
 HORIZON = 3000   # paced_lints: 2 ms a round, 6 s a trial
 
 

@@ -13,9 +13,10 @@ import pandas as pd
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import GOLDEN
+from sharded_cases import MemoryCheckpoints, local_shards, sharded_spec
 
+sys.path.insert(0, str(GOLDEN))
 from cases import DATA, specs  # noqa: E402
 
 from banditsweep.core.engine.state_codec import StateFormatError, decode_state, encode_state  # noqa: E402
@@ -126,13 +127,11 @@ def test_a_planted_or_unusable_checkpoint_is_set_aside_and_its_trial_starts_from
 
 
 def test_a_sharded_trials_states_refuse_a_pickle_and_another_trials_state(tmp_path):
-    from test_sharding import MemoryCheckpoints, _local, _spec as sharded_spec
-
     from banditsweep.core.kernel.sharded.coordinator import ShardedKernelTrial
 
     spec = sharded_spec("rls_kernel_exp3", "setting2", horizon=20)
     other = sharded_spec("rls_kernel_exp3", "setting2", horizon=21)
-    group = _local(spec, 2)
+    group = local_shards(spec, 2)
     trial = ShardedKernelTrial(spec, group)
     trial.advance(5)
     memory = MemoryCheckpoints(every=5)
@@ -140,7 +139,7 @@ def test_a_sharded_trials_states_refuse_a_pickle_and_another_trials_state(tmp_pa
     mine = memory.states["key"]
     states = [memory.states[shard.part("key", 5)] for shard in group.shards]
     marker = tmp_path / "executed"
-    shard = _local(spec, 2).shards[0]
+    shard = local_shards(spec, 2).shards[0]
     for damaged in (pickle.dumps(Payload(marker)), states[1], mine[:100]):
         with pytest.raises(StateFormatError):
             shard.check_state(damaged)   # a pickle, the other shard's state, a truncated file

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pydantic
 import pytest
-from conftest import TEST_DATASETS
+from paths import TEST_DATASETS
 
 from banditsweep.core.engine import registry, seeding
 from banditsweep.core.engine.contracts import Decision

@@ -8,7 +8,7 @@ import yaml
 
 from banditsweep.sweeps.cli.main import main
 
-from conftest import TEST_DATASETS
+from paths import TEST_DATASETS
 
 
 def _spec(tmp_path, horizon, dataset="mushroom"):

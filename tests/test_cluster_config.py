@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
+from paths import REPO
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-CLUSTER_YAML = Path(__file__).resolve().parents[1] / "cluster.yaml"
+CLUSTER_YAML = REPO / "cluster.yaml"
 
 
 def launcher_check(config: dict) -> dict:

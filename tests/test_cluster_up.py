@@ -31,8 +31,8 @@ import pandas as pd
 import pytest
 import yaml
 from local_ray import end_session, finished_trial_runs
+from paths import DATA, REPO
 
-REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PACKAGES = ("openssh-server", "rsync", "sudo", "python3-venv")
 
@@ -124,7 +124,7 @@ class HeadMachine:
         if wheels.returncode != 0:
             pytest.skip(f"cannot download the wheels the head's offline pip needs: {wheels.stderr.strip()[-300:]}")
         (self.home / "banditsweep-data").mkdir()
-        for dataset in (REPO / "tests" / "data").glob("*.parquet"):
+        for dataset in DATA.glob("*.parquet"):
             shutil.copy(dataset, self.home / "banditsweep-data")
 
     # ---- the namespace ---------------------------------------------------------------------------

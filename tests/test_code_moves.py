@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from paths import REPO
 
 pytestmark = pytest.mark.slow   # embedded Ray several times and a pytest run in the moved tree: ~2 min
 
-REPO = Path(__file__).resolve().parents[1]
 SPEC = """\
 sweep: moves
 horizon: 30

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from conftest import TEST_DATASETS
+from paths import TEST_DATASETS
 
 from banditsweep.core.neural import datasets as core_datasets
 from banditsweep.core.neural.datasets import DATASETS, DatasetError, data_directory, load_dataset, read_table

@@ -4,9 +4,6 @@ ulp, leaves the design of every algorithm unchanged; one and several shards choo
 and the design is recorded with every trial (design_digest), which verify does not hold against
 trials recorded before it."""
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,8 +11,7 @@ import pytest
 from banditsweep.core.engine import ties
 from banditsweep.core.kernel.kernels import Kernel
 from banditsweep.core.engine.trial import TrialSpec
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sharded_cases import local_shards, sharded_spec
 
 # (registry name, params): every algorithm whose first round builds a design.
 DESIGNS = [("kernel_exp3", {}), ("rls_kernel_exp3", {}), ("rls_kernel_exp3_amvr", {}), ("apg_exp3", {})]
@@ -148,12 +144,10 @@ def test_the_rule_itself():
 
 @pytest.mark.parametrize("algorithm", ["rls_kernel_exp3", "apg_exp3"])
 def test_one_and_several_shards_choose_the_same_design(algorithm):
-    from test_sharding import _local, _spec
-
     from banditsweep.core.kernel.sharded.coordinator import run_sharded
 
-    spec = _spec(algorithm, "setting2", horizon=8)
-    designs = {shards: run_sharded(spec, _local(spec, shards)).diagnostics["design_digest"] for shards in (1, 2, 3)}
+    spec = sharded_spec(algorithm, "setting2", horizon=8)
+    designs = {shards: run_sharded(spec, local_shards(spec, shards)).diagnostics["design_digest"] for shards in (1, 2, 3)}
     assert len(set(designs.values())) == 1, designs
     unsharded = TrialSpec.create(spec.algorithm, spec.params, spec.environment, spec.seed, spec.horizon)
     env, policy = unsharded.build()

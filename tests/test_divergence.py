@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import PLUGIN_MODULES, PLUGINS
+from conftest import PLUGIN_MODULES
+from paths import PLUGINS
 
 from banditsweep.core.engine import registry
 from banditsweep.core.kernel.sharded.coordinator import run_sharded

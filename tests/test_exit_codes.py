@@ -3,16 +3,14 @@ module and docs/commands.md say the same codes, and the API's errors are the pro
 line maps to them."""
 
 import re
-from pathlib import Path
 
 import pytest
+from paths import REPO
 
 import banditsweep
 from banditsweep.sweeps.cli import main as cli
 from banditsweep.sweeps.cli.commands import EXIT_BAD_INPUT, EXIT_CODES
 from banditsweep.workers import InputError
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_every_exit_code_is_named_once_and_said_alike_everywhere():

@@ -2,12 +2,12 @@
 recorded before the round loop was unified (tests/golden): framework changes move no number."""
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import GOLDEN
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
+sys.path.insert(0, str(GOLDEN))
 
 from cases import CASES, DATA, RECORDED, assert_recorded, flatten, quantity, specs  # noqa: E402
 from cases import RESIDUALS  # noqa: E402

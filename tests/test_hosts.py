@@ -38,11 +38,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import TEST_DATASETS
 from hosts import BIN, DATA, HOME, HOST_ROOT, RESULTS, Hosts, why_not_available
 from local_ray import end_session, finished_trial_runs
-
-REPO = Path(__file__).resolve().parents[1]
+from paths import REPO, TEST_DATASETS
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(900)]
 

@@ -13,47 +13,12 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 import banditsweep
-from banditsweep.sweeps.cli.main import main
 from banditsweep.workers.errors import DamagedResultError
 from banditsweep.workers.storage.store import SweepStore, named_digest
-
-HORIZON, SEEDS = 50, 2
-SPEC = {"sweep": "flip", "horizon": HORIZON, "seeds": SEEDS,
-        "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
-        "algorithms": [{"name": "random"}, {"name": "linucb"}]}
-TRIALS = 2 * SEEDS
-
-
-@pytest.fixture(scope="module")
-def clean_sweep(tmp_path_factory, shared_ray_session):
-    """A finished 4-trial sweep (Parquet only), run once for the module, and its values."""
-    shared_ray_session.ensure()
-    folder = tmp_path_factory.mktemp("flip")
-    (folder / "flip.yaml").write_text(yaml.safe_dump(SPEC))
-    assert main(["run", str(folder / "flip.yaml"), "--no-progress", "--sink", "none",
-                 "--results", str(folder / "results")]) == 0
-    trials, curves = banditsweep.load(folder / "results", "flip")
-    return folder, trials, curves
-
-
-@pytest.fixture
-def swept(clean_sweep, tmp_path, monkeypatch, capsys):
-    """A copy of the clean sweep in this test's folder, and its store."""
-    folder, _, _ = clean_sweep
-    shutil.copytree(folder / "results", tmp_path / "results")
-    shutil.copy(folder / "flip.yaml", tmp_path / "flip.yaml")
-    monkeypatch.chdir(tmp_path)
-    capsys.readouterr()
-    return SweepStore.for_sweep(tmp_path / "results", "flip")
-
-
-def command(capsys, *arguments) -> tuple[int, str, str]:
-    code = main([arguments[0], "flip.yaml", *arguments[1:]])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+from flip_sweep import HORIZON, TRIALS, clean_sweep, command, swept  # noqa: F401  (fixtures)
+from store_builders import edit_journal
 
 
 def flip_in_column(path, column: str, count: int = 64) -> None:
@@ -132,23 +97,6 @@ def test_report_on_a_damaged_curves_file_ends_without_a_traceback(swept, capsys)
     # The table comes from the journal; the figures lack every trial's curves, so it says it is incomplete.
     assert code == 4 and "incomplete: the report leaves out" in err, (out, err)
     assert "wrote " in out and not list((swept.root / "report").glob("regret_*.png"))
-
-
-def edit_journal(store: SweepStore, change, keep_digest: bool = False) -> tuple[str, str]:
-    """Apply ``change`` to the first record of the journal (as text, or as a dict); the record's
-    checksum is dropped (as in a record of an earlier version) unless ``keep_digest``. Returns the
-    segment's path and the trial id of the record."""
-    (segment,) = store.journal_dir.glob("*.jsonl")
-    lines = segment.read_text().splitlines()
-    values = json.loads(lines[0])
-    trial_id = values["trial_id"]
-    if not keep_digest:
-        del values["sha256"]
-    lines[0] = change(values) if callable(change) else change
-    if not isinstance(lines[0], str):
-        lines[0] = json.dumps(lines[0])
-    segment.write_text("\n".join(lines) + "\n")
-    return segment, trial_id
 
 
 BAD_RECORDS = {

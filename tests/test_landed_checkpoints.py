@@ -7,19 +7,18 @@ saying why, and their trials start again (resumed, they would go on under a desi
 not choose)."""
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import FIXTURES, GOLDEN
+from sharded_cases import MemoryCheckpoints, local_shards, sharded_spec
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+sys.path.insert(0, str(GOLDEN))
 from cases import DATA, specs  # noqa: E402
 
 from banditsweep.core.engine.trial import TrialRun, checkpoint_key  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "checkpoints_7dd25d2"
+LANDED = FIXTURES / "checkpoints_7dd25d2"
 
 
 def _same(before, after, what):
@@ -41,7 +40,7 @@ def test_an_earlier_releases_checkpoint_resumes_as_an_uninterrupted_run(case, mo
     monkeypatch.setenv("BANDITSWEEP_DATA", str(DATA))
     whole = TrialRun(specs(case))
     whole.advance()
-    resumed = TrialRun.restore((FIXTURES / f"{case}.state").read_bytes(), specs(case))
+    resumed = TrialRun.restore((LANDED / f"{case}.state").read_bytes(), specs(case))
     resumed.advance()
     for before, after in zip(whole.results(), resumed.results()):
         _same(before, after, case)
@@ -60,10 +59,10 @@ def test_a_kernel_checkpoint_saved_before_the_tie_rule_is_refused_and_the_trial_
 
     monkeypatch.setenv("BANDITSWEEP_DATA", str(DATA))
     with pytest.raises(StateFormatError, match="lacks .*tie_words"):
-        TrialRun.restore((FIXTURES / f"{case}.state").read_bytes(), specs(case))
+        TrialRun.restore((LANDED / f"{case}.state").read_bytes(), specs(case))
     checkpoints = CheckpointFiles(tmp_path, every=5)
     key = checkpoint_key(specs(case))
-    assert checkpoints.save(key, (FIXTURES / f"{case}.state").read_bytes())
+    assert checkpoints.save(key, (LANDED / f"{case}.state").read_bytes())
     restarted = run_trials(specs(case), checkpoints=checkpoints)
     whole = TrialRun(specs(case))
     whole.advance()
@@ -73,19 +72,17 @@ def test_a_kernel_checkpoint_saved_before_the_tie_rule_is_refused_and_the_trial_
 
 
 def test_an_earlier_releases_sharded_checkpoint_is_refused_for_its_tie_rule():
-    from test_sharding import MemoryCheckpoints, _local, _spec
-
     from banditsweep.core.kernel.sharded.coordinator import run_sharded
 
-    spec = _spec("rls_kernel_exp3", "setting2", horizon=20)
+    spec = sharded_spec("rls_kernel_exp3", "setting2", horizon=20)
     key = checkpoint_key([spec])
     checkpoints = MemoryCheckpoints(every=5)
-    for path in FIXTURES.glob("sharded_rls.*.state"):
+    for path in LANDED.glob("sharded_rls.*.state"):
         name = path.name[len("sharded_rls."):-len(".state")].replace("key_", "key/")
         checkpoints.states[name.replace("key", key, 1)] = path.read_bytes()
     assert len(checkpoints.states) == 3
-    result = run_sharded(spec, _local(spec, 2), checkpoints=checkpoints)
+    result = run_sharded(spec, local_shards(spec, 2), checkpoints=checkpoints)
     assert result.diagnostics["checkpoint_rejected"] == 1.0 and "resumed_from_round" not in result.diagnostics
     assert any("before its design's ties were decided" in reason for reason in checkpoints.rejected)
-    whole = run_sharded(spec, _local(spec, 2))
+    whole = run_sharded(spec, local_shards(spec, 2))
     _same(whole, result, "sharded")

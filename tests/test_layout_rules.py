@@ -10,8 +10,8 @@ import importlib
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PACKAGE_DIRS = ("core", "workers", "sweeps")
 # core's rooms and, for each, the rooms it may import (its front door, core/<room>/__init__.py, says so):
 # the engine runs every trial and knows no paper; the baselines build on the engine alone; each paper

@@ -3,8 +3,6 @@ stores written before), and used by the plan to take measured times at a quiet c
 
 import dataclasses
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,8 +15,7 @@ from banditsweep.workers.provenance.load import LoadSampler, quiet_factor
 from banditsweep.workers.provenance.runtime import runtime_info
 from banditsweep.workers.storage.record import TrialRecord
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_tidy_parquet import RECORDS, _store  # noqa: E402
+from store_builders import RECORDS, make_store
 
 
 def test_the_sampler_takes_the_start_ticks_at_most_once_a_second_and_the_end():
@@ -68,7 +65,7 @@ def test_a_trials_load_is_a_column_and_older_tables_read_it_as_nan(tmp_path):
     assert TrialRecord.from_json(older).load_average is None
     RECORDS[:] , saved = loaded, list(RECORDS)
     try:
-        store = _store(tmp_path)
+        store = make_store(tmp_path)
     finally:
         RECORDS[:] = saved
     path = store.trials_dir / "trials.parquet"

@@ -23,7 +23,7 @@ from banditsweep.workers.storage.record import FINISHED, TrialRecord
 from banditsweep.workers.mirrors.mlflow.options import MLflowOptions
 from banditsweep.workers.mirrors.sinks import SinkContext
 
-from conftest import PLUGINS
+from paths import PLUGINS
 
 
 def _spec(tmp_path, name, seeds):

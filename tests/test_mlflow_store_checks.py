@@ -4,6 +4,7 @@ naming both versions, and left as it was; an MLflow older than the tested floor 
 import sqlite3
 
 import yaml
+from paths import REPO
 
 from banditsweep.sweeps.cli.main import main
 
@@ -34,11 +35,10 @@ def test_a_store_of_a_newer_mlflow_is_refused_and_left_as_it_was(tmp_path, capsy
 def test_an_mlflow_older_than_the_tested_floor_is_refused_before_anything_runs(tmp_path, capsys, monkeypatch):
     import importlib.metadata
     import tomllib
-    from pathlib import Path
 
     from banditsweep.workers.mirrors.mlflow import store_checks as tracking_store
 
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     floor = ".".join(map(str, tracking_store.MLFLOW_FLOOR))
     assert f"mlflow>={floor}" in pyproject["project"]["dependencies"]   # one floor, said alike
     real = importlib.metadata.version

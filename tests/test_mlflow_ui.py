@@ -19,12 +19,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
 from banditsweep.sweeps.cli.main import main
 from banditsweep.sweeps.spec.model import load_sweep
 from banditsweep.sweeps.spec.overrides import parse_overrides
 
-REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "sweeps" / "quickstart.yaml"
 OVERRIDES = ["--set", "horizon=200", "--set", "seeds=2"]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")

@@ -15,13 +15,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
 from banditsweep.core.engine import registry
 from banditsweep.core.engine.state_codec import MOVED_CLASSES
 from banditsweep.workers.execution.ray_connection import PACKAGE_ENTRIES
 from banditsweep.workers.provenance.code_identity import SHARDED_ROOTS, SHARED_ROOTS
 
-REPO = Path(__file__).resolve().parents[1]
 LAYERS = ("core", "workers", "sweeps")
 
 

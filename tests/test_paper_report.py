@@ -15,7 +15,7 @@ from banditsweep.core.engine.trial import environment_label
 from banditsweep.sweeps.cli.main import main
 from banditsweep.sweeps.results.paper_comparison import PaperDataError, compare_with_papers, load_paper, load_papers
 
-from conftest import TEST_DATASETS
+from paths import TEST_DATASETS
 
 DATASETS = ["adult", "covertype", "magictelescope", "mnist", "mushroom", "shuttle"]
 

@@ -18,8 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 from local_ray import LocalHead, finished_trial_runs, ray_command
-
-REPO = Path(__file__).resolve().parents[1]
+from paths import REPO
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 

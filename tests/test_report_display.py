@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import TEST_DATASETS
+from paths import TEST_DATASETS
 
 from banditsweep.sweeps.cli.main import main
 from banditsweep.sweeps.cli.commands.shared import record_of

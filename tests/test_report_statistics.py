@@ -3,16 +3,15 @@
 seeds a comparison needs (values checked against scipy, computed here from the stored trials)."""
 
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from paths import REPO
 from scipy import stats
 
 from banditsweep.sweeps.cli.main import main
 
-REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "sweeps" / "kernel_exp3" / "exact_vs_rls.yaml"
 EXACT, MVR, RANDOM = "Kernelized Exp3 (exact)", "RLS-Kernelized Exp3 (MVR)", "Random"
 

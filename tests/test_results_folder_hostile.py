@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from test_integrity import TRIALS, clean_sweep, command, swept  # noqa: F401  (fixtures)
+from flip_sweep import TRIALS, clean_sweep, command, swept  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(autouse=True)

@@ -15,11 +15,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from paths import REPO
 
 # Each test starts an embedded Ray several times (about 2.5 minutes in all): in the slow set.
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
 SPEC = """\
 sweep: codechg
 horizon: 30

@@ -5,18 +5,17 @@ whole, with a clear error for a name the sweep does not hold."""
 
 import dataclasses
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from paths import REPO
 
 import banditsweep
 from banditsweep.sweeps.cli.commands.shared import record_of
 from banditsweep.sweeps.spec.model import parse_sweep
 from banditsweep.workers import FINISHED, InputError, SweepStore, TrialOutcome
 
-REPO = Path(__file__).resolve().parents[1]
 HORIZON = 30
 
 

@@ -9,26 +9,10 @@ import yaml
 from banditsweep.core.kernel.sharded.coordinator import ShardedKernelTrial, run_sharded
 from banditsweep.core.kernel.sharded.partition import (block_size, from_fixed, keyed_uniforms, max_shards, shard_ranges,
                                                        shards_for, to_fixed)
-from banditsweep.core.kernel.sharded.protocol import LocalShards
-from banditsweep.core.kernel.sharded.shard import KernelShard, domain_shape
 from banditsweep.core.engine.state_codec import decode_state, encode_state
 from banditsweep.core.engine.trial import TrialSpec, checkpoint_key, run_trial
 from banditsweep.sweeps.spec.model import SpecError, parse_sweep
-
-ENVIRONMENTS = {
-    "setting1": {"kind": "adversarial_kernel", "setting": 1, "candidates": 60, "centers": 10},
-    "setting2": {"kind": "adversarial_kernel", "setting": 2, "kernel": "matern52", "candidates": 60, "centers": 10},
-    "uniform": {"kind": "adversarial_kernel", "domain": {"uniform": 300, "dim": 2}, "candidates": 40, "centers": 8},
-}
-
-
-def _spec(algorithm, environment, seed=4, horizon=40, **params):
-    return TrialSpec.create(algorithm, params, ENVIRONMENTS[environment], seed, horizon, sharded=True)
-
-
-def _local(spec, count):
-    n, _ = domain_shape(spec)
-    return LocalShards([KernelShard(spec, a, b) for a, b in shard_ranges(n, count)])
+from sharded_cases import ENVIRONMENTS, MemoryCheckpoints, local_shards, sharded_spec
 
 
 def _curves(result):
@@ -38,8 +22,8 @@ def _curves(result):
 @pytest.mark.parametrize("algorithm", ["random", "apg_exp3", "rls_kernel_exp3"])
 @pytest.mark.parametrize("environment", ["setting1", "setting2"])
 def test_one_to_four_shards_give_the_same_trial(algorithm, environment):
-    spec = _spec(algorithm, environment, horizon=25)
-    results = [run_sharded(spec, _local(spec, count)) for count in (1, 2, 3, 4)]
+    spec = sharded_spec(algorithm, environment, horizon=25)
+    results = [run_sharded(spec, local_shards(spec, count)) for count in (1, 2, 3, 4)]
     reference = _curves(results[0])
     for count, result in zip((2, 3, 4), results[1:]):
         np.testing.assert_allclose(_curves(result), reference, rtol=1e-9, atol=1e-12, err_msg=f"{count} shards")
@@ -50,9 +34,9 @@ def test_one_to_four_shards_give_the_same_trial(algorithm, environment):
 @pytest.mark.parametrize("algorithm", ["random", "apg_exp3"])
 @pytest.mark.parametrize("environment", ["setting1", "uniform"])
 def test_random_and_apg_sharded_agree_with_the_unsharded_trial(algorithm, environment):
-    spec = _spec(algorithm, environment)
+    spec = sharded_spec(algorithm, environment)
     unsharded = run_trial(TrialSpec.create(algorithm, {}, ENVIRONMENTS[environment], 4, 40))
-    sharded = run_sharded(spec, _local(spec, 3))
+    sharded = run_sharded(spec, local_shards(spec, 3))
     np.testing.assert_array_equal(sharded.arm, unsharded.arm)
     np.testing.assert_allclose(_curves(sharded), _curves(unsharded), rtol=1e-9, atol=1e-12)
     for key, value in unsharded.diagnostics.items():
@@ -61,36 +45,13 @@ def test_random_and_apg_sharded_agree_with_the_unsharded_trial(algorithm, enviro
 
 def test_rls_sharded_is_the_same_algorithm_with_keyed_draws():
     """Same schedule and MVR design as the unsharded trial; landmark counts of the same size."""
-    spec = _spec("rls_kernel_exp3", "setting1", horizon=60)
+    spec = sharded_spec("rls_kernel_exp3", "setting1", horizon=60)
     unsharded = run_trial(TrialSpec.create("rls_kernel_exp3", {}, ENVIRONMENTS["setting1"], 4, 60))
-    sharded = run_sharded(spec, _local(spec, 2))
+    sharded = run_sharded(spec, local_shards(spec, 2))
     for key in ("eta", "alpha", "beta", "mu", "mvr_length", "mvr_distinct_points"):
         assert sharded.diagnostics[key] == unsharded.diagnostics[key], key
     assert 0.5 < sharded.diagnostics["s_t_mean"] / unsharded.diagnostics["s_t_mean"] < 2.0
     assert sharded.diagnostics["effective_dimension_mean"] > 1
-
-
-class MemoryCheckpoints:
-    """Checkpoints kept in a dict (core.engine.round_loop.Checkpoints). The shards of a LocalShards group
-    save their parts into it in this process, as Ray shard actors save theirs to files."""
-
-    def __init__(self, every: int):
-        self.every, self.states, self.rejected = every, {}, []
-
-    def load(self, key):
-        return self.states.get(key)
-
-    def save(self, key, state):
-        self.states[key] = state
-        return True
-
-    def discard(self, key):
-        for name in [name for name in self.states if name == key or name.startswith(key + "/")]:
-            del self.states[name]
-
-    def reject(self, key, reason):
-        self.rejected.append(reason)
-        self.discard(key)
 
 
 class Stopped(Exception):
@@ -107,32 +68,32 @@ def _stopped(spec, every, round_):
             raise Stopped
 
     with pytest.raises(Stopped):
-        run_sharded(spec, _local(spec, 2), on_progress, progress_every=1, checkpoints=checkpoints)
+        run_sharded(spec, local_shards(spec, 2), on_progress, progress_every=1, checkpoints=checkpoints)
     return checkpoints
 
 
 def _part(spec, shard, at):
-    return f"{checkpoint_key([spec])}/shard-{_local(spec, 2).ranges[shard][0]}.r{at}"
+    return f"{checkpoint_key([spec])}/shard-{local_shards(spec, 2).ranges[shard][0]}.r{at}"
 
 
 def test_a_sharded_trial_resumes_through_the_checkpoint_driver_bit_identical():
     """Saved every 5 rounds, stopped at round 13: new shards, rebuilt from the seed, take their parts
     of round 10 and the trial ends as if never stopped; the finished trial leaves no state."""
-    spec = _spec("rls_kernel_exp3", "setting2", horizon=30)
+    spec = sharded_spec("rls_kernel_exp3", "setting2", horizon=30)
     checkpoints = _stopped(spec, 5, 13)
     assert sorted(checkpoints.states) == [checkpoint_key([spec]), _part(spec, 0, 10), _part(spec, 1, 10)]
-    result = run_sharded(spec, _local(spec, 2), checkpoints=checkpoints)
-    np.testing.assert_array_equal(_curves(result), _curves(run_sharded(spec, _local(spec, 2))))
+    result = run_sharded(spec, local_shards(spec, 2), checkpoints=checkpoints)
+    np.testing.assert_array_equal(_curves(result), _curves(run_sharded(spec, local_shards(spec, 2))))
     assert result.diagnostics["resumed_from_round"] == 11 and "checkpoint_rejected" not in result.diagnostics
     assert checkpoints.states == {} and checkpoints.rejected == []
 
 
 def test_a_sharded_checkpoint_with_a_foreign_part_starts_anew_on_untouched_shards():
-    spec = _spec("apg_exp3", "setting1", horizon=20)
+    spec = sharded_spec("apg_exp3", "setting1", horizon=20)
     checkpoints = _stopped(spec, 5, 7)
     checkpoints.states[_part(spec, 1, 5)] = checkpoints.states[_part(spec, 0, 5)]   # the other shard's part
-    result = run_sharded(spec, _local(spec, 2), checkpoints=checkpoints)
-    np.testing.assert_array_equal(_curves(result), _curves(run_sharded(spec, _local(spec, 2))))
+    result = run_sharded(spec, local_shards(spec, 2), checkpoints=checkpoints)
+    np.testing.assert_array_equal(_curves(result), _curves(run_sharded(spec, local_shards(spec, 2))))
     assert result.diagnostics["checkpoint_rejected"] == 1.0 and "resumed_from_round" not in result.diagnostics
     assert len(checkpoints.rejected) == 1 and "another trial or shard" in checkpoints.rejected[0]
 
@@ -143,14 +104,14 @@ def test_a_coordinator_state_in_the_landed_layout_resumes(algorithm):
     tests/test_landed_checkpoints.py holds an RLS one): such a state is read into today's declared
     fields, and the trial ends as it does resumed from today's layout; where the state holds a design
     chosen under the earlier tie rule (APG-Exp3's), it is refused and the trial starts again."""
-    spec = _spec(algorithm, "setting1", horizon=20)
+    spec = sharded_spec(algorithm, "setting1", horizon=20)
     checkpoints = _stopped(spec, 5, 7)
     key = checkpoint_key([spec])
     todays = MemoryCheckpoints(5)
     todays.states = dict(checkpoints.states)
     today = decode_state(checkpoints.states[key])
     half = today.pop("algorithm")
-    built = ShardedKernelTrial(spec, _local(spec, 2))
+    built = ShardedKernelTrial(spec, local_shards(spec, 2))
     landed = {**today, **half, "group": None, "resumed_from": None, "landmark_counts": [], "effective_dimensions": [],
               **{name: getattr(built, name) for name in ("n", "dim", "kernel", "norm_bound", "params", "table_max")}}
     landed.pop("tie_rule", None)   # the landed release saved no tie rule (core.engine.ties)
@@ -159,14 +120,14 @@ def test_a_coordinator_state_in_the_landed_layout_resumes(algorithm):
     else:
         landed["log_totals"] = [(part.top, part.total) for part in landed["log_totals"]]
     checkpoints.states[key] = encode_state(landed)
-    result = run_sharded(spec, _local(spec, 2), checkpoints=checkpoints)
+    result = run_sharded(spec, local_shards(spec, 2), checkpoints=checkpoints)
     if algorithm == "random":   # no design: nothing a tie decided, and it resumes
         assert result.diagnostics["resumed_from_round"] == 6 and checkpoints.rejected == []
-        np.testing.assert_array_equal(_curves(result), _curves(run_sharded(spec, _local(spec, 2), checkpoints=todays)))
+        np.testing.assert_array_equal(_curves(result), _curves(run_sharded(spec, local_shards(spec, 2), checkpoints=todays)))
     else:   # its design's ties were the smallest index's: refused, saying so, and run again from round 1
         assert "resumed_from_round" not in result.diagnostics and result.diagnostics["checkpoint_rejected"] == 1.0
         assert "before its design's ties were decided" in checkpoints.rejected[0]
-        np.testing.assert_array_equal(_curves(result), _curves(run_sharded(spec, _local(spec, 2))))
+        np.testing.assert_array_equal(_curves(result), _curves(run_sharded(spec, local_shards(spec, 2))))
 
 
 def test_partition_keyed_draws_and_exact_sums_do_not_depend_on_the_split():

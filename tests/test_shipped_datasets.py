@@ -12,7 +12,7 @@ import pytest
 from banditsweep.core.engine.trial import TrialSpec
 from banditsweep.workers.execution.shipped_datasets import provide_datasets, ship_datasets
 
-from conftest import TEST_DATASETS
+from paths import TEST_DATASETS
 
 
 def jobs(*datasets):

@@ -7,13 +7,12 @@ NeuralRBMLE-GA trials (not re-checked on the code that followed them). A kernel 
 before the design's ties were decided by core.engine.ties' rule is other code until it is run again."""
 
 import shutil
-from pathlib import Path
 
 import pytest
+from paths import REPO
 
 import banditsweep
 
-REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
 
 # folder -> (spec, --set values, trials of other code by label)

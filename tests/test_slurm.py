@@ -25,12 +25,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
+from paths import REPO
 from slurm_cluster import SlurmCluster, missing_commands
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
-REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "cluster-slurm.sbatch"
 SPEC = REPO / "sweeps" / "quickstart.yaml"
 TRIALS = 28

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 SPEC = {"sweep": "checked", "horizon": 20, "seeds": 1, "environments": [{"kind": "synthetic", "function": "h1"}],
         "algorithms": [{"name": "random"}]}
 

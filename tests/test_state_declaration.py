@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import GOLDEN, PLUGINS, REPO
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
+sys.path.insert(0, str(GOLDEN))
 
 from cases import DATA, specs  # noqa: E402
 
@@ -26,8 +27,6 @@ from banditsweep.core.engine.state_declaration import (StateDeclarationError,  #
                                                        declaration)
 from banditsweep.core.engine.trial import TrialRun, TrialSpec, run_trial  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-PLUGINS = REPO / "tests" / "plugins"
 KINDS = ("STATE", "OPTIONAL_STATE", "TRANSIENT")
 
 

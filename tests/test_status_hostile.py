@@ -14,18 +14,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-import test_status_verify
+
 from banditsweep.sweeps.cli.main import main
 from banditsweep.workers.storage.checksums import file_digest
 from banditsweep.workers.storage.consistency import check
 from banditsweep.workers.storage.curves import CURVE_SCHEMA
-from test_integrity import edit_journal
-from test_status_verify import status
+# A finished 4-trial sweep, and a copy of it for each test.
+from counts_sweep import finished_sweep, status, swept  # noqa: F401  (fixtures)
+from store_builders import edit_journal
 
-# test_status_verify's fixtures: a finished 4-trial sweep, and a copy of it for each test.
-finished_sweep, swept = test_status_verify.finished_sweep, test_status_verify.swept
-
-TRIALS, HORIZON = 4, 10   # test_status_verify.SPEC
+TRIALS, HORIZON = 4, 10   # counts_sweep.SPEC
 
 
 def rerun(capsys) -> str:

@@ -2,48 +2,15 @@
 journal, and every finished trial's curve with one row per round 1 … horizon. A disagreement is
 named and exits 4; what a stopped run may leave (and readers handle) is a note."""
 
-import shutil
-
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import pytest
-import yaml
 
 from banditsweep.sweeps.cli.main import main
 from banditsweep.workers.storage.consistency import check
-from banditsweep.workers.storage.store import CURVE_SCHEMA, SweepStore
-
-SPEC = {"sweep": "counts", "horizon": 10, "seeds": 4,
-        "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}], "algorithms": [{"name": "random"}]}
-
-
-@pytest.fixture(scope="module")
-def finished_sweep(tmp_path_factory, shared_ray_session):
-    """A finished 4-trial sweep (Parquet only), run once for the module."""
-    shared_ray_session.ensure()
-    folder = tmp_path_factory.mktemp("counts")
-    (folder / "counts.yaml").write_text(yaml.safe_dump(SPEC))
-    assert main(["run", str(folder / "counts.yaml"), "--no-progress", "--sink", "none",
-                 "--results", str(folder / "results")]) == 0
-    return folder
-
-
-@pytest.fixture
-def swept(finished_sweep, tmp_path, monkeypatch, capsys):
-    """A copy of the finished sweep in this test's folder, and its store."""
-    shutil.copytree(finished_sweep / "results", tmp_path / "results")
-    shutil.copy(finished_sweep / "counts.yaml", tmp_path / "counts.yaml")
-    monkeypatch.chdir(tmp_path)
-    capsys.readouterr()
-    return SweepStore.for_sweep(tmp_path / "results", "counts")
-
-
-def status(capsys) -> tuple[int, str, str]:
-    code = main(["status", "counts.yaml"])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+from banditsweep.workers.storage.store import CURVE_SCHEMA
+from counts_sweep import finished_sweep, status, swept  # noqa: F401  (fixtures)
 
 
 def test_a_consistent_store_is_verified_with_its_counts(swept, capsys):

@@ -6,9 +6,10 @@ import json
 import shutil
 from pathlib import Path
 
+from paths import REPO
+
 from banditsweep.sweeps.cli.main import main
 
-REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "docs" / "results" / "kernel_exact_vs_rls"
 SPEC = REPO / "sweeps" / "kernel_exp3" / "exact_vs_rls.yaml"
 

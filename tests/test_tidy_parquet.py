@@ -11,51 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import banditsweep
-from banditsweep.workers.storage.record import FAILED, FINISHED, TrialOutcome, TrialRecord
+from banditsweep.workers.storage.record import FAILED, FINISHED
 from banditsweep.workers.storage.store import CURVE_SCHEMA, MAX_CURVE_FILES, SweepStore, TrialsTable
-
-H1 = {"kind": "synthetic", "function": "h1", "arms": 4, "dim": 5, "noise": 0.1}
-GRID = {"kind": "adversarial_kernel", "domain": {"grid": [5, 5]}, "kernel": "se", "candidates": 20}
-
-
-def _record(trial_id, label, env_name, env, seed, params, final=None, status=FINISHED):
-    done = status == FINISHED
-    return TrialRecord(trial_id=trial_id, sweep="s", algorithm=label.lower(), label=label, environment=env_name,
-                       seed=seed, horizon=3, params=params, environment_config=env, log_every=1, status=status,
-                       attempts=1, final_regret=final if done else None, wall_seconds=0.5 if done else None,
-                       seconds_per_round=2.5e-5 if done else None,
-                       diagnostics={"update_seconds": 1e-5, "batch_size": 2} if done else {},
-                       error=None if done else "ValueError: x", started_at=1.7e9, finished_at=1.7e9 + 0.25,
-                       node="127.0.0.1", device="cpu")
-
-
-def _outcome(record):
-    if record.status != FINISHED:
-        return TrialOutcome(record)
-    cum = np.array([1.0, 2.0, record.final_regret])
-    return TrialOutcome(record, {"arm": np.array([0, 1, 2]), "reward": np.zeros(3), "regret": np.diff(cum, prepend=0),
-                                 "cum_regret": cum, "seconds": np.full(3, 2.5e-5)})
-
-
-RECORDS = [
-    _record("a" * 20, "LinUCB", "synthetic:h1", H1, 0, {"nu": 0.1, "lam": 1.0}, final=4.0),
-    _record("b" * 20, "LinUCB", "synthetic:h1", H1, 1, {"nu": 0.1, "lam": 1.0}, final=6.0),
-    _record("c" * 20, "Random", "kernel:se", GRID, 0, {}, final=9.0),
-    _record("d" * 20, "Random", "kernel:se", GRID, 1, {}, status=FAILED),
-]
-
-
-def _store(tmp_path, groups=((0, 1), (2, 3))) -> SweepStore:
-    store = SweepStore.for_sweep(tmp_path / "results", "s")
-    for group in groups:
-        store.write_outcomes([_outcome(RECORDS[i]) for i in group])
-    TrialsTable(store).flush()
-    store.compact()
-    return store
+from store_builders import H1, RECORDS, make_outcome, make_record, make_store
 
 
 def test_every_parameter_setting_and_diagnostic_is_a_typed_column(tmp_path):
-    store = _store(tmp_path)
+    store = make_store(tmp_path)
     trials = pd.read_parquet(store.trials_dir).set_index("trial_id")
     assert trials["nu"].dtype == np.float64 and trials.loc["a" * 20, "nu"] == 0.1 and pd.isna(trials.loc["c" * 20, "nu"])
     schema = pq.read_schema(store.trials_dir / "trials.parquet")
@@ -72,7 +34,7 @@ def test_every_parameter_setting_and_diagnostic_is_a_typed_column(tmp_path):
 
 
 def test_curves_name_their_trial_and_few_files_hold_them(tmp_path):
-    store = _store(tmp_path)
+    store = make_store(tmp_path)
     files = list(store.curves_dir.glob("*.parquet"))
     assert len(files) == 1   # two groups, one compacted file
     schema = pq.read_schema(files[0])
@@ -89,15 +51,15 @@ def test_curves_name_their_trial_and_few_files_hold_them(tmp_path):
 
     # Each run leaves one file; past MAX_CURVE_FILES they are merged into one.
     for i in range(MAX_CURVE_FILES + 1):
-        record = _record(f"{i:020d}", "LinTS", "synthetic:h1", H1, i, {"nu": 1.0}, final=float(i))
-        store.write_outcomes([_outcome(record)])
+        record = make_record(f"{i:020d}", "LinTS", "synthetic:h1", H1, i, {"nu": 1.0}, final=float(i))
+        store.write_outcomes([make_outcome(record)])
         store.compact()
         assert 1 <= len(list(store.curves_dir.glob("*.parquet"))) <= MAX_CURVE_FILES
     assert len(store.read_curves()) == 3 * (3 + MAX_CURVE_FILES + 1)
 
 
 def test_load_returns_both_tables_ready_for_pandas(tmp_path):
-    _store(tmp_path)
+    make_store(tmp_path)
     trials, curves = banditsweep.load(tmp_path / "results", "s")
     assert len(trials) == 4 and set(trials["status"]) == {FINISHED, FAILED}
     assert sorted(curves["trial_id"].unique()) == ["a" * 20, "b" * 20, "c" * 20]
@@ -113,7 +75,7 @@ def test_load_returns_both_tables_ready_for_pandas(tmp_path):
 
 
 def test_pyarrow_dataset_reads_the_curves_and_the_sweep_folder_cannot_mix_the_tables(tmp_path):
-    store = _store(tmp_path)
+    store = make_store(tmp_path)
     with store.exclusive():   # what every `run` holds: it writes the folder's README.txt
         pass
     table = ds.dataset(store.curves_dir).to_table(
@@ -132,7 +94,7 @@ def test_pyarrow_dataset_reads_the_curves_and_the_sweep_folder_cannot_mix_the_ta
 def test_stores_of_the_earlier_layout_are_read_and_upgraded(tmp_path):
     """Curves without their trials' names and a trials table with settings as JSON text only, as
     earlier versions wrote them: `load` fills both in, and the next compaction rewrites the curves."""
-    store = _store(tmp_path)
+    store = make_store(tmp_path)
     for path in store.curves_dir.glob("*.parquet"):   # named without a checksum, as they were then
         table = pq.read_table(path)
         pq.write_table(table.drop_columns(["algorithm", "label", "environment", "seed"]),
@@ -162,7 +124,7 @@ def test_the_docs_analysis_snippets_run(tmp_path, monkeypatch, repo):
     """The code of docs/results.md's "Analysing the Parquet results", on a store where `~` points."""
     monkeypatch.setenv("HOME", str(tmp_path))
     store = SweepStore.for_sweep(tmp_path / "banditsweep-results", "quickstart")
-    store.write_outcomes([_outcome(r) for r in RECORDS])
+    store.write_outcomes([make_outcome(r) for r in RECORDS])
     TrialsTable(store).flush()
     page = (repo / "docs" / "results.md").read_text()
     section = page.split("## Analysing the Parquet results", 1)[1].split("\n## ", 1)[0]

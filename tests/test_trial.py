@@ -4,6 +4,7 @@ import hashlib
 
 import numpy as np
 import pytest
+from paths import PLUGINS
 
 from banditsweep.core.engine import registry
 from banditsweep.core.engine.trial import TrialRun, TrialSpec, run_trial
@@ -65,8 +66,8 @@ def test_registry_maps_names_to_classes_and_refuses_unknown_names():
         registry.algorithm_class("nope")
 
 
-def test_plugins_register_algorithms(monkeypatch, repo):
-    monkeypatch.syspath_prepend(str(repo / "tests" / "plugins"))
+def test_plugins_register_algorithms(monkeypatch):
+    monkeypatch.syspath_prepend(str(PLUGINS))
     monkeypatch.setenv("BANDITSWEEP_PLUGINS", "faulty_algorithms")
     assert "always_raises" in registry.algorithm_names()
     with pytest.raises(ValueError, match="round 3"):
