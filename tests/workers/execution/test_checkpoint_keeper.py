@@ -3,7 +3,7 @@ that shares no disk with the driver reaches them: every state lands in the drive
 driver's stop reaches the trial, and the trial resumed from it elsewhere ends as if never stopped.
 
 The keeper is reached exactly as from another node: the checkpoints are given a node id that is not
-this one's. (tests/test_hosts.py runs it across real separate hosts.)"""
+this one's. (tests/clusters/test_hosts.py runs it across real separate hosts.)"""
 
 import numpy as np
 import pytest

@@ -144,7 +144,7 @@ def test_report_bolds_the_best_only_where_a_paired_test_separates_it(tmp_path, m
     report = tmp_path / "results" / "separation" / "report"
 
     # LinUCB is below LinTS by the same 9 (h1) or 1 (h3) on each of the 3 seeds: the sign test's p is
-    # 2 / 2^3 = 0.25, and nothing is bold (tests/test_report_comparisons.py has a column that is).
+    # 2 / 2^3 = 0.25, and nothing is bold (tests/sweeps/results/test_report_comparisons.py has a column that is).
     mean = (report / "final_regret_mean.tex").read_text()
     assert r"algorithm & synthetic h1 & synthetic h3 \\" in mean
     assert r"LinUCB & $2.0$ & $6.0$ \\" in mean

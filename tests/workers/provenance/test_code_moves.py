@@ -31,7 +31,8 @@ algorithms:
   - {name: random, label: Random}
 log_every: 10
 """
-# Small shipped folders whose status is checked in the moved tree (the rest: test_shipped_results.py).
+# Small shipped folders whose status is checked in the moved tree (the rest: test_shipped_results.py, in
+# this folder).
 SHIPPED = {"neural_sensitivity_long": "sweeps/neural_rbmle/sensitivity_long.yaml",
            "neural_table3_timing_cpu": "sweeps/neural_rbmle/table3_timing_cpu.yaml"}
 
@@ -119,7 +120,7 @@ def test_moving_modules_stales_nothing_and_an_edit_after_it_is_seen(tmp_path):
     # Checkpoints an earlier release wrote (their kernels and policies now live elsewhere) resume.
     env = {**os.environ, "PYTHONPATH": str(tree)}
     landed = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             "tests/test_landed_checkpoints.py"], cwd=package, env=env, capture_output=True,
+                             "tests/core/engine/test_landed_checkpoints.py"], cwd=package, env=env, capture_output=True,
                             text=True, timeout=600)
     assert landed.returncode == 0 and " passed" in landed.stdout, landed.stdout[-3000:]
 

@@ -1,7 +1,8 @@
 """Bad input: every case exits with code 2 before anything starts, with one line on stderr naming the
 file (or argument), the key, the value and what is allowed; no traceback, a bounded message, nothing
 written (no results folder, no MLflow store). The catalogue in docs/reliability.md ("Bad input") is
-this list; ``python tests/test_bad_input.py`` prints it as that table."""
+this list; ``PYTHONPATH=tests python tests/sweeps/spec/test_bad_input.py`` prints it as that table
+(tests/ on the path, as pytest puts it there, for the helper modules this file imports)."""
 
 from __future__ import annotations
 
@@ -366,7 +367,7 @@ def catalogue() -> str:
     return "\n".join(rows) + "\n"
 
 
-if __name__ == "__main__":   # python tests/test_bad_input.py > table.md
+if __name__ == "__main__":   # PYTHONPATH=tests python tests/sweeps/spec/test_bad_input.py > table.md
     print(catalogue(), end="")
 
 

@@ -25,7 +25,7 @@ def _same(before, after, what):
     """The arms exactly; every float to 1e-12 of its scale. The fixtures' first rounds were computed on
     another machine's CPU, whose vectorised exp and BLAS kernels may round the last bit differently
     from this one's (a resume on the machine that saved the state is bit-identical:
-    tests/test_checkpoint_safety.py)."""
+    tests/core/engine/test_checkpoint_safety.py)."""
     np.testing.assert_array_equal(after.arm, before.arm, err_msg=f"{what} arm")
     floats = [(name, getattr(before, name), getattr(after, name)) for name in ("reward", "regret", "cum_regret")]
     floats += [(name, values, after.extras[name]) for name, values in before.extras.items()]

@@ -1,6 +1,6 @@
 """`banditsweep ui` whose server ends before it answers (its port taken): said, with its exit code.
 (The address given only once the server answers, on loopback, and nothing left behind on SIGTERM:
-tests/test_reliability.py.)"""
+tests/workers/execution/test_reliability.py.)"""
 
 import os
 import signal

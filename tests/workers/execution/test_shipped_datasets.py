@@ -1,6 +1,6 @@
 """The driver's dataset files for nodes that lack them (workers.execution.shipped_datasets), in this
 process on the shared embedded Ray: what a trial actor on a node without the file does before its
-trials run. tests/test_hosts.py runs it on separate hosts."""
+trials run. tests/clusters/test_hosts.py runs it on separate hosts."""
 
 import hashlib
 import os

@@ -101,7 +101,7 @@ def test_a_sharded_checkpoint_with_a_foreign_part_starts_anew_on_untouched_shard
 @pytest.mark.parametrize("algorithm", ["random", "apg_exp3"])
 def test_a_coordinator_state_in_the_landed_layout_resumes(algorithm):
     """The landed release saved the coordinator's attributes whole (its shard group None among them;
-    tests/test_landed_checkpoints.py holds an RLS one): such a state is read into today's declared
+    tests/core/engine/test_landed_checkpoints.py holds an RLS one): such a state is read into today's declared
     fields, and the trial ends as it does resumed from today's layout; where the state holds a design
     chosen under the earlier tie rule (APG-Exp3's), it is refused and the trial starts again."""
     spec = sharded_spec(algorithm, "setting1", horizon=20)

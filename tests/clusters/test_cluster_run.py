@@ -21,7 +21,7 @@ def cluster(monkeypatch):
     ray.shutdown()   # this test's driver connects to its own cluster, not to the tests' shared Ray
     private = tempfile.mkdtemp(prefix="bs-ray-")
     monkeypatch.setenv("RAY_TMPDIR", private)
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")   # tests/test_sharded_cluster.py says why
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")   # tests/clusters/test_sharded_cluster.py says why
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     for _ in range(2):
         cluster.add_node(num_cpus=1)

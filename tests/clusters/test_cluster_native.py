@@ -76,7 +76,7 @@ def gpu_less_cluster(tmp_path, monkeypatch):
     ray.shutdown()   # not the tests' shared Ray: this test's driver is a process of its own
     private = tempfile.mkdtemp(prefix="bs-ray-")
     monkeypatch.setenv("RAY_TMPDIR", private)
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")   # tests/test_sharded_cluster.py says why
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")   # tests/clusters/test_sharded_cluster.py says why
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
     yield cluster
     cluster.shutdown()
