@@ -3,7 +3,9 @@ included): layers import one way, each room owns its subject (core's and sweeps'
 may import of each other, workers' by the one library each alone imports; in sweeps, only the command
 line parses a command line or prints), and ``sweeps`` enters ``workers`` by its front door. A module's
 size is no rule: a long one is a smell its docstring explains, never a reason to split one subject in
-two."""
+two. The tests follow the same rooms: each test file lives in the folder of the room whose behaviour it
+checks (tests/core/engine/, tests/workers/storage/, ...) or in tests/clusters/ or tests/project/, and no
+test module imports another."""
 
 import ast
 import importlib
@@ -280,3 +282,92 @@ def test_every_room_of_sweeps_has_a_light_front_door():
     loaded, heavy = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                               check=True).stdout)
     assert loaded == sorted(f"banditsweep.sweeps.{room}" for room in SWEEPS_ROOMS) and not heavy, (loaded, heavy)
+
+
+# ---- the tests' own layout ---------------------------------------------------------------------------
+# A test file lives in the folder of the room whose behaviour it checks: tests/<layer>/<room>/ (as
+# tests/core/engine/, tests/workers/storage/, tests/sweeps/cli/), or in one of the folders of its own:
+# tests/clusters/ (whole clusters: multi-node Ray, ray up, ray job, Slurm, separate hosts) and
+# tests/project/ (these rules, README, the paths the docs name). Helper modules and data stay at tests/
+# root, which pytest puts on sys.path. No test folder is a package, so a test file's name is its module's
+# name and must be unique; and no test module imports another: what two share is a helper module.
+TESTS = REPO / "tests"
+TEST_FOLDERS_OF_THEIR_OWN = ("clusters", "project")
+
+
+def _test_files(tests: Path) -> list[Path]:
+    return sorted(p for p in tests.rglob("test_*.py") if "__pycache__" not in p.parts)
+
+
+def _misplaced_test_files(tests: Path, repo: Path) -> list[str]:
+    """The test files under ``tests`` that are not in a folder naming a room of the package at ``repo``
+    (a sub-package of a layer: tests/core/kernel/ for core/kernel/) or a folder of their own."""
+    misplaced = []
+    for path in _test_files(tests):
+        folder = path.parent.relative_to(tests)
+        of_its_own = folder.parts in [(name,) for name in TEST_FOLDERS_OF_THEIR_OWN]
+        a_room = (len(folder.parts) >= 2 and folder.parts[0] in PACKAGE_DIRS
+                  and (repo / folder / "__init__.py").is_file())
+        if not (of_its_own or a_room):
+            misplaced.append(path.relative_to(tests).as_posix())
+    return misplaced
+
+
+def _imports_of_test_modules(tests: Path) -> dict[str, list[str]]:
+    """For each module under ``tests`` (test files, helpers, plugins), the test modules it imports:
+    ``import test_x``, ``from test_x import ...`` or ``importlib.import_module("test_x")``."""
+    found = {}
+    for path in sorted(tests.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        names = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.append(node.module)
+            elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+                  and isinstance(node.args[0].value, str)
+                  and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")):
+                names.append(node.args[0].value)
+        tests_imported = sorted({name for name in names if name.split(".")[0].startswith("test_")})
+        if tests_imported:
+            found[path.relative_to(tests).as_posix()] = tests_imported
+    return found
+
+
+def test_every_test_file_lives_in_the_folder_of_a_room_or_a_folder_of_its_own():
+    assert _test_files(TESTS), "no test files found"
+    assert _misplaced_test_files(TESTS, REPO) == [], (
+        "test files belong in tests/<layer>/<room>/ of the room whose behaviour they check, or in "
+        + " or ".join(f"tests/{name}/" for name in TEST_FOLDERS_OF_THEIR_OWN))
+
+
+def test_no_test_module_imports_another():
+    assert _imports_of_test_modules(TESTS) == {}, "what test modules share belongs in a helper module at tests/ root"
+
+
+def test_test_file_names_are_unique_and_no_test_folder_is_a_package():
+    names = [path.name for path in _test_files(TESTS)]
+    assert sorted(name for name in set(names) if names.count(name) > 1) == []
+    assert [p.relative_to(TESTS).as_posix() for p in TESTS.rglob("__init__.py")] == []
+
+
+def test_the_rules_of_the_tests_layout_find_a_file_at_the_root_and_an_import_of_a_test_module(tmp_path):
+    (tmp_path / "core" / "engine").mkdir(parents=True)
+    (tmp_path / "core" / "engine" / "__init__.py").write_text("")
+    tests = tmp_path / "tests"
+    for folder in ("core/engine", "core/nowhere", "project", "clusters/deeper"):
+        (tests / folder).mkdir(parents=True)
+    (tests / "helper.py").write_text("import json\nimport test_shared\n")
+    (tests / "test_flat.py").write_text("from test_shared import CASES\n")
+    (tests / "core" / "engine" / "test_shared.py").write_text("CASES = []\n")
+    (tests / "core" / "engine" / "test_lazy.py").write_text(
+        "import importlib\n\ndef test_it():\n    importlib.import_module('test_flat')\n")
+    (tests / "core" / "nowhere" / "test_lost.py").write_text("")
+    (tests / "project" / "test_rules.py").write_text("import paths\n")
+    (tests / "clusters" / "deeper" / "test_deep.py").write_text("")
+    assert _misplaced_test_files(tests, tmp_path) == ["clusters/deeper/test_deep.py", "core/nowhere/test_lost.py",
+                                                     "test_flat.py"]
+    assert _imports_of_test_modules(tests) == {"core/engine/test_lazy.py": ["test_flat"],
+                                               "helper.py": ["test_shared"], "test_flat.py": ["test_shared"]}
