@@ -3,10 +3,12 @@ defined in ``__main__`` (a notebook's cells, here exec'd as IPython runs a cell:
 linecache under the cell's file name) registered and shipped by value to the Ray workers, its code
 identity digested from that source, its checkpoints resumed on a fresh worker."""
 
+import contextlib
 import json
 import linecache
 import os
 import textwrap
+import types
 
 import pytest
 import yaml
@@ -74,68 +76,31 @@ def run_cell(source: str, name: str = "/tmp/ipykernel_0/cell_1.py", keep_source:
     return namespace
 
 
-@pytest.fixture
-def registered():
-    """The test's registrations undone afterwards (they would travel with every later run)."""
+@contextlib.contextmanager
+def _registrations_undone():
+    """The registrations made inside undone afterwards (they would travel with every later run)."""
     from banditsweep.core.engine import registry
     from banditsweep.workers.provenance import code_identity
 
     before, algorithms = dict(shipped._SHIPPED), dict(registry._ALGORITHMS)
     sources = {module: dict(entries) for module, entries in code_identity._SHIPPED_SOURCES.items()}
-    yield
-    shipped._SHIPPED.clear()
-    shipped._SHIPPED.update(before)
-    registry._ALGORITHMS.clear()
-    registry._ALGORITHMS.update(algorithms)
-    code_identity._SHIPPED_SOURCES.clear()
-    code_identity._SHIPPED_SOURCES.update(sources)
-    code_identity._shipped_version[0] += 1
+    try:
+        yield
+    finally:
+        shipped._SHIPPED.clear()
+        shipped._SHIPPED.update(before)
+        registry._ALGORITHMS.clear()
+        registry._ALGORITHMS.update(algorithms)
+        code_identity._SHIPPED_SOURCES.clear()
+        code_identity._SHIPPED_SOURCES.update(sources)
+        code_identity._shipped_version[0] += 1
 
 
-def test_a_notebook_policy_runs_on_the_workers_resumes_and_carries_its_code(shared_ray, registered, tmp_path):
-    cell = run_cell(CELL)
-    assert cell["EpsGreedy"].__module__ == "__main__"
-    banditsweep.register_algorithm("eps_greedy", cell["EpsGreedy"])
-
-    result = banditsweep.run(SPEC, sinks="none", progress=False)
-    assert isinstance(result, banditsweep.sweeps.api.functions.RunResult)
-    assert (result.total, result.ran, result.finished, result.failed, result.exit_code) == (4, 4, 4, 0, 0)
-    assert result.folder == tmp_path / "results" / "notebook" and result.ok
-    trials = result.trials.set_index("trial_id")
-    assert set(trials["label"]) == {"EpsGreedy", "LinUCB"} and (trials["status"] == "finished").all()
-
-    # The numbers are the policy's: each trial's final regret is the same trial run here, in core,
-    # also the one whose worker died at round 15 and that resumed from its checkpoint of round 10.
-    for planned in result._planned.trials:
-        [direct] = run_trials([planned.spec])
-        assert trials.loc[planned.trial_id, "final_regret"] == direct.final_regret
-    custom = trials[trials["label"] == "EpsGreedy"]
-    assert sorted(custom["attempts"]) == [1, 2] and "diag_checkpoint_rejected" not in trials
-    assert sorted(custom["diag_resumed_from_round"].fillna(0)) == [0.0, 11.0]
-    curves = result.curves
-    assert len(curves) == 4 * 30 and set(curves["trial_id"]) == set(trials.index)
-
-    # Its code is digested from the cell's source, the same on the worker as here.
-    spec = next(t.spec for t in result._planned.trials if t.spec.algorithm == "eps_greedy")
-    recorded = json.loads(custom["code"].iloc[0])
-    assert recorded == code_of(spec).parts and not recorded["__main__.py"].startswith("unknown")
-    assert custom["code_digest"].iloc[0] == code_of(spec).digest
-
-    stats = result.statistics
-    assert set(stats.cells["algorithm"]) == {"EpsGreedy", "LinUCB"} and (stats.cells["n"] == 2).all()
-    assert len(stats.pairs) == 1
-    figure = result.plot()
-    [axes] = figure.axes
-    assert axes.get_title() == "synthetic h1 (dim = 5)" and len(axes.get_lines()) == 2
-
-    # The cell edited and run again: the policy's finished trials are computed by other code now.
-    assert banditsweep.status(SPEC, quiet=True).count("other_code") == 0
-    edited = run_cell(CELL.replace("self.sums[arm] += reward", "self.sums[arm] += 2 * reward / 2"),
-                      "/tmp/ipykernel_0/cell_2.py")
-    banditsweep.register_algorithm("eps_greedy", edited["EpsGreedy"])
-    state = banditsweep.status(SPEC, quiet=True)
-    assert (state.done, state.count("other_code"), state.consistent, state.exit_code) == (2, 2, True, 0)
-    assert state.cells.set_index("algorithm").loc["EpsGreedy", "other_code"] == 2
+@pytest.fixture
+def registered():
+    """The test's registrations undone afterwards (they would travel with every later run)."""
+    with _registrations_undone():
+        yield
 
 
 def test_a_class_without_source_is_recorded_unknown(registered):
@@ -241,3 +206,94 @@ def test_a_notebook_policy_is_timed_by_plan_said_not_estimated_by_run_and_found_
     assert again.summary == str(again) == f"all 2 trials of the spec are already finished in {folder}"
     assert f"nothing to run: all 2 trials of the spec are already finished in {folder}" in [
         text for _, text in again.output.lines]
+
+
+# ---- a notebook's policy run once on the workers, and what its run holds ----------------------------
+# The tests below share one run (the fixture is first asked for here, after the tests above, so that
+# they see no registration of it).
+
+@pytest.fixture(scope="module")
+def notebook_run(shared_ray_session, tmp_path_factory):
+    """SPEC run once for the tests below on the shared Ray, the cell's policy registered as a notebook
+    registers it (until the module's tests are done): the trial with ``crash_at: 15`` loses its worker
+    at round 15, once, and resumes from its checkpoint of round 10. The cell's namespace, the run's
+    result, and the folder its results root (``results/``) is in."""
+    shared_ray_session.ensure()
+    folder = tmp_path_factory.mktemp("notebook")
+    with _registrations_undone():
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            monkeypatch.setenv("BANDITSWEEP_RESULTS", str(folder / "results"))
+            monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder}/mlflow.db")
+            cell = run_cell(CELL)
+            banditsweep.register_algorithm("eps_greedy", cell["EpsGreedy"])
+            result = banditsweep.run(SPEC, sinks="none", progress=False)
+        yield types.SimpleNamespace(cell=cell, result=result, folder=folder)
+
+
+def _trials(result):
+    """The run's trials by id, and those of the notebook's policy."""
+    trials = result.trials.set_index("trial_id")
+    return trials, trials[trials["label"] == "EpsGreedy"]
+
+
+def test_a_notebook_policy_runs_on_the_workers(notebook_run):
+    result, folder = notebook_run.result, notebook_run.folder
+    assert notebook_run.cell["EpsGreedy"].__module__ == "__main__"
+    assert isinstance(result, banditsweep.sweeps.api.functions.RunResult)
+    assert (result.total, result.ran, result.finished, result.failed, result.exit_code) == (4, 4, 4, 0, 0)
+    assert result.folder == folder / "results" / "notebook" and result.ok
+    trials, _ = _trials(result)
+    assert set(trials["label"]) == {"EpsGreedy", "LinUCB"} and (trials["status"] == "finished").all()
+    curves = result.curves
+    assert len(curves) == 4 * 30 and set(curves["trial_id"]) == set(trials.index)
+
+
+def test_a_notebook_policys_numbers_are_its_own(notebook_run):
+    """Each trial's final regret is the same trial run here, in core, also the one whose worker died at
+    round 15 and that resumed from its checkpoint of round 10."""
+    result = notebook_run.result
+    trials, _ = _trials(result)
+    for planned in result._planned.trials:
+        [direct] = run_trials([planned.spec])
+        assert trials.loc[planned.trial_id, "final_regret"] == direct.final_regret
+
+
+def test_a_notebook_policys_trial_resumes_from_its_checkpoint_on_a_fresh_worker(notebook_run):
+    trials, custom = _trials(notebook_run.result)
+    assert sorted(custom["attempts"]) == [1, 2] and "diag_checkpoint_rejected" not in trials
+    assert sorted(custom["diag_resumed_from_round"].fillna(0)) == [0.0, 11.0]
+
+
+def test_a_notebook_policys_code_is_digested_from_the_cells_source(notebook_run):
+    """The same on the worker as here."""
+    result = notebook_run.result
+    _, custom = _trials(result)
+    spec = next(t.spec for t in result._planned.trials if t.spec.algorithm == "eps_greedy")
+    recorded = json.loads(custom["code"].iloc[0])
+    assert recorded == code_of(spec).parts and not recorded["__main__.py"].startswith("unknown")
+    assert custom["code_digest"].iloc[0] == code_of(spec).digest
+
+
+def test_a_notebook_policys_run_has_its_statistics(notebook_run):
+    stats = notebook_run.result.statistics
+    assert set(stats.cells["algorithm"]) == {"EpsGreedy", "LinUCB"} and (stats.cells["n"] == 2).all()
+    assert len(stats.pairs) == 1
+
+
+def test_a_notebook_policys_run_plots_its_curves(notebook_run):
+    figure = notebook_run.result.plot()
+    [axes] = figure.axes
+    assert axes.get_title() == "synthetic h1 (dim = 5)" and len(axes.get_lines()) == 2
+
+
+def test_an_edited_cell_makes_its_policys_finished_trials_other_code(notebook_run, registered, monkeypatch):
+    """The cell edited and run again: the policy's finished trials are computed by other code now."""
+    monkeypatch.setenv("BANDITSWEEP_RESULTS", str(notebook_run.folder / "results"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{notebook_run.folder}/mlflow.db")
+    assert banditsweep.status(SPEC, quiet=True).count("other_code") == 0
+    edited = run_cell(CELL.replace("self.sums[arm] += reward", "self.sums[arm] += 2 * reward / 2"),
+                      "/tmp/ipykernel_0/cell_2.py")
+    banditsweep.register_algorithm("eps_greedy", edited["EpsGreedy"])
+    state = banditsweep.status(SPEC, quiet=True)
+    assert (state.done, state.count("other_code"), state.consistent, state.exit_code) == (2, 2, True, 0)
+    assert state.cells.set_index("algorithm").loc["EpsGreedy", "other_code"] == 2
