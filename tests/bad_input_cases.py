@@ -99,8 +99,21 @@ def refused_writing_nothing(case, tmp_path, monkeypatch, capsys, setup=None) -> 
     assert tree(tmp_path) == before
 
 
+def _registry_of_a_new_process(monkeypatch) -> None:
+    """The registry as a new ``banditsweep`` process has it: the library's own algorithms and
+    environment kinds only. A test plugin that an earlier test loaded into this process
+    ($BANDITSWEEP_PLUGINS) stays registered for the rest of the session, and the messages of the
+    cases that list what an algorithm runs on would name it."""
+    from banditsweep.core.engine import registry
+
+    for table, kind in ((registry._ALGORITHMS, "algorithm"), (registry._ENVIRONMENTS, "environment")):
+        for name in sorted(set(table) - registry._BUILTIN[kind]):
+            monkeypatch.delitem(table, name)
+
+
 def run_case(case: Case, tmp_path: Path, monkeypatch, sweep: Callable = _reached_the_sweep) -> int:
-    """Run one case through the CLI (``sweep`` stands in for running the trials); its exit code."""
+    """Run one case through the CLI (``sweep`` stands in for running the trials), on the registry a new
+    process has; its exit code."""
     spec = tmp_path / "bad.yaml"
     if isinstance(case.spec, bytes):
         spec.write_bytes(case.spec)
@@ -108,6 +121,7 @@ def run_case(case: Case, tmp_path: Path, monkeypatch, sweep: Callable = _reached
         spec.write_text(case.spec)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("BANDITSWEEP_DATA", raising=False)
+    _registry_of_a_new_process(monkeypatch)
     # A case that reached the sweep itself would start Ray: fail it instead.
     monkeypatch.setattr(run_command, "run_locked", sweep)
     if case.setup:
