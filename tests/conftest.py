@@ -3,22 +3,17 @@ from pathlib import Path
 
 import pytest
 
+# Where the suite's files are (the repository, the test plugins, the dataset copies): tests/paths.py.
+from paths import PLUGINS, REPO, TEST_DATASETS
+
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-
-REPO = Path(__file__).resolve().parents[1]
-# The dataset files tests read (never the network): the 1000-row copies shipped in tests/data
-# (made by tests/data/make_test_datasets.py, provenance in tests/data/SOURCES.md), or the directory
-# BANDITSWEEP_TEST_DATASETS names. Tests assert the copies' exact row and class counts, so a
-# directory named there must hold the same copies.
-TEST_DATASETS = Path(os.environ.get("BANDITSWEEP_TEST_DATASETS", REPO / "tests" / "data"))
 
 
 @pytest.fixture
 def repo() -> Path:
     return REPO
 
-PLUGINS = REPO / "tests" / "plugins"
 PLUGIN_MODULES = "faulty_algorithms,jsonl_sink,late_starts,slow_mlflow"
 
 

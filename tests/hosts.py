@@ -37,7 +37,6 @@ from pathlib import Path
 from local_ray import end_session
 
 BIN = Path(sys.executable).parent
-REPO = Path(__file__).resolve().parents[1]
 
 # Inside every host (its private /tmp): short, since Ray's socket paths must fit in 107 bytes.
 HOST_ROOT = "/tmp/h"

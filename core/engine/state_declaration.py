@@ -14,7 +14,7 @@ it is written: the codec (core.engine.state_codec) writes exactly the declared s
 to save an object that carries an attribute its class declares neither saved nor transient
 (:class:`StateDeclarationError`, naming both), and on reading requires every attribute of
 ``STATE``, drops transient ones (checkpoints written before the declarations hold every attribute)
-and refuses any other. tests/test_state_declaration.py checks, from the source, that every
+and refuses any other. tests/core/engine/test_state_declaration.py checks, from the source, that every
 attribute a checkpointed class of ``banditsweep.core`` sets is declared.
 
 A plugin's class (core.engine.registry) may declare nothing and is then saved whole (every attribute, as

@@ -102,7 +102,7 @@ def _declared(values: str | tuple[str, ...]) -> tuple[str, ...]:
 #: The order in which OpenML's ARFF file declares each categorical column's values (``@attribute name
 #: {v0, v1, ...}``): value ``v_i`` gets the ordinal code i, as in the reference code (module docstring).
 #: adult: OpenML 1590's ARFF (file 1595261), whose header is bundled with scikit-learn's tests
-#: (sklearn/datasets/tests/data/openml/id_1590; tests/test_datasets.py compares it when present): the
+#: (sklearn/datasets/tests/data/openml/id_1590; tests/core/neural/test_datasets.py compares it when present): the
 #: order of UCI's adult.names, not sorted. mushroom: OpenML 24, one of OpenML's first datasets, taken
 #: from Weka's UCI ARFF collection (as OpenML 3, whose bundled copy keeps Weka's declarations and
 #: summary); Weka's mushroom.arff declares every value of agaricus-lepiota.names in sorted order,

@@ -9,7 +9,7 @@ Choices, each said where it is used:
   BCa bootstrap from there on (no normality assumed). A bootstrap of 3 values has at most 10
   distinct resamples, and at the seeds bandit papers run it is too narrow: measured over 1000 draws
   of normal data, BCa covered the mean 89% of the time at n = 10 and 93% at n = 20, the t-interval
-  95% at n = 3, 5, 10 and 20 (tests/test_statistics.py checks the t-interval's rate).
+  95% at n = 3, 5, 10 and 20 (tests/sweeps/analysis/test_statistics.py checks the t-interval's rate).
 - **Paired comparison** (:func:`compare`): trials of one seed on one environment see the same data
   order (classification) or candidate table (adversarial kernel), so two algorithms are compared on
   the differences of their seeds, which removes the environment's share of the variance. The paired
@@ -337,7 +337,7 @@ def stratified_bootstrap(scores: Mapping[str, Sequence[float]], statistic, level
     resample is spread by sqrt(n / (n - 1)) about the stratum's mean (a resample's spread is (n - 1) / n
     of the data's) and the interval is the estimate +- the t quantile with k (n - 1) degrees of freedom
     times the resamples' standard deviation. Measured (6 environments, 200-400 data sets each; the test
-    in tests/test_statistics.py repeats it): at 10 runs per environment 95% on normal and 92% on skewed
+    in tests/sweeps/analysis/test_statistics.py repeats it): at 10 runs per environment 95% on normal and 92% on skewed
     (lognormal) scores, at 20 runs 94% on both; at 3 and 5 runs 95 / 91.5% and 94.5 / 89.5%, too unsure
     on skewed scores: below ``fewest`` runs per environment no interval is given ("too few runs for an
     interval")."""

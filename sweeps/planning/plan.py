@@ -21,7 +21,7 @@ Seconds per round come from, in order of trust:
    rounds. The first round (building the environment and the policy) is counted once.
 
 The model is of one trial on one core; lockstep batches and several threads make a sweep faster,
-cold starts slower. ``tests/test_plan.py`` checks it within 2x of a small sweep's measured time.
+cold starts slower. ``tests/sweeps/planning/test_plan.py`` checks it within 2x of a small sweep's measured time.
 
 A run also pays for Ray whatever its trials: :data:`RAY_START_SECONDS` for the start of an embedded
 Ray, its trial actors and its stop, which the wall time includes and the plan's last line names (on a

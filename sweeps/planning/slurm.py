@@ -36,7 +36,7 @@ SIGNAL_LEAD = 120
 # start, the mirror's last writes and the store's compaction.
 JOB_OVERHEAD = 180
 # The cost model is of one trial on one core and within 2x of what a sweep measures
-# (tests/test_plan.py): the time asked for covers the estimate this many times over.
+# (tests/sweeps/planning/test_plan.py): the time asked for covers the estimate this many times over.
 TIME_SAFETY = 1.5
 # A trial without checkpoints longer than this share of a job's time for trials is at risk.
 CHECKPOINT_TARGET_SECONDS = 600.0   # a checkpoint about every 10 minutes of a trial, as suggested

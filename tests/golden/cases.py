@@ -1,6 +1,6 @@
 """The golden trials: a fixed set of trials covering every algorithm and every environment kind,
 alone and in lockstep batches, whose results were recorded (``record.py``) before the round loop
-was unified. ``tests/test_golden.py`` checks that the current code gives the same arrays.
+was unified. ``tests/core/engine/test_golden.py`` checks that the current code gives the same arrays.
 
 The classification trials read the small dataset copies in ``tests/data``.
 """

@@ -5,7 +5,7 @@ Each algorithm is written once, batched: its state carries a leading *group* axi
 trial. A policy built through the ordinary constructor is the batch of one; ``create_batch`` builds one
 policy for several compatible trials (same algorithm, environment and structural parameters,
 different seeds and per-trial values such as nu or lr) and steps them in lockstep, so each trial's
-result equals running it alone (to float tolerance; tests/test_neural_batching.py).
+result equals running it alone (to float tolerance; tests/core/neural/test_neural_batching.py).
 
 Per-trial randomness comes only from each trial's own policy stream (core.engine.seeding), consumed in the
 same order whether the trial runs alone or in a batch.

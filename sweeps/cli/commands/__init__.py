@@ -15,7 +15,7 @@ EXIT_INCONSISTENT = 4       # `status`: result files damaged or disagreeing with
 EXIT_INTERRUPTED = signals.EXIT_INTERRUPTED   # Ctrl-C or SIGTERM (also when the stop's deadline ends it)
 
 # The one table of what every command's exit code means (docs/commands.md's "Exit codes" and `banditsweep --help`
-# say the same; tests/test_exit_codes.py holds them together).
+# say the same; tests/sweeps/cli/test_exit_codes.py holds them together).
 EXIT_CODES = {
     0: "done",
     EXIT_FAILED_TRIALS: "some trials failed (their errors are in the trials table)",
