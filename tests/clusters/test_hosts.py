@@ -294,8 +294,8 @@ def test_a_dataset_only_on_the_driver_reaches_the_worker_hosts(cluster, tmp_path
             assert [hashlib.sha256(c.read_bytes()).hexdigest() for c in copies] == [digest], copies
 
 
-def wait_for_a_trial_on(hosts: Hosts, host, sweep: str, run: subprocess.Popen, past: int = 0) -> None:
-    """Until the run's running.json (on host 0) lists a trial on ``host`` past round ``past``."""
+def wait_for_running(hosts: Hosts, sweep: str, run: subprocess.Popen, ready) -> None:
+    """Until ``ready(trials)`` holds of the trials the run's running.json (on host 0) lists."""
     running = hosts[0].path(f"{RESULTS}/{sweep}/running.json")
     deadline = time.monotonic() + 240
     while True:
@@ -304,25 +304,22 @@ def wait_for_a_trial_on(hosts: Hosts, host, sweep: str, run: subprocess.Popen, p
             trials = json.loads(running.read_text())["trials"]
         except (OSError, ValueError, KeyError):
             trials = []
-        if any(t["node"] == host.address and t["round"] > past for t in trials):
+        if ready(trials):
             return
-        time.sleep(0.2)
+        time.sleep(0.1)
+
+
+def wait_for_a_trial_on(hosts: Hosts, host, sweep: str, run: subprocess.Popen, past: int = 0) -> None:
+    """Until the run's running.json lists a trial on ``host`` past round ``past``."""
+    wait_for_running(hosts, sweep, run, lambda trials: any(t["node"] == host.address and t["round"] > past
+                                                           for t in trials))
 
 
 def wait_for_trials_midway(hosts: Hosts, on: list, sweep: str, run: subprocess.Popen) -> None:
     """Until running.json lists, on every host of ``on`` at once, a trial between round 500 and half
     its horizon: none of them near its end, where it might finish before a signal reaches it."""
-    running = hosts[0].path(f"{RESULTS}/{sweep}/running.json")
-    deadline = time.monotonic() + 240
-    while True:
-        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-        try:
-            trials = json.loads(running.read_text())["trials"]
-        except (OSError, ValueError, KeyError):
-            trials = []
-        if all(any(t["node"] == host.address and 500 < t["round"] < t["horizon"] // 2 for t in trials) for host in on):
-            return
-        time.sleep(0.1)
+    wait_for_running(hosts, sweep, run, lambda trials: all(
+        any(t["node"] == host.address and 500 < t["round"] < t["horizon"] // 2 for t in trials) for host in on))
 
 
 def test_a_worker_host_cut_off_for_20_s(cluster, tmp_path_factory):
