@@ -27,6 +27,7 @@ def postgres():
 
 
 def _run(tmp_path, uri, capsys, sweep="lab") -> tuple[int, str]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump({**SPEC, "sweep": sweep}))
     code = main(["run", str(tmp_path / "spec.yaml"), "--results", str(tmp_path / "results"), "--mlflow-uri", uri,
                  "--no-progress", "--max-workers", "1"])
@@ -34,12 +35,17 @@ def _run(tmp_path, uri, capsys, sweep="lab") -> tuple[int, str]:
     return code, said.out + said.err
 
 
-def test_a_plain_postgresql_uri_mirrors_every_trial(postgres, tmp_path, capsys, shared_ray):
+def test_a_plain_postgresql_uri_mirrors_every_trial(postgres, tmp_path, capsys, shared_ray, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     code, said = _run(tmp_path, postgres.uri, capsys)
     assert code == 0, said
     rows = postgres.sql("SELECT runs.status, COUNT(*) FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid "
                         "WHERE tags.key = 'kind' AND tags.value = 'trial' GROUP BY runs.status")
     assert rows == [("FINISHED", 4)]
+    # Artifacts (the spec) go to the results root, not MLflow's ./mlruns of the folder the run started in.
+    [(location,)] = postgres.sql("SELECT artifact_location FROM experiments WHERE name = 'lab'")
+    assert location == (tmp_path / "results" / "mlartifacts").resolve().as_uri(), location
+    assert list((tmp_path / "results" / "mlartifacts").rglob("spec.yaml")) and not (tmp_path / "mlruns").exists()
 
 
 @pytest.mark.parametrize("which", ["newer", "older"])

@@ -80,9 +80,10 @@ def half_written(root: Path) -> list[Path]:
 
 
 def check_stopped_cleanly(root: Path, process: subprocess.Popen, reason: str, removable: bool = True) -> int:
-    """Exit 3, one line naming a file of the sweep folder, no trial failed, nothing half-written (where
-    the folder still takes a removal: a read-only file system keeps a temporary file its write made just
-    before, which the next run removes); returns how many trials were recorded."""
+    """Exit 3, one line naming a file of the sweep folder, no trial failed, nothing half-written where
+    the folder still takes a removal (a read-only file system, or a folder whose write permission went
+    while a write was under way, keeps the temporary file that write made, which the next run removes:
+    check_completed_by_a_rerun); returns how many trials were recorded."""
     out, err = process.communicate(timeout=180)
     assert process.returncode == 3, (out, err)
     lines = err.strip().splitlines()
@@ -129,7 +130,10 @@ def test_permissions_taken_away_mid_sweep_stop_it_with_exit_3_and_a_rerun_comple
     wait_for(root, process, 3)
     for folder in [root, *(p for p in root.rglob("*") if p.is_dir())]:
         folder.chmod(0o555)                                 # chmod -R a-w on the folders
-    recorded = check_stopped_cleanly(root, process, "Permission denied")
+    # A write under way when the folders turn read-only keeps its temporary file (removing it needs the
+    # write permission that just went); the rerun removes it.
+    recorded = check_stopped_cleanly(root, process, "Permission denied", removable=False)
+    assert all(path.parent.stat().st_mode & 0o200 == 0 for path in half_written(root)), half_written(root)
     stopped_seconds = time.monotonic() - began
     assert 3 <= recorded < TRIALS
 

@@ -22,14 +22,14 @@ for _chatty in ("mlflow.store.db.utils", "alembic"):
     logging.getLogger(_chatty).setLevel(logging.WARNING)
 
 
-def get_experiment_id(client: MlflowClient, sweep: str, tracking_uri: str) -> str:
+def get_experiment_id(client: MlflowClient, sweep: str, tracking_uri: str, results_root=None) -> str:
     experiment = client.get_experiment_by_name(sweep)
     if experiment is not None:
         if experiment.lifecycle_stage == "deleted":
             client.restore_experiment(experiment.experiment_id)
         return experiment.experiment_id
     try:
-        return client.create_experiment(sweep, artifact_location=local_artifact_root(tracking_uri))
+        return client.create_experiment(sweep, artifact_location=local_artifact_root(tracking_uri, results_root))
     except MlflowException:
         # Another process (a run of the same sweep into another results folder) created it first.
         experiment = client.get_experiment_by_name(sweep)
