@@ -267,14 +267,14 @@ class Mirror:
             self._call_all("progress", points)
         # Ended trials go in chunks: the mirror's progress can be told (owed()) and a wait for it
         # cut short between two chunks (abort()).
-        ended_list = list(ended.values())
-        size = min([getattr(sink, "ended_per_call", ENDED_PER_CALL) for sink in self.sinks] or [ENDED_PER_CALL])
-        for start in range(0, len(ended_list), size):
-            if self._abort.is_set():
-                break
-            chunk = ended_list[start:start + size]
+        # The size is asked before each chunk: a sink may pace it by how fast its store took the last.
+        ended_list, start = list(ended.values()), 0
+        while start < len(ended_list) and not self._abort.is_set():
+            size = min([getattr(sink, "ended_per_call", ENDED_PER_CALL) for sink in self.sinks] or [ENDED_PER_CALL])
+            chunk = ended_list[start:start + max(1, size)]
             self._call_all("trials_ended", chunk)
             self.status.delivered += len(chunk)
+            start += len(chunk)
         self._retry_backlogs()
         if close is not None:
             self.status.notes += [note for note in self._call_all("close", *close, final=True) if note]

@@ -449,14 +449,56 @@ def test_an_mlflow_whose_tables_differ_is_written_through_its_client_and_said(tm
     assert run.info.status == "FINISHED" and run.data.metrics["final_regret"] == 3.0
 
 
-def test_through_a_tracking_server_the_mirror_hands_the_sink_few_trials_at_a_time(tmp_path):
+def test_through_a_tracking_server_the_mirror_hands_the_sink_about_20_seconds_of_its_pace(tmp_path):
     """A bulk transaction's worth (500) on MLflow's own database; through a tracking server (the
-    client's writer) four rounds of its concurrent calls, so that a slow server's progress shows within
-    the mirror's stall limit and a cut-short wait leaves few runs half-written."""
-    from banditsweep.workers.mirrors.mlflow.writers import SERVER_CONCURRENCY
+    client's writer) two rounds of its concurrent calls until a write has timed the server, then about
+    20 s of runs at that pace (at least a round, at most 500), so that a slow server's progress shows
+    within the mirror's stall limit and a cut-short wait leaves few runs half-written."""
+    from banditsweep.workers.mirrors.mlflow.writers import DATABASE_CONCURRENCY, SERVER_CONCURRENCY, CallsInFlight
 
     uri = f"sqlite:///{tmp_path}/m.db"
     sink = MLflowSink(SinkContext("s", str(tmp_path / "results"), sink_options=MLflowOptions(uri).sink_options()))
     assert sink.ended_per_call == 500
     sink.use_client()
-    assert sink.ended_per_call == 4 * SERVER_CONCURRENCY == 32
+    # The client to MLflow's database directly (SQLAlchemy's pool holds 5): 4 calls at once.
+    assert sink.writer.concurrency == DATABASE_CONCURRENCY == 4 and sink.ended_per_call == 8
+    sink.open(sink.context.store.journal(), [])
+    sink.trials_ended([(_record(f"{i:020d}"), [(2, 1.0), (4, 3.0)]) for i in range(8)])
+    pace = sink.writer.runs_per_second
+    assert pace > 0 and sink.ended_per_call == max(4, min(500, int(pace * 20)))
+    sink.close("FINISHED", {})
+    assert len(_runs(uri, sink)) == 8
+    # To a tracking server: 8 at once at first, two rounds until timed; then 20 s at the pace, from a
+    # round of the calls in flight to 500.
+    sink.writer.in_flight, sink.writer.runs_per_second = CallsInFlight(8, SERVER_CONCURRENCY), None
+    assert sink.ended_per_call == 16
+    for pace, handed in ((0.2, 8), (1.5, 30), (10.0, 200), (100.0, 500)):   # a login; a small server; a fast one
+        sink.writer.runs_per_second = pace
+        assert sink.ended_per_call == handed
+
+
+def test_calls_in_flight_double_while_they_pay_and_halve_when_the_server_falls_behind():
+    from banditsweep.workers.mirrors.mlflow.writers import SLOW_RUN_SECONDS, CallsInFlight
+
+    calls = CallsInFlight(8, 64)
+    calls.after(16, 2.0, 1.0, False)            # 8 runs/s at 8: try 16
+    assert calls.now == 16
+    calls.after(7, 0.5, 1.0, False)             # a round short of 16 calls tells nothing
+    assert calls.now == 16
+    calls.after(32, 2.0, 1.0, False)            # 16 runs/s: doubling paid, try 32
+    assert calls.now == 32
+    calls.after(64, 3.8, 1.0, False)            # 16.8 runs/s: under 1.15x, back to 16 and stay there
+    assert (calls.now, calls.ceiling) == (16, 16)
+    calls.after(64, 1.0, 1.0, False)            # faster now, but 32 was tried: no higher
+    assert calls.now == 16
+    calls.after(64, 4.0, SLOW_RUN_SECONDS + 1, False)   # a run slower than the limit: halve
+    assert (calls.now, calls.ceiling) == (8, 8)
+    calls.after(3, 1.0, 0.5, True)              # a failed call: halve, whatever the round
+    assert (calls.now, calls.ceiling) == (4, 4)
+    for _ in range(5):
+        calls.after(1, 1.0, 0.5, True)
+    assert calls.now == 1                       # never below one
+    fast = CallsInFlight(8, 64)
+    for runs, seconds in ((16, 1.0), (32, 1.0), (64, 1.0), (128, 1.0)):   # every doubling pays, up to 64
+        fast.after(runs, seconds, 0.5, False)
+    assert fast.now == 64

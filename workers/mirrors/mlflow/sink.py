@@ -52,8 +52,11 @@ from banditsweep.workers.mirrors.sinks import ENDED_PER_CALL, Points, SinkContex
 from banditsweep.workers.storage.record import FINISHED, TrialRecord, thinned_curve
 
 # The experiment tag MLflow 3's UI chooses an experiment's first page by, and the kind of ours.
-# Through a tracking server, the mirror hands the sink this many rounds of its concurrent calls at a time.
-CLIENT_ROUNDS_PER_CALL = 4
+# Through a tracking server, the mirror hands the sink about this many seconds of the server's work at a
+# time (at the pace of the last call), at least one round of its concurrent calls; two rounds before
+# the pace is known. Well inside the mirror's 120 s stall limit even behind a login (1.5 runs/s).
+CLIENT_SECONDS_PER_CALL = 20.0
+CLIENT_ROUNDS_FIRST_CALL = 2
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_DEVELOPMENT = "custom_model_development"
 
@@ -72,6 +75,8 @@ class MLflowSink:
         # Ending a run through a tracking server would otherwise cost a request more (MLflow reads the
         # run back to print its URL) and two lines on the mirror's output per trial.
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+        # One kept connection per call in flight (MLflow keeps 10: the rest would each open their own).
+        os.environ.setdefault("MLFLOW_HTTP_POOL_MAXSIZE", str(SERVER_CONCURRENCY))
         tracking_uri = self.options.tracking_uri
         # MlflowClient opens the store when it is built, and that is when a new SQLite store gets its
         # tables: inside the lock, like the experiment.
@@ -101,7 +106,10 @@ class MLflowSink:
         so that what is owed visibly falls even on a slow server (a wait for the mirror that sees no
         progress for minutes gives up) and a cut-short wait leaves few runs half-written."""
         if isinstance(self.writer, ClientWriter):
-            return SERVER_CONCURRENCY * CLIENT_ROUNDS_PER_CALL
+            pace, rounds = self.writer.runs_per_second, self.writer.concurrency
+            if pace is None:
+                return rounds * CLIENT_ROUNDS_FIRST_CALL
+            return max(rounds, min(ENDED_PER_CALL, int(pace * CLIENT_SECONDS_PER_CALL)))
         return ENDED_PER_CALL
 
     def use_client(self, client: MlflowClient | None = None) -> None:

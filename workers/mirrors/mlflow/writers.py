@@ -12,6 +12,7 @@ a transaction is all or nothing, but the client's calls for one run are several.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Protocol
 
@@ -26,8 +27,22 @@ from banditsweep.workers.mirrors.mlflow.queries import search_all
 MADE, LOGGED, DONE = "made", "logged", "done"
 # Called with (the write's index in the list, its run id, MADE / LOGGED / DONE).
 Noted = Callable[[int, str, str], None]
-# Concurrent client calls to a tracking server (its workers serve them in parallel).
-SERVER_CONCURRENCY = 8
+# Concurrent client calls to a tracking server: a trial's run costs it three requests whatever we do
+# (MLflow has no call that makes several runs, or makes one ended), so runs per second come from
+# calls in flight, as many as the server keeps up with (:class:`CallsInFlight`). Measured on a
+# 4-worker `mlflow server` (docs/benchmarks.md): 8 in flight gave 7-8 runs/s on either backend, 32
+# gave 15 (SQLite, whose writes queue behind one lock) and 26-30 (PostgreSQL); 64 no more. A 1-worker
+# server on SQLite given 32 at once failed calls: each of its processes holds 15 database connections
+# and fails a request that waits 30 s for one.
+SERVER_FIRST_CONCURRENCY = 8
+SERVER_CONCURRENCY = 64
+# Through MLflow's client to its database store directly (where the bulk writer was passed over): no
+# more at once than SQLAlchemy's pool holds (5).
+DATABASE_CONCURRENCY = 4
+# A round whose slowest run took longer than this (its three requests) is a server falling behind.
+SLOW_RUN_SECONDS = 10.0
+# A doubling of the calls in flight is kept only where it raised the runs per second this much.
+WORTH_DOUBLING = 1.15
 # MLflow's log_batch limits: 1000 entities in all, at most 100 params and 100 tags.
 MAX_ENTITIES_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
@@ -73,25 +88,77 @@ class BulkWriter:
                     noted(index, run_id, step)
 
 
+class CallsInFlight:
+    """How many runs go to a tracking server at once: start at ``first``; after each round that kept
+    them all busy, double while the runs per second rose by :data:`WORTH_DOUBLING` over the level below,
+    up to ``most``; go back to the level below where a doubling gained less, and halve (and stay at or
+    under that) after a failed call or a run slower than :data:`SLOW_RUN_SECONDS`."""
+
+    def __init__(self, first: int, most: int):
+        self.now, self.ceiling = first, most
+        self.rate_below: float | None = None   # runs/s at now // 2, measured just before the doubling
+
+    def after(self, runs: int, seconds: float, slowest: float, failed: bool) -> None:
+        if failed or slowest > SLOW_RUN_SECONDS:
+            self.now = self.ceiling = max(1, self.now // 2)
+            self.rate_below = None
+            return
+        if runs < self.now:   # a round that did not keep every call busy says nothing of the level
+            return
+        rate = runs / max(seconds, 1e-3)
+        if self.rate_below is not None and rate < WORTH_DOUBLING * self.rate_below:
+            self.now = self.ceiling = max(1, self.now // 2)
+            self.rate_below = None
+        elif self.now * 2 <= self.ceiling:
+            self.now, self.rate_below = self.now * 2, rate
+
+
 class ClientWriter:
     """Runs written through MLflow's client, as to a tracking server: a new run is created with its
     tags, then gets its values in as few ``log_batch`` calls as MLflow's limits allow, then its end
-    (a terminal status); writes the sink says may go at once (``concurrent``) go
-    :data:`SERVER_CONCURRENCY` at a time."""
+    (a terminal status); writes the sink says may go at once (``concurrent``) go several at a time, as
+    many as a tracking server keeps up with (:class:`CallsInFlight`; :data:`DATABASE_CONCURRENCY` to a
+    database)."""
 
     def __init__(self, client: MlflowClient, experiment_id: str):
         self.client, self.experiment_id = client, experiment_id
         # Trials whose run a create call may have made although it failed (the store made the run and
         # the reply was lost): the next create of that trial's run looks for it first.
         self.unsure: set[str] = set()
+        # Calls at once: as many as a tracking server keeps up with, a few to a database store the
+        # client opens itself.
+        self.in_flight = (CallsInFlight(SERVER_FIRST_CONCURRENCY, SERVER_CONCURRENCY) if sql_store(client) is None
+                          else CallsInFlight(DATABASE_CONCURRENCY, DATABASE_CONCURRENCY))
+        # Runs a second the store took in the last write that kept every call in flight busy (None
+        # before one): how many ended trials the mirror hands at a time follows it (MLflowSink).
+        self.runs_per_second: float | None = None
+
+    @property
+    def concurrency(self) -> int:
+        return self.in_flight.now
 
     def write(self, writes: list[RunWrite], noted: Noted, concurrent: bool = False) -> None:
-        if concurrent and len(writes) > 1:   # a tracking server serves several calls at once
-            with ThreadPoolExecutor(SERVER_CONCURRENCY, thread_name_prefix="banditsweep-mlflow") as pool:
-                list(pool.map(lambda index: self._write_one(index, writes[index], noted), range(len(writes))))
-        else:
+        if not (concurrent and len(writes) > 1):
             for index, write in enumerate(writes):
                 self._write_one(index, write, noted)
+            return
+        # A tracking server serves several calls at once.
+        level, started, slowest, failed = self.concurrency, time.perf_counter(), [0.0], True
+
+        def timed(index: int) -> None:
+            began = time.perf_counter()
+            self._write_one(index, writes[index], noted)
+            slowest[0] = max(slowest[0], time.perf_counter() - began)
+
+        try:
+            with ThreadPoolExecutor(level, thread_name_prefix="banditsweep-mlflow") as pool:
+                list(pool.map(timed, range(len(writes))))
+            failed = False
+        finally:
+            seconds = time.perf_counter() - started
+            self.in_flight.after(len(writes), seconds, slowest[0], failed)
+            if not failed and len(writes) >= level:
+                self.runs_per_second = len(writes) / max(seconds, 1e-3)
 
     def _write_one(self, index: int, write: RunWrite, noted: Noted) -> None:
         run_id, tags = write.run_id, write.tags
