@@ -33,15 +33,27 @@ slow), against the Parquet-only run's:
 
     .venv/bin/python benchmarks/sweep_scale.py --trials 1000 --sinks none mlflow --server auth --mlflow-runs auto
 
+``--backend postgresql`` gives that server a private PostgreSQL (tests/postgres_server.py: Debian's
+``postgresql``, as root) instead of SQLite; ``--server-workers`` its worker processes (MLflow's default,
+4). For each server setting the benchmark is run once, the Parquet-only run and the mirrored one side by
+side:
+
+    .venv/bin/python benchmarks/sweep_scale.py --trials 10000 --sinks none mlflow --server plain --backend postgresql
+
 ``--mirror-only N`` measures the MLflow sink alone instead: N ended trials (a 2-point curve, 6
 parameters, 3 final metrics each) written to a fresh SQLite store through the bulk writer (one
-transaction per 500 runs) and through MLflow's client (as to a tracking server: create, log_batch,
-terminate per run, 8 at a time), in runs per second.
+transaction per 500 runs) and through MLflow's client (create, log_batch, terminate per run, 4 at a
+time), in runs per second. With ``--server``, N runs go through MLflow's client to that server twice,
+side by side: 8 calls in flight (the writer before its calls followed the server) and as many as the
+server keeps up with (``writers.CallsInFlight``), handed as the mirror hands them:
+
+    .venv/bin/python benchmarks/sweep_scale.py --mirror-only 2000 --server plain --backend postgresql
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -148,29 +160,44 @@ def run(folder: Path, spec: Path, sink: str, address: str | None = None, server=
     return row
 
 
-def mirror_only(count: int) -> None:
-    from banditsweep.workers.mirrors.mlflow.sink import MLflowSink
-    from banditsweep.workers.storage.record import FINISHED, TrialRecord
+def mirror_only(count: int, server=None, where: dict | None = None) -> None:
     from banditsweep.workers.mirrors.mlflow.options import MLflowOptions
+    from banditsweep.workers.mirrors.mlflow.sink import MLflowSink
+    from banditsweep.workers.mirrors.mlflow.writers import SERVER_FIRST_CONCURRENCY, CallsInFlight
     from banditsweep.workers.mirrors.sinks import SinkContext
+    from banditsweep.workers.storage.record import FINISHED, TrialRecord
 
-    for mode, n in (("bulk", count), ("client", max(1, count // 10))):
+    if server is None:
+        cases = (("bulk", count), ("client", max(1, count // 10)))
+    else:
+        cases = ((f"server, {SERVER_FIRST_CONCURRENCY} in flight (before)", count), ("server, paced (now)", count))
+        if server.auth_password is not None:
+            os.environ.update(MLFLOW_TRACKING_USERNAME=server.admin, MLFLOW_TRACKING_PASSWORD=server.auth_password)
+    for number, (mode, n) in enumerate(cases):
         with tempfile.TemporaryDirectory(prefix="banditsweep-mirror-") as work:
-            options = MLflowOptions(f"sqlite:///{work}/mlflow.db").sink_options()
-            sink = MLflowSink(SinkContext("mirror", f"{work}/results", sink_options=options))
+            uri = server.uri if server is not None else f"sqlite:///{work}/mlflow.db"
+            sweep = f"mirror{number}"
+            sink = MLflowSink(SinkContext(sweep, f"{work}/results", sink_options=MLflowOptions(uri).sink_options()))
             if mode == "client":
                 sink.use_client()
-            records = [TrialRecord(trial_id=f"{i:020d}", sweep="mirror", algorithm="linucb", label="LinUCB",
+            if mode.endswith("(before)"):
+                sink.writer.in_flight = CallsInFlight(SERVER_FIRST_CONCURRENCY, SERVER_FIRST_CONCURRENCY)
+            records = [TrialRecord(trial_id=f"{number}{i:019d}", sweep=sweep, algorithm="linucb", label="LinUCB",
                                    environment="synthetic:h1", seed=i, horizon=10, params={"nu": 0.1, "lam": 1.0},
                                    environment_config={"dim": 3}, log_every=5, status=FINISHED, attempts=1,
                                    final_regret=3.0, wall_seconds=0.1, seconds_per_round=0.01,
                                    diagnostics={"batch_size": 64.0}) for i in range(n)]
-            started = time.perf_counter()
-            for first in range(0, n, 500):
-                sink.trials_ended([(r, [(5, 1.0), (10, 3.0)]) for r in records[first:first + 500]])
+            sink.open(sink.context.store.journal(), [])
+            started, first, levels = time.perf_counter(), 0, []
+            while first < n:   # as the mirror hands them (workers.mirrors.sinks): the sink's own chunk size
+                size = sink.ended_per_call
+                levels.append(getattr(sink.writer, "concurrency", None))
+                sink.trials_ended([(r, [(5, 1.0), (10, 3.0)]) for r in records[first:first + size]])
+                first += size
             seconds = time.perf_counter() - started
-            print(json.dumps({"case": "mirror", "mode": mode, "runs": n, "seconds": seconds,
-                              "runs_per_second": n / seconds}), flush=True)
+            sink.close("FINISHED", {})
+            print(json.dumps({"case": "mirror", **(where or {}), "mode": mode, "runs": n, "seconds": seconds,
+                              "runs_per_second": n / seconds, "in_flight_by_call": levels}), flush=True)
 
 
 def main() -> None:
@@ -184,9 +211,16 @@ def main() -> None:
     parser.add_argument("--node-cpus", type=int, default=2, help="CPUs of each worker node")
     parser.add_argument("--server", choices=["none", "plain", "auth"], default="none",
                         help="mirror the mlflow setting to a real mlflow server on loopback (auth: basic-auth app)")
+    parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite",
+                        help="the server's store (postgresql: a private PostgreSQL, as root)")
+    parser.add_argument("--server-workers", type=int, default=4, help="the server's worker processes (MLflow's default)")
     args = parser.parse_args()
     if args.mirror_only:
-        mirror_only(args.mirror_only)
+        with tempfile.TemporaryDirectory(prefix="banditsweep-mirror-server-") as work:
+            with servers(Path(work), args) as server:
+                mirror_only(args.mirror_only, server, {"server": args.server, "backend": args.backend,
+                                                       "server_workers": args.server_workers,
+                                                       "load_average": os.getloadavg()[0]})
         return
     cluster = start_cluster(args.nodes, args.node_cpus) if args.nodes else None
     where = {"nodes": args.nodes, "node_cpus": args.node_cpus} if cluster else {"nodes": "embedded"}
@@ -197,9 +231,8 @@ def main() -> None:
             print(json.dumps({"case": "expand", "trials": args.trials, "mlflow_runs": args.mlflow_runs,
                               "expand_seconds": expand_seconds(spec)}),
                   flush=True)
-            server = start_server(folder, args.server) if args.server != "none" else None
-            where["server"] = args.server
-            try:
+            where.update(server=args.server, backend=args.backend, server_workers=args.server_workers)
+            with servers(folder, args) as server:
                 rows = []
                 for sink in args.sinks:   # RUSAGE_CHILDREN keeps the largest child so far: Parquet only first
                     rows.append(run(folder, spec, sink, cluster.address if cluster else None,
@@ -211,25 +244,39 @@ def main() -> None:
                         if "trials_seconds" in rows[-1]:
                             rows[-1]["trials_ratio_to_parquet_only"] = (rows[-1]["trials_seconds"]
                                                                         / base["trials_seconds"])
-                    print(json.dumps({"case": "run", "trials": args.trials, **where, **rows[-1]}), flush=True)
-            finally:
-                if server is not None:
-                    server.stop()
+                    print(json.dumps({"case": "run", "trials": args.trials, **where, "load_average": os.getloadavg()[0],
+                                      **rows[-1]}), flush=True)
     finally:
         if cluster is not None:
             cluster.shutdown()
 
 
-def start_server(folder: Path, kind: str):
-    """A real ``mlflow server`` on loopback over a SQLite store in ``folder`` (the tests' helper,
-    tests/mlflow_server.py: its own process group, ended by the caller's ``stop()``)."""
+@contextlib.contextmanager
+def servers(folder: Path, args):
+    """The ``mlflow server`` of ``--server`` (None for ``none``) over ``--backend``, with ``--server-workers``
+    workers, on loopback (the tests' helpers, tests/mlflow_server.py and tests/postgres_server.py: each in
+    its own process group, ended here)."""
+    if args.server == "none":
+        yield None
+        return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from mlflow_server import TrackingServer
+    from postgres_server import PostgresServer
 
-    (folder / "server").mkdir()
-    server = TrackingServer(folder / "server", auth_password="bench-" + os.urandom(8).hex() if kind == "auth" else None)
-    server.start()
-    return server
+    database = PostgresServer().start() if args.backend == "postgresql" else None
+    try:
+        (folder / "server").mkdir()
+        backend = database.uri.replace("postgresql://", "postgresql+psycopg2://", 1) if database else None
+        server = TrackingServer(folder / "server", workers=args.server_workers, backend_uri=backend,
+                                auth_password="bench-" + os.urandom(8).hex() if args.server == "auth" else None)
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+    finally:
+        if database is not None:
+            database.stop()
 
 
 def start_cluster(nodes: int, cpus: int):

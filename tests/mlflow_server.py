@@ -1,7 +1,7 @@
-"""A real ``mlflow server`` for the tests: on loopback, over a SQLite store in the test's folder, in a
-process group of its own (stopping it ends the server and its workers, nothing else); with
-``auth_password``, MLflow's basic-auth app with an admin user of that password and its user store in
-the same folder."""
+"""A real ``mlflow server`` for the tests: on loopback, over a SQLite store in the test's folder (or a
+database given), in a process group of its own (stopping it ends the server and its workers, nothing
+else); with ``auth_password``, MLflow's basic-auth app with an admin user of that password and its user
+store in the same folder."""
 
 from __future__ import annotations
 
@@ -22,18 +22,24 @@ def free_port() -> int:
 
 
 class TrackingServer:
-    def __init__(self, folder: Path, auth_password: str | None = None, admin: str = "admin"):
+    """``backend_uri``: the server's store (default a SQLite file in ``folder``); ``workers``: its worker
+    processes (MLflow's default is 4; one keeps a test's server small)."""
+
+    def __init__(self, folder: Path, auth_password: str | None = None, admin: str = "admin",
+                 backend_uri: str | None = None, workers: int = 1):
         self.folder, self.port = folder, free_port()
         self.uri = f"http://127.0.0.1:{self.port}"
         self.auth_password, self.admin = auth_password, admin
+        self.backend_uri = backend_uri or f"sqlite:///{folder / 'server.db'}"
+        self.workers = workers
         self.process: subprocess.Popen | None = None
 
     def start(self, within: float = 120.0) -> float:
         began = time.monotonic()
         env = dict(os.environ)
         command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-                   "--backend-store-uri", f"sqlite:///{self.folder / 'server.db'}",
-                   "--artifacts-destination", str(self.folder / "artifacts"), "--workers", "1"]
+                   "--backend-store-uri", self.backend_uri,
+                   "--artifacts-destination", str(self.folder / "artifacts"), "--workers", str(self.workers)]
         if self.auth_password is not None:
             config = self.folder / "basic_auth.ini"
             config.write_text(f"[mlflow]\ndefault_permission = READ\n"

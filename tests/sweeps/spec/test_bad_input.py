@@ -246,6 +246,11 @@ CASES = [
          [*RUN, "--mlflow-uri", "postgresql://lab:hunter2@127.0.0.1/mlflow"],
          "--mlflow-uri 'postgresql://lab:***@127.0.0.1/mlflow': the postgresql driver 'psycopg' (postgresql://) "
          "is not installed, nor any other; install one of 'psycopg[binary]'", setup=_no_database_drivers),
+    Case("mlflow-driver-mysql", "a MySQL tracking URI without an installed driver",
+         [*RUN, "--mlflow-uri", "mysql://lab:hunter2@127.0.0.1/mlflow"],
+         "--mlflow-uri 'mysql://lab:***@127.0.0.1/mlflow': the mysql driver 'mysqldb' (mysql://) is not installed, "
+         "nor any other; install one of mysqlclient (mysql+mysqldb://), PyMySQL (mysql+pymysql://)",
+         setup=_no_database_drivers),
     # Nothing has failed: there is nothing to report (exit 2, as `verify` says it; 1 means failed trials).
     Case("report-nothing-finished", "report of a sweep with no finished trial",
          ["report", "{spec}", "--results", "{tmp}/res", "--mlflow-uri", "sqlite:///{tmp}/res/m.db"],
