@@ -44,8 +44,9 @@ side:
 parameters, 3 final metrics each) written to a fresh SQLite store through the bulk writer (one
 transaction per 500 runs) and through MLflow's client (create, log_batch, terminate per run, 4 at a
 time), in runs per second. With ``--server``, N runs go through MLflow's client to that server twice,
-side by side: 8 calls in flight (the writer before its calls followed the server) and as many as the
-server keeps up with (``writers.CallsInFlight``), handed as the mirror hands them:
+side by side: 8 calls in flight, 32 runs handed at a time (the writer before its calls followed the
+server) and as many as the server keeps up with (``writers.CallsInFlight``), handed as the mirror
+hands them now (about 20 s of the server's pace at a time):
 
     .venv/bin/python benchmarks/sweep_scale.py --mirror-only 2000 --server plain --backend postgresql
 """
@@ -190,7 +191,8 @@ def mirror_only(count: int, server=None, where: dict | None = None) -> None:
             sink.open(sink.context.store.journal(), [])
             started, first, levels = time.perf_counter(), 0, []
             while first < n:   # as the mirror hands them (workers.mirrors.sinks): the sink's own chunk size
-                size = sink.ended_per_call
+                # (before: 4 rounds of 8 calls at a time)
+                size = 4 * SERVER_FIRST_CONCURRENCY if mode.endswith("(before)") else sink.ended_per_call
                 levels.append(getattr(sink.writer, "concurrency", None))
                 sink.trials_ended([(r, [(5, 1.0), (10, 3.0)]) for r in records[first:first + size]])
                 first += size
@@ -269,7 +271,7 @@ def servers(folder: Path, args):
         backend = database.uri.replace("postgresql://", "postgresql+psycopg2://", 1) if database else None
         server = TrackingServer(folder / "server", workers=args.server_workers, backend_uri=backend,
                                 auth_password="bench-" + os.urandom(8).hex() if args.server == "auth" else None)
-        server.start()
+        server.start(within=600)   # 4 workers making a new store under load: minutes
         try:
             yield server
         finally:
