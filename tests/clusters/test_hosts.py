@@ -9,7 +9,7 @@ driver; hosts 1 and 2 run a Ray worker node each, one CPU.
 - the same as a Ray job submitted to the head's dashboard from host 0;
 - a classification sweep whose dataset is only in host 0's data folder: the trials on the worker
   hosts read the driver's copy, sent through Ray's object store, not a file of theirs;
-- a worker host cut off for 20 s, then reconnected: the run finishes, every trial once, the same values;
+- a worker host cut off for 8 s, then reconnected: the run finishes, every trial once, the same values;
 - a worker host lost mid-sweep (every process of it killed, its link removed) while the answers of
   its calls are still in its object store: the run finishes, no trial lost or recorded twice, the
   same values;
@@ -20,7 +20,7 @@ driver; hosts 1 and 2 run a Ray worker node each, one CPU.
   replacement joined after the earlier loss) from that checkpoint, kept in host 0's folder;
 - a sharded trial (two shards, one per worker host) losing one host: the shards placed again, on
   a replacement host too, and the trial resumed from its checkpoint with the same final regret;
-- a worker host cut off for 90 s, longer than Ray's node-death detection: its trials run again
+- a worker host cut off for 45 s, longer than Ray's node-death detection (pinned: hosts.HEALTH_CHECK): its trials run again
   elsewhere and nothing it computed is taken when it comes back.
 
 The tests skip, saying why, where the namespaces cannot be made (not Linux, not root); with
@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from hosts import BIN, DATA, HOME, HOST_ROOT, RESULTS, Hosts, why_not_available
+from hosts import BIN, DATA, HOME, HOST_ROOT, NODE_DEATH_SECONDS, RESULTS, Hosts, why_not_available
 from local_ray import end_session, finished_trial_runs
 from paths import REPO, TEST_DATASETS
 
@@ -59,6 +59,10 @@ SYNTHETIC = {"horizon": 2000, "seeds": 6,
 LONG = {"horizon": 50000, "seeds": 12,
         "environments": [{"kind": "synthetic", "function": "h1"}],
         "algorithms": [{"name": "linucb"}]}
+# Link cuts on either side of Ray's node-death detection (pinned, hosts.HEALTH_CHECK: about 25 s).
+SHORT_CUT_SECONDS = 8
+LONG_CUT_SECONDS = 45
+assert SHORT_CUT_SECONDS < NODE_DEATH_SECONDS < LONG_CUT_SECONDS - 10
 CLASSIFICATION = {"horizon": 200, "seeds": 2,
                   "environments": [{"kind": "classification", "dataset": "mushroom"}],
                   "algorithms": [{"name": "linucb"}, {"name": "random"}]}
@@ -322,8 +326,8 @@ def wait_for_trials_midway(hosts: Hosts, on: list, sweep: str, run: subprocess.P
         any(t["node"] == host.address and 500 < t["round"] < t["horizon"] // 2 for t in trials) for host in on))
 
 
-def test_a_worker_host_cut_off_for_20_s(cluster, tmp_path_factory):
-    """Host 2's link down for 20 s while it runs a trial, then up again: shorter than Ray takes to
+def test_a_worker_host_cut_off_for_8_s(cluster, tmp_path_factory):
+    """Host 2's link down for 8 s while it runs a trial, then up again: shorter than Ray takes to
     declare a node dead, so the node stays in the cluster, and the run finishes with every trial once
     and the same values. A call that was on the cut host may fail when its connection turns out to
     be reset at the reconnection (Ray's ACTOR_UNAVAILABLE, a worker death to the driver): its trials
@@ -336,7 +340,7 @@ def test_a_worker_host_cut_off_for_20_s(cluster, tmp_path_factory):
                          "--sink", "none", text=True)
     wait_for_a_trial_on(hosts, cut, "hosts_cut", run)
     cut.cut()
-    time.sleep(20)
+    time.sleep(SHORT_CUT_SECONDS)
     cut.reconnect()
     out, err = run.communicate(timeout=500)
     seconds = time.monotonic() - started
@@ -348,7 +352,7 @@ def test_a_worker_host_cut_off_for_20_s(cluster, tmp_path_factory):
     assert len(curves) == 12 * LONG["horizon"] and not curves.duplicated(["trial_id", "t"]).any()
     assert_same_values(trials, reference(LONG, tmp_path_factory))
     assert sorted(hosts.alive_nodes().values()) == sorted(host.address for host in hosts)
-    print(f"\nhost 2 cut off for 20 s: the run took {seconds:.1f} s, {int((trials['attempts'] > 1).sum())} trial(s) "
+    print(f"\nhost 2 cut off for {SHORT_CUT_SECONDS} s: the run took {seconds:.1f} s, {int((trials['attempts'] > 1).sum())} trial(s) "
           "ran a second time")
 
 
@@ -556,8 +560,8 @@ def test_a_sharded_trial_losing_a_host_resumes_from_its_checkpoint(cluster, tmp_
 
 
 def test_a_worker_host_cut_off_for_longer_than_node_death_detection(cluster, tmp_path_factory):
-    """A worker host's link down for 90 s while it runs a trial: longer than Ray takes to declare a node
-    dead (about 65 s), so its trials run again on the other host, and when the link comes back the
+    """A worker host's link down for 45 s while it runs a trial: longer than Ray takes to declare a node
+    dead (about 25 s, hosts.HEALTH_CHECK), so its trials run again on the other host, and when the link comes back the
     cut host's late answers must neither add a second copy of a trial nor overwrite one. Every trial
     once, the clean run's values."""
     hosts = cluster
@@ -572,7 +576,7 @@ def test_a_worker_host_cut_off_for_longer_than_node_death_detection(cluster, tmp
     cut.cut()
     started = time.monotonic()
     dead_after = None
-    while time.monotonic() - started < 90:
+    while time.monotonic() - started < LONG_CUT_SECONDS:
         if dead_after is None and cut.address not in hosts.alive_nodes().values():
             dead_after = time.monotonic() - started
         time.sleep(1.0)
@@ -589,5 +593,5 @@ def test_a_worker_host_cut_off_for_longer_than_node_death_detection(cluster, tmp
     time.sleep(5)   # the cut host's late answers, had any been taken, would be in the store by now
     later, _ = results_of(hosts, "hosts_long_cut")
     pd.testing.assert_frame_equal(later, trials)
-    print(f"\nhost cut off for 90 s: declared dead after {dead_after if dead_after is None else round(dead_after, 1)} s; "
+    print(f"\nhost cut off for {LONG_CUT_SECONDS} s: declared dead after {dead_after if dead_after is None else round(dead_after, 1)} s; "
           f"{len(again)} trial(s) ran again on another host; the run took {time.monotonic() - started:.1f} s from the cut")
