@@ -157,7 +157,9 @@ def run(folder: Path, spec: Path, sink: str, address: str | None = None, server=
             statuses[found.info.status] = statuses.get(found.info.status, 0) + 1
         row.update(mlflow_finished=statuses.get("FINISHED", 0), mlflow_running=statuses.get("RUNNING", 0),
                    mlflow_other=sum(v for k, v in statuses.items() if k not in ("FINISHED", "RUNNING")),
-                   mlflow_cell_runs=len(search_all(client, experiment, "tags.kind = 'cell'")))
+                   mlflow_cell_runs=len(search_all(client, experiment, "tags.kind = 'cell'")),
+                   # every run of the experiment (parent, cell and trial runs) not FINISHED
+                   mlflow_not_finished=len(search_all(client, experiment, "attributes.status != 'FINISHED'")))
     return row
 
 
