@@ -21,10 +21,13 @@ driver; hosts 1 and 2 run a Ray worker node each, one CPU.
 - a sharded trial (two shards, one per worker host) losing one host: the shards placed again, on
   a replacement host too, and the trial resumed from its checkpoint with the same final regret;
 - a worker host cut off for 90 s, longer than Ray's node-death detection: its trials run again
-  elsewhere and nothing it computed is taken when it comes back.
+  elsewhere and nothing it computed is taken when it comes back;
+- Slurm over the hosts (tests/slurm_cluster.py, SlurmOnHosts; its own hosts, with a shared folder):
+  `sbatch --nodes=2 cluster-slurm.sbatch SPEC` from host 0 runs Ray over hosts 1 and 2, and an
+  `scontrol requeue` resumes, every trial once.
 
-The tests skip, saying why, where the namespaces cannot be made (not Linux, not root); with
-BANDITSWEEP_REQUIRE_HOSTS=1 they fail instead.
+The tests skip, saying why, where the namespaces cannot be made (not Linux, not root), or for the
+Slurm case where Slurm and MUNGE are not installed; with BANDITSWEEP_REQUIRE_HOSTS=1 they fail instead.
 """
 
 from __future__ import annotations
