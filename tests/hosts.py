@@ -13,6 +13,10 @@ path on the nodes of a real cluster) with contents of its own: a file written un
 is not under another's. The test reads and writes a host's files through ``host.path(...)``
 (``/proc/<pid>/root`` of the process that holds the host's mount namespace).
 
+``Hosts(shared=folder)`` adds what the nodes of a Slurm cluster have in common: a folder of this
+machine's mounted at ``/tmp/h/shared`` on every host, the cluster's shared filesystem (a file one
+host writes there, every other host and the test read at once, the test at the folder's own path).
+
 Every process is started in a session of its own and ended by its process group, then by SIGKILL to
 what is left of its session, then to any process still in the host's namespaces; nothing else on
 the machine is ever signalled (no ``ray stop``). The bridge, the veth pairs and the namespaces carry
@@ -27,6 +31,7 @@ import ipaddress
 import os
 import random
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -44,6 +49,7 @@ HOME = f"{HOST_ROOT}/home"
 DATA = f"{HOST_ROOT}/data"
 RESULTS = f"{HOME}/banditsweep-results"   # the default results root (~/banditsweep-results)
 RAY_TEMP = "/tmp/ray"
+SHARED = f"{HOST_ROOT}/shared"           # where Hosts(shared=...) mounts the shared folder on every host
 
 GCS_PORT = 6379          # a host's network namespace is new: Ray's default ports are free there
 DASHBOARD_PORT = 8265
@@ -160,9 +166,16 @@ class Host:
         _run("ip", "-n", self.netns, "addr", "add", f"{self.address}/{prefix}", "dev", "eth0")
         _run("ip", "-n", self.netns, "link", "set", "eth0", "up")
         _run("ip", "-n", self.netns, "link", "set", "lo", "up")
-        script = ("mount -t tmpfs -o size=2g,mode=1777 bsh-tmp /tmp && "
-                  "mount -t tmpfs -o size=512m,mode=1777 bsh-shm /dev/shm && "
-                  f"mkdir -p {HOME} {DATA} && exec sleep infinity")
+        steps = ["mount -t tmpfs -o size=2g,mode=1777 bsh-tmp /tmp",
+                 "mount -t tmpfs -o size=512m,mode=1777 bsh-shm /dev/shm",
+                 f"mkdir -p {HOME} {DATA}"]
+        if self.hosts.shared is not None:
+            # The shared folder may be under this machine's /tmp, which the host's own /tmp hides: it is
+            # opened (fd 3) before that mount and bound through the descriptor after it. (A bind from a
+            # path of another mount namespace, /proc/PID/root/..., is refused by the kernel.)
+            steps = [f"exec 3< {shlex.quote(str(self.hosts.shared))}", *steps,
+                     f"mkdir -p {SHARED}", f"mount --bind /proc/self/fd/3 {SHARED}", "exec 3<&-"]
+        script = " && ".join([*steps, "exec sleep infinity"])
         self.holder = subprocess.Popen(["ip", "netns", "exec", self.netns, "unshare", "-m", "--propagation", "private",
                                         "--", "sh", "-c", script], stdin=subprocess.DEVNULL,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
@@ -308,7 +321,8 @@ class Hosts:
     """``count`` hosts on a private bridge (host i at the subnet's address i + 1). Use as a context
     manager; :meth:`start_ray` makes host 0 a Ray head and the others its worker nodes."""
 
-    def __init__(self, count: int = 3, object_store_bytes: int = OBJECT_STORE_BYTES, logs: Path | None = None):
+    def __init__(self, count: int = 3, object_store_bytes: int = OBJECT_STORE_BYTES, logs: Path | None = None,
+                 shared: Path | None = None):
         reason = why_not_available()
         if reason:
             raise HostsUnavailable(reason)
@@ -318,6 +332,8 @@ class Hosts:
         addresses = list(self.subnet.hosts())
         self.hosts = [Host(self, i, str(addresses[i])) for i in range(count)]
         self.object_store_bytes = object_store_bytes
+        # A folder of this machine's, mounted at SHARED on every host (None: the hosts share nothing).
+        self.shared = Path(shared).resolve() if shared is not None else None
         self.ray: dict[int, subprocess.Popen] = {}
         self.token = ""
         # The Ray nodes' output (this machine's files); kept where the caller gives a folder.

@@ -37,8 +37,9 @@ _EXPORTS = {
     **dict.fromkeys(("SinkContext", "sink_names"), "mirrors.sinks"),
     **dict.fromkeys(("MLFLOW_SINK", "MLflowOptions", "run_mode"), "mirrors.mlflow.options"),
     **dict.fromkeys(("attach_report", "experiment_of"), "mirrors.mlflow.queries"),
-    **dict.fromkeys(("TRACKING_URI_ENV_VAR", "check_tracking_uri", "database_in", "given_tracking_uri",
-                     "resolve_tracking_uri", "check_tracking_server", "mirror_plan"), "mirrors.mlflow.tracking_store"),
+    **dict.fromkeys(("TRACKING_URI_ENV_VAR", "check_tracking_uri", "chosen_artifact_root", "database_in",
+                     "given_tracking_uri", "resolve_tracking_uri", "check_tracking_server", "mirror_plan"),
+                    "mirrors.mlflow.tracking_store"),
     **dict.fromkeys(("redacted", "check_mlflow_version"), "mirrors.mlflow.store_checks"),
     # provenance
     **dict.fromkeys(("CodeComparison", "compare_code", "current_code"), "provenance.code_check"),

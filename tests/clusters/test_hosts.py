@@ -20,11 +20,14 @@ driver; hosts 1 and 2 run a Ray worker node each, one CPU.
   replacement joined after the earlier loss) from that checkpoint, kept in host 0's folder;
 - a sharded trial (two shards, one per worker host) losing one host: the shards placed again, on
   a replacement host too, and the trial resumed from its checkpoint with the same final regret;
-- a worker host cut off for 45 s, longer than Ray's node-death detection (pinned: hosts.HEALTH_CHECK): its trials run again
-  elsewhere and nothing it computed is taken when it comes back.
+- a worker host cut off for 45 s, longer than Ray's node-death detection (pinned: hosts.HEALTH_CHECK):
+  its trials run again elsewhere and nothing it computed is taken when it comes back;
+- Slurm over the hosts (tests/slurm_cluster.py, SlurmOnHosts; its own hosts, with a shared folder):
+  `sbatch --nodes=2 cluster-slurm.sbatch SPEC` from host 0 runs Ray over hosts 1 and 2, and an
+  `scontrol requeue` resumes, every trial once.
 
-The tests skip, saying why, where the namespaces cannot be made (not Linux, not root); with
-BANDITSWEEP_REQUIRE_HOSTS=1 they fail instead.
+The tests skip, saying why, where the namespaces cannot be made (not Linux, not root), or for the
+Slurm case where Slurm and MUNGE are not installed; with BANDITSWEEP_REQUIRE_HOSTS=1 they fail instead.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -44,9 +48,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from hosts import BIN, DATA, HOME, HOST_ROOT, NODE_DEATH_SECONDS, RESULTS, Hosts, why_not_available
+from hosts import BIN, DATA, HOME, HOST_ROOT, NODE_DEATH_SECONDS, RESULTS, SHARED, Hosts, why_not_available
 from local_ray import end_session, finished_trial_runs
 from paths import REPO, TEST_DATASETS
+from slurm_cluster import SlurmOnHosts, missing_commands
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(900)]
 
@@ -144,10 +149,12 @@ def results_of(hosts: Hosts, sweep: str) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def written_on(host) -> list[str]:
-    """What of a results store is on a host: its results folder, MLflow stores, journals, checkpoints."""
+    """What of a results store is on a host's own disk: its results folder, MLflow stores, journals,
+    checkpoints (the shared folder, where the hosts have one, is not the host's)."""
+    shared = host.path(SHARED)
     found = [str(p) for p in host.path(HOST_ROOT).rglob("*")
-             if p.name in ("mlflow.db", "mlruns", "mlartifacts", ".journal", "trials", "curves", "running.json",
-                           ".checkpoints") or p.suffix == ".state"]
+             if (p.name in ("mlflow.db", "mlruns", "mlartifacts", ".journal", "trials", "curves", "running.json",
+                            ".checkpoints") or p.suffix == ".state") and not p.is_relative_to(shared)]
     return found + ([RESULTS] if host.path(RESULTS).exists() else [])
 
 
@@ -205,6 +212,104 @@ def test_hosts_are_separate_machines(tmp_path):
         assert a.python(reach, b.address).stdout.strip() != "here"
     assert not hosts.leftovers()
     assert not any(Path(f"/proc/{pid}").exists() for pid in listener)
+
+
+# Trials of a few seconds each, saving every 3,000 rounds: the requeue finds trials past a checkpoint.
+SLURM_SWEEP = {"horizon": 20000, "seeds": 6, "checkpoint_every": 3000,
+               "environments": [{"kind": "synthetic", "function": "h1"}],
+               "algorithms": [{"name": "linucb"}]}
+
+
+def test_slurm_over_two_hosts_runs_ray_on_both_and_a_requeue_resumes(tmp_path, tmp_path_factory):
+    """Slurm over separate hosts (tests/slurm_cluster.py, SlurmOnHosts): slurmctld on host 0, a slurmd
+    on hosts 1 and 2, and a folder of this machine's mounted on all three as the cluster's shared
+    filesystem, where the spec, the job's output and the results are. `sbatch --nodes=2
+    cluster-slurm.sbatch SPEC` from host 0: the batch script runs on the first allocated node, which
+    starts the Ray head at its own address and a Ray node on the other through srun; the trials run
+    on both. `scontrol requeue` once a trial is durable and another is past a checkpoint: the job
+    starts again and resumes. Every trial once, finished, the values of a clean run on one host, no
+    result or checkpoint on the nodes' own disks, and no process of the job left on them."""
+    require_hosts()
+    missing = missing_commands()
+    if missing:
+        reason = f"Slurm/MUNGE not installed (missing {', '.join(missing)}): apt-get install slurm-wlm munge"
+        if "1" in (os.environ.get("BANDITSWEEP_REQUIRE_HOSTS"), os.environ.get("BANDITSWEEP_REQUIRE_SLURM")):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    sweep, every, horizon = "slurm_hosts", SLURM_SWEEP["checkpoint_every"], SLURM_SWEEP["horizon"]
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "spec.yaml").write_text(yaml.safe_dump({"sweep": sweep, **SLURM_SWEEP}))
+    results = shared / "results"
+    started = time.monotonic()
+    with Hosts(3, logs=tmp_path / "logs", shared=shared) as hosts, SlurmOnHosts(hosts, cpus=1) as slurm:
+        nodes = {name: host.address for name, host in slurm.nodes.items()}
+        slurm.env["BANDITSWEEP_PYTHON"] = sys.executable   # sbatch passes host 0's environment to the job
+        job = slurm.run("sbatch", "--parsable", "--nodes=2", "--cpus-per-task=1", "--time=15",
+                        "-o", f"{SHARED}/job.out", REPO / "cluster-slurm.sbatch", f"{SHARED}/spec.yaml",
+                        "--results", f"{SHARED}/results", cwd=SHARED).stdout.strip()
+        folder = results / sweep
+        deadline = time.monotonic() + 300
+
+        def journal() -> int:
+            return sum(len(path.read_text().splitlines()) for path in (folder / ".journal").glob("*.jsonl"))
+
+        # A trial durable and another saved at a checkpoint (its state file is there until it finishes).
+        while not ((folder / ".journal").exists() and journal() >= 1 and list(folder.glob(".checkpoints/*.state"))):
+            assert time.monotonic() < deadline and slurm.job(job).get("JobState") in ("PENDING", "RUNNING"), \
+                (shared / "job.out").read_text() if (shared / "job.out").exists() else slurm.logs()
+            time.sleep(0.2)
+        durable = journal()
+        slurm.run("scontrol", "requeue", job)
+        requeued = time.time()
+        # The clean run's values, computed while Slurm holds the requeued job (a minute or more) and
+        # this machine's cores are idle.
+        slurm.wait_for_state(job, {"PENDING"}, 120)
+        expected = reference(SLURM_SWEEP, tmp_path_factory)
+        fields = slurm.wait_for_state(job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, 300)
+        output = (shared / "job.out").read_text()
+        print(output)
+        assert fields["JobState"] == "COMPLETED" and fields.get("Restarts") == "1", f"{fields}\n{output}"
+        # No process of the job left on the nodes: only the Slurm daemons (slurmd, munged) run there.
+        daemons = {name: process.pid for name, process in slurm.processes}
+        for host in hosts[1:]:
+            ours = {pid for name, pid in daemons.items() if name.endswith(f"-{host.index}")}
+            assert set(host.namespace_processes()) == ours, [
+                Path(f"/proc/{pid}/cmdline").read_bytes() for pid in set(host.namespace_processes()) - ours]
+            # The job's local folders (Ray's sessions, the staged MLflow store) are gone too.
+            left = [str(path) for folder in host.path("/tmp").glob("bs-*") for path in [folder, *folder.rglob("*")]]
+            assert written_on(host) == [] and left == [], (host, written_on(host), left[:20])
+    seconds = time.monotonic() - started
+    assert not hosts.leftovers() and not any(Path(f"/proc/{pid}").exists() for pid in daemons.values())
+
+    assert "Traceback" not in output, output
+    starts = re.findall(r"job \d+ \(restart (\d)\) on (\S+), batch script on (\w+): Ray \S+ head at ([\d.]+):", output)
+    assert [restart for restart, *_ in starts] == ["0", "1"], output
+    for _, allocation, batch, head in starts:   # the head on the node the batch script ran on, not host 0
+        assert allocation == "h[1-2]" and batch in nodes and head == nodes[batch], output
+    trials = pd.read_parquet(results / sweep / "trials")
+    curves = pd.read_parquet(results / sweep / "curves")
+    assert len(trials) == 6 and trials["trial_id"].is_unique and (trials["status"] == "finished").all()
+    assert set(trials["node"]) == set(nodes.values()), trials["node"].tolist()   # both nodes ran trials
+    assert len(curves) == 6 * horizon and not curves.duplicated(["trial_id", "t"]).any()
+    assert_same_values(trials, expected)
+    resumed = trials["diag_resumed_from_round"].dropna()
+    assert len(resumed) >= 1 and (resumed >= every + 1).all(), trials.filter(regex="resumed|attempts|node")
+    assert finished_trial_runs(results / "mlflow.db", sweep) == 6   # the staged store copied back
+    # Its artifacts (the spec of each parent run) in the results root, not next to the staged copy.
+    with sqlite3.connect(f"file:{results / 'mlflow.db'}?mode=ro", uri=True) as db:
+        [(location,)] = db.execute("SELECT artifact_location FROM experiments WHERE name = ?", (sweep,)).fetchall()
+    assert location == f"file://{SHARED}/results/mlartifacts", location
+    assert len(list((results / "mlartifacts").rglob("*.yaml"))) == 2   # the first job's parent run and the requeued one's
+    assert not list((results / sweep / ".checkpoints").glob("*.state"))
+    begun = pd.to_datetime(trials["started_at"], utc=True).map(lambda t: t.timestamp())
+    names = {address: name for name, address in nodes.items()}
+    before, after = (trials[begun <= requeued]["node"], trials[begun > requeued]["node"])
+    print(f"\nSlurm over 2 hosts: requeued at {durable} durable trial(s); batch script on "
+          f"{' then '.join(batch for _, _, batch, _ in starts)}; the requeued job's first trial started "
+          f"{begun[begun > requeued].min() - requeued:.1f} s after the requeue; trials finished by the first job "
+          f"{before.map(names).value_counts().to_dict()}, by the requeued one {after.map(names).value_counts().to_dict()}; "
+          f"resumed from rounds {sorted(resumed.astype(int))}; {seconds:.0f} s in all")
 
 
 def test_a_sweep_from_host_0_runs_its_trials_on_the_worker_hosts(cluster, tmp_path_factory):

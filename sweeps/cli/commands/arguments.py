@@ -17,8 +17,8 @@ from banditsweep.workers import (InputError, MLFLOW_SINK, MLflowOptions, check_m
                                  run_mode)
 from banditsweep.workers import check_directory
 from banditsweep.workers import RAY_ADDRESS_FORMS, check_address, ray_address
-from banditsweep.workers import (TRACKING_URI_ENV_VAR, check_tracking_uri, database_in, given_tracking_uri,
-                                          redacted, resolve_tracking_uri)
+from banditsweep.workers import (TRACKING_URI_ENV_VAR, check_tracking_uri, chosen_artifact_root, database_in,
+                                 given_tracking_uri, redacted, resolve_tracking_uri)
 
 
 
@@ -35,10 +35,11 @@ def tracking_uri(args: SweepRequest) -> str:
 
 
 def sink_options(args: SweepRequest, sweep: Sweep) -> dict[str, dict]:
-    """The sinks' own options (SinkContext.sink_options): MLflow's store, and what it gets of this
-    sweep (``mlflow_runs``, ``auto`` by the sweep's size)."""
+    """The sinks' own options (SinkContext.sink_options): MLflow's store, what it gets of this sweep
+    (``mlflow_runs``, ``auto`` by the sweep's size), and where this command's environment puts a new
+    experiment's artifacts."""
     return MLflowOptions(tracking_uri(args), run_mode(sweep.spec.mlflow_runs, len(sweep.trials)),
-                         auto=sweep.spec.mlflow_runs == "auto").sink_options()
+                         auto=sweep.spec.mlflow_runs == "auto", artifacts=chosen_artifact_root()).sink_options()
 
 
 def check_sink_stores(args: SweepRequest, sinks: list[str]) -> None:

@@ -502,3 +502,26 @@ def test_calls_in_flight_double_while_they_pay_and_halve_when_the_server_falls_b
     for runs, seconds in ((16, 1.0), (32, 1.0), (64, 1.0), (128, 1.0)):   # every doubling pays, up to 64
         fast.after(runs, seconds, 0.5, False)
     assert fast.now == 64
+
+
+def test_a_new_experiments_artifacts_go_where_the_commands_environment_chose(tmp_path, monkeypatch):
+    """cluster-slurm.sbatch stages the SQLite store on the node's local disk and sets
+    $BANDITSWEEP_MLFLOW_ARTIFACTS to the results root on the shared filesystem. The sink that creates
+    the experiment runs in the mirror actor, whose environment on a cluster is its raylet's, without
+    that variable: the command's choice travels in the sink options. Without it the artifacts would
+    go next to the staged database, on a disk the job leaves behind."""
+    from banditsweep.workers.mirrors.mlflow.tracking_store import chosen_artifact_root
+
+    shared = tmp_path / "shared" / "mlartifacts"
+    monkeypatch.setenv("BANDITSWEEP_MLFLOW_ARTIFACTS", str(shared))
+    options = MLflowOptions(f"sqlite:///{tmp_path}/local/m.db", artifacts=chosen_artifact_root())
+    (tmp_path / "local").mkdir()
+    monkeypatch.delenv("BANDITSWEEP_MLFLOW_ARTIFACTS")   # the mirror actor's environment
+    sink = MLflowSink(SinkContext("staged", str(tmp_path / "shared"), sink_options=options.sink_options()))
+    location = MlflowClient(options.tracking_uri).get_experiment(sink.experiment_id).artifact_location
+    assert location == shared.as_uri()
+    # Without a choice, next to the database (the default for a store in the results root).
+    plain = MLflowSink(SinkContext("plain", str(tmp_path / "shared"),
+                                   sink_options=MLflowOptions(options.tracking_uri).sink_options()))
+    assert (MlflowClient(options.tracking_uri).get_experiment(plain.experiment_id).artifact_location
+            == (tmp_path / "local" / "mlartifacts").as_uri())

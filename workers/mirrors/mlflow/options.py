@@ -57,6 +57,11 @@ class MLflowOptions:
     # The spec asked for ``auto``: through a tracking server the sink may still choose runs per cell
     # once it has timed the server (run_mode's request_seconds).
     auto: bool = False
+    # Where a new experiment's artifacts go, as the command's own environment chose it
+    # ($BANDITSWEEP_MLFLOW_ARTIFACTS, an absolute file URI; "" for the store's default). Carried here
+    # because the sink that creates the experiment runs in the mirror actor, whose environment on a
+    # cluster is its raylet's, not the command's.
+    artifacts: str = ""
 
     def sink_options(self) -> dict[str, dict[str, Any]]:
         """These options as a run's sink options (``SinkContext.sink_options``)."""

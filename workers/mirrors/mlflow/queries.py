@@ -22,14 +22,16 @@ for _chatty in ("mlflow.store.db.utils", "alembic"):
     logging.getLogger(_chatty).setLevel(logging.WARNING)
 
 
-def get_experiment_id(client: MlflowClient, sweep: str, tracking_uri: str, results_root=None) -> str:
+def get_experiment_id(client: MlflowClient, sweep: str, tracking_uri: str, results_root=None, artifacts: str = "") -> str:
+    """The sweep's experiment, restored if deleted, created if there is none (its artifacts where
+    tracking_store.local_artifact_root says, ``artifacts`` first)."""
     experiment = client.get_experiment_by_name(sweep)
     if experiment is not None:
         if experiment.lifecycle_stage == "deleted":
             client.restore_experiment(experiment.experiment_id)
         return experiment.experiment_id
     try:
-        return client.create_experiment(sweep, artifact_location=local_artifact_root(tracking_uri, results_root))
+        return client.create_experiment(sweep, artifact_location=local_artifact_root(tracking_uri, results_root, artifacts))
     except MlflowException:
         # Another process (a run of the same sweep into another results folder) created it first.
         experiment = client.get_experiment_by_name(sweep)

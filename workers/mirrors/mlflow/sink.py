@@ -82,7 +82,8 @@ class MLflowSink:
         # tables: inside the lock, like the experiment.
         with store_setup_lock(tracking_uri) as note:
             self.client = MlflowClient(tracking_uri)
-            self.experiment_id = get_experiment_id(self.client, context.sweep, tracking_uri, context.results_root)
+            self.experiment_id = get_experiment_id(self.client, context.sweep, tracking_uri, context.results_root,
+                                                   self.options.artifacts)
         self.writer: RunWriter
         self.writer, passed_over = run_writer(self.client, self.experiment_id)
         # for the user, once the sink is open

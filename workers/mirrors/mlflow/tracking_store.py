@@ -56,18 +56,25 @@ def resolve_tracking_uri(uri: str | None, results_root: str | Path) -> str:
 ARTIFACTS_ENV_VAR = "BANDITSWEEP_MLFLOW_ARTIFACTS"
 
 
-def local_artifact_root(uri: str, results_root: str | Path | None = None) -> str | None:
-    """Where a new experiment's artifacts go when no tracking server chooses: ``$BANDITSWEEP_MLFLOW_ARTIFACTS``
-    if set; else, for a local SQLite store, next to the database (``mlartifacts/``); for a database server
-    named directly (``postgresql://``, ``mysql://``, ``mssql://``), the results root's ``mlartifacts/``
-    (MLflow's own default, ``./mlruns``, is whatever folder the run was started from). A tracking
-    server chooses its own artifact store (None)."""
+def chosen_artifact_root() -> str:
+    """``$BANDITSWEEP_MLFLOW_ARTIFACTS`` of this process as an absolute file URI ("": not set)."""
+    chosen = os.environ.get(ARTIFACTS_ENV_VAR)
+    return Path(chosen).expanduser().resolve().as_uri() if chosen else ""
+
+
+def local_artifact_root(uri: str, results_root: str | Path | None = None, chosen: str = "") -> str | None:
+    """Where a new experiment's artifacts go when no tracking server chooses: ``chosen`` (the command's
+    :func:`chosen_artifact_root`, handed to the process that creates the experiment), else this
+    process's ``$BANDITSWEEP_MLFLOW_ARTIFACTS``; else, for a local SQLite store, next to the database
+    (``mlartifacts/``); for a database server named directly (``postgresql://``, ``mysql://``,
+    ``mssql://``), the results root's ``mlartifacts/`` (MLflow's own default, ``./mlruns``, is
+    whatever folder the run was started from). A tracking server chooses its own artifact store (None)."""
     scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
     if scheme not in ("sqlite", "postgresql", "mysql", "mssql"):
         return None
-    chosen = os.environ.get(ARTIFACTS_ENV_VAR)
+    chosen = chosen or chosen_artifact_root()
     if chosen:
-        return Path(chosen).expanduser().resolve().as_uri()
+        return chosen
     if uri.startswith("sqlite:///"):
         return (Path(uri[len("sqlite:///"):]).parent / MLFLOW_ARTIFACTS).as_uri()
     if results_root is not None:
