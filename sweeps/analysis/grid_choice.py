@@ -50,7 +50,10 @@ def choose_grid_points(trials: pd.DataFrame, failed: pd.DataFrame | None = None)
     # The spec's order, whatever order the trials ended in; without a spec (a results folder alone),
     # the order of the parameters' text.
     ended = ended.sort_values("plan_order" if "plan_order" in ended.columns else "params", kind="stable")
-    grouped = (ended.groupby(["label", "environment", "params"], sort=False)
+    # observed=True throughout: label and environment are categorical as the store reads them, and pandas
+    # before 3.0 otherwise groups every combination of their categories (a label at another label's grid
+    # points, with no trials).
+    grouped = (ended.groupby(["label", "environment", "params"], sort=False, observed=True)
                .agg(mean=("final_regret", "mean"), std=("final_regret", "std"), seeds=("final_regret", "count"),
                     seconds_per_round=("seconds_per_round", "mean"), seconds_std=("seconds_per_round", "std"),
                     failed=("failed", "sum"), trial_ids=("trial_id", list), **named)
@@ -58,17 +61,17 @@ def choose_grid_points(trials: pd.DataFrame, failed: pd.DataFrame | None = None)
     grouped[["std", "seconds_std"]] = grouped[["std", "seconds_std"]].fillna(0.0)
     # Candidates: the grid points whose every trial finished; all of a cell's where none did.
     cell = ["label", "environment"]
-    has_complete = grouped.groupby(cell, sort=False)["failed"].transform("min") == 0
+    has_complete = grouped.groupby(cell, sort=False, observed=True)["failed"].transform("min") == 0
     candidates = grouped[((grouped["failed"] == 0) | ~has_complete) & grouped["mean"].notna()]
-    lowest = candidates.groupby(cell, sort=False)["mean"].transform("min")
+    lowest = candidates.groupby(cell, sort=False, observed=True)["mean"].transform("min")
     tied = candidates[candidates["mean"] <= lowest + CHOICE_RTOL * lowest.abs()]
-    best = tied.groupby(cell, sort=False).head(1).reset_index(drop=True)
+    best = tied.groupby(cell, sort=False, observed=True).head(1).reset_index(drop=True)
     # How many grid points each cell chose among: a choice among more is flattered more by the seeds it
     # was chosen on (pairs say whose choice had more candidates).
-    counts = grouped.groupby(cell, sort=False)["params"].nunique()
+    counts = grouped.groupby(cell, sort=False, observed=True)["params"].nunique()
     best["candidates"] = [int(counts[(row["label"], row["environment"])]) for _, row in best.iterrows()]
     notes = []
-    for (label, environment), left_out in grouped[grouped["failed"] > 0].groupby(cell, sort=False):
+    for (label, environment), left_out in grouped[grouped["failed"] > 0].groupby(cell, sort=False, observed=True):
         points = "; ".join(_point_text(grouped, label, environment, row) for _, row in left_out.iterrows())
         chosen = "every grid point has failed seeds: the best of the finished ones is shown" if not \
             has_complete[left_out.index].any() else "left out of the choice of the best"
@@ -86,7 +89,7 @@ def default_choose_on(trials: pd.DataFrame) -> int | None:
     if trials.empty:
         return None
     seeds = trials["seed"].nunique()
-    grid = trials.groupby(["label", "environment"])["params"].nunique().max()
+    grid = trials.groupby(["label", "environment"], observed=True)["params"].nunique().max()
     return seeds // 2 if grid > 1 and seeds >= HOLD_OUT_FROM else None
 
 
