@@ -475,8 +475,11 @@ def test_a_sigterm_to_the_run_saves_the_running_trials_in_the_drivers_folder(clu
     out, err = run.communicate(timeout=120)
     assert run.returncode == 130, out + err
     saved = list(hosts[0].path(f"{RESULTS}/hosts_sigterm/.checkpoints").glob("*.state"))
-    assert len(saved) >= 2 and "saved the state of" in out, out + err
-    assert not [line for line in out.splitlines() if "saved the state of 0 of" in line], out
+    # Every trial still running when the stop reached it is saved; one a few thousand rounds from its
+    # end (these take seconds) may finish first, and is kept. Both hosts had one running at the signal.
+    said = re.search(r"saved the state of (\d+) of (\d+) running trial\(s\)[^(]*(?:\((\d+) more finished)?", out)
+    assert said and int(said[1]) == int(said[2]) == len(saved) >= 1, out + err
+    assert len(saved) + int(said[3] or 0) >= 2, out + err
     assert not written_on(hosts[1]) and not written_on(hosts[2])
 
     again = run_on_head(hosts, spec, "--sink", "none")
