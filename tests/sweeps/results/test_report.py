@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
+from store_builders import write_spec_results
 
 from banditsweep.core.engine.trial import TrialSpec, environment_label
 from banditsweep.sweeps.cli.main import main
@@ -160,25 +160,37 @@ MIXED = {
 }
 
 
-def test_run_prints_the_results_of_a_sweep_of_mixed_kinds(tmp_path, monkeypatch, capsys, shared_ray):
-    """Regression: a dict-valued setting (``domain``) beside another kind crashed the results table."""
+@pytest.fixture
+def mixed(tmp_path, monkeypatch):
+    """MIXED's trials finished in this test's results folder (nothing run: what `run` prints and
+    `report` writes is read from the store), the spec as mixed.yaml in the working folder."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "mixed.yaml").write_text(yaml.safe_dump(MIXED))
-    assert main(["run", "mixed.yaml", "--no-progress", "--max-workers", "1"]) == 0
+    write_spec_results(tmp_path, MIXED, name="mixed.yaml")
+    return tmp_path / "results" / "mixed"
+
+
+def test_run_prints_the_results_table_of_a_sweep_of_mixed_kinds(mixed, capsys):
+    """Regression: a dict-valued setting (``domain``) beside another kind crashed the results table
+    that `run` prints at its end (also when nothing was left to run, as here)."""
+    assert main(["run", "mixed.yaml", "--no-progress", "--sink", "none"]) == 0
     out = capsys.readouterr().out
     assert "2 finished, 0 failed" in out
     header = next(line for line in out.splitlines() if line.startswith("| algorithm"))
     assert header == f"| algorithm | {_name(GRID)} | {_name(SMALL)} |"
     assert next(line for line in out.splitlines() if line.startswith("| Random |"))   # as the figures name it
 
+
+def test_the_report_of_a_sweep_of_mixed_kinds_tables_both_kinds_and_no_paper(mixed):
     assert main(["report", "mixed.yaml"]) == 0
-    by_setting = (tmp_path / "results" / "mixed" / "report" / "by_setting.md").read_text()
+    by_setting = (mixed / "report" / "by_setting.md").read_text()
     assert "| adversarial_kernel |" in by_setting and "| synthetic |" in by_setting
     # No environment here is one of a paper's (the kernel paper's are settings 1-4): no vs-paper section.
-    assert not (tmp_path / "results" / "mixed" / "report" / "vs_paper.md").exists()
+    assert not (mixed / "report" / "vs_paper.md").exists()
 
-    # Reported into a new MLflow store (created by the report, which attaches its files there), as
-    # a user runs it: the terminal shows the report, not MLflow's schema migrations.
+
+def test_a_report_into_a_new_mlflow_store_shows_the_report_not_mlflows_migrations(mixed, tmp_path):
+    """Reported into a new MLflow store (created by the report, which attaches its files there), as
+    a user runs it: the terminal shows the report, not MLflow's schema migrations."""
     import subprocess
     import sys
 
@@ -281,57 +293,64 @@ def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
     assert list(pd.read_csv(report / "final_regret_mean.csv", index_col=0).index) == labels
 
 
-def test_report_says_what_it_replaces_and_refuses_a_link_in_its_place(tmp_path, monkeypatch, shared_ray, capsys):
-    """`report` replaces report/ whole: an entry it did not write goes with the old folder and is
-    named; a link (or a file) in report/'s place is refused with exit 2, the link and what it leads
-    to left as they are (it would have been replaced by a folder, or crashed the next report)."""
-    import os
+REP = {"sweep": "rep", "horizon": 10, "seeds": 2, "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
+       "algorithms": [{"name": "random"}]}
 
-    import yaml
 
-    from banditsweep.sweeps.cli.main import main
-
+@pytest.fixture
+def reported(tmp_path, monkeypatch, capsys):
+    """REP's trials finished (nothing run) and reported once; the report's folder. `report`
+    replaces report/ whole each time."""
     monkeypatch.chdir(tmp_path)
-    spec = {"sweep": "rep", "horizon": 10, "seeds": 2, "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
-            "algorithms": [{"name": "random"}]}
-    (tmp_path / "rep.yaml").write_text(yaml.safe_dump(spec))
-    assert main(["run", "rep.yaml", "--sink", "none", "--no-progress"]) == 0
+    write_spec_results(tmp_path, REP, name="rep.yaml")
     assert main(["report", "rep.yaml"]) == 0
-    report = tmp_path / "results" / "rep" / "report"
-    (report / "my_notes.md").write_text("notes")
     capsys.readouterr()
+    return tmp_path / "results" / "rep" / "report"
+
+
+def test_report_names_the_entries_it_did_not_write_that_went_with_the_old_folder(reported, capsys):
+    (reported / "my_notes.md").write_text("notes")
     assert main(["report", "rep.yaml"]) == 0
     assert "1 of its entries are not part of this report and went with it: my_notes.md" in capsys.readouterr().out
-    assert not (report / "my_notes.md").exists() and (report / "final_regret_mean.csv").exists()
-    # From Python with quiet=True: nothing printed, the same line kept in the result's output (sweeps.events).
+    assert not (reported / "my_notes.md").exists() and (reported / "final_regret_mean.csv").exists()
+
+
+def test_report_from_python_with_quiet_prints_nothing_and_keeps_the_line_in_its_output(reported, capsys):
+    """quiet=True: the same line kept in the result's output (sweeps.events)."""
     import banditsweep
 
-    (report / "my_notes.md").write_text("notes")
+    (reported / "my_notes.md").write_text("notes")
     result = banditsweep.report("rep.yaml", quiet=True)
-    assert capsys.readouterr().out == "" and not (report / "my_notes.md").exists()
+    assert capsys.readouterr().out == "" and not (reported / "my_notes.md").exists()
     assert "1 of its entries are not part of this report and went with it: my_notes.md" in result.output.text
 
-    # The report shows what the journal holds, not a trials table edited (or left behind) to differ.
-    import pandas as pd
 
-    mean = (report / "final_regret_mean.csv").read_text()
+def test_report_shows_what_the_journal_holds_not_a_trials_table_edited_to_differ(reported, tmp_path):
+    """Nor one left behind to differ."""
+    mean = (reported / "final_regret_mean.csv").read_text()
     table = tmp_path / "results" / "rep" / "trials" / "trials.parquet"
     edited = pd.read_parquet(table)
     edited["final_regret"] *= 100
     edited.to_parquet(table)
     assert main(["report", "rep.yaml"]) == 0
-    assert (report / "final_regret_mean.csv").read_text() == mean
+    assert (reported / "final_regret_mean.csv").read_text() == mean
+
+
+def test_a_link_in_the_reports_place_is_refused_and_left_as_it_is(reported, tmp_path, capsys):
+    """A link (or a file) in report/'s place is refused with exit 2, the link and what it leads to
+    left as they are (it would have been replaced by a folder, or crashed the next report)."""
+    import os
 
     paper = tmp_path / "paper"
     paper.mkdir()
     (paper / "draft.tex").write_text("draft")
-    written = sorted(p.name for p in report.iterdir())
-    os.rename(report, tmp_path / "old-report")
-    report.symlink_to(paper)
+    written = sorted(p.name for p in reported.iterdir())
+    os.rename(reported, tmp_path / "old-report")
+    reported.symlink_to(paper)
     assert main(["report", "rep.yaml"]) == 2
     err = capsys.readouterr().err
-    assert f"error: {report} is a link to {paper}: the report is written there as a folder of its own" in err
-    assert report.is_symlink() and [p.name for p in paper.iterdir()] == ["draft.tex"]
+    assert f"error: {reported} is a link to {paper}: the report is written there as a folder of its own" in err
+    assert reported.is_symlink() and [p.name for p in paper.iterdir()] == ["draft.tex"]
     assert not (tmp_path / "results" / "rep" / ".report-new").exists()
-    report.unlink()
-    assert main(["report", "rep.yaml"]) == 0 and sorted(p.name for p in report.iterdir()) == written
+    reported.unlink()
+    assert main(["report", "rep.yaml"]) == 0 and sorted(p.name for p in reported.iterdir()) == written
