@@ -3,6 +3,7 @@
 
 import json
 import math
+import types
 from pathlib import Path
 
 import pandas as pd
@@ -57,9 +58,15 @@ LABELS = ["zeta", "alpha", "ghost"]  # "ghost" has no trials: left out of the ta
 ENVS = [_name(H3), _name(H1)]
 
 
-def test_summarise_picks_the_lowest_mean_grid_point_per_cell():
+@pytest.fixture(scope="module")
+def summarised():
+    """CELLS as trials, and their summary for LABELS and ENVS."""
     trials = _trials(CELLS)
-    summary = summarise(trials, LABELS, ENVS)
+    return trials, summarise(trials, LABELS, ENVS)
+
+
+def test_summarise_picks_the_lowest_mean_grid_point_per_cell(summarised):
+    trials, summary = summarised
     best = summary.best.set_index(["label", "environment"])
     assert len(best) == 4
     expected = [("zeta", H3, {"nu": 1.0}, 9.0, 1.0, 3, 6e-4), ("zeta", H1, {"nu": 0.1}, 2.0, 1.0, 3, 2e-4),
@@ -73,8 +80,11 @@ def test_summarise_picks_the_lowest_mean_grid_point_per_cell():
                         & (trials["params"] == row["params"])]
         assert sorted(row["trial_ids"]) == sorted(chosen["trial_id"])
 
-    # Pivoted tables: rows in the given label order, columns in the given environment order, named
-    # without the kind they all share.
+
+def test_summary_tables_follow_the_given_orders_and_drop_the_shared_kind(summarised):
+    """Pivoted tables: rows in the given label order, columns in the given environment order, named
+    without the kind they all share."""
+    _, summary = summarised
     columns = ["h3,dim=5", "h1,dim=5"]
     expected_mean = pd.DataFrame([[9.0, 2.0], [22.0, 5.0]], index=pd.Index(["zeta", "alpha"], name="algorithm"),
                                  columns=columns)
@@ -84,13 +94,16 @@ def test_summarise_picks_the_lowest_mean_grid_point_per_cell():
     expected_seconds = pd.DataFrame([[6e-4, 2e-4], [1e-3, 3e-3]], index=expected_mean.index, columns=columns)
     pd.testing.assert_frame_equal(summary.seconds, expected_seconds)
 
-    # Timing diagnostics: the chosen point's mean of every *_seconds value but the batch's wall time.
-    diagnostics = summary.diagnostics.set_index(["algorithm", "environment"])
+
+def test_summary_timing_diagnostics_are_the_chosen_points_means_but_the_batchs_wall_time(summarised):
+    """The chosen point's mean of every *_seconds value but the batch's wall time."""
+    diagnostics = summarised[1].diagnostics.set_index(["algorithm", "environment"])
     assert "batch_wall_seconds" not in diagnostics.columns
     assert diagnostics.loc[("zeta", _name(H3)), "update_seconds"] == pytest.approx(3e-4)
 
-    # The by-setting table: one row per environment, indexed by the one setting that varies.
-    by_setting = summary.by_setting
+
+def test_the_by_setting_table_has_a_row_per_environment_indexed_by_the_setting_that_varies(summarised):
+    by_setting = summarised[1].by_setting
     assert by_setting.index.names == ["function"] and list(by_setting.index) == ["h3", "h1"]
     assert list(by_setting.columns) == [("zeta", "regret"), ("zeta", "s/round"), ("alpha", "regret"), ("alpha", "s/round")]
     assert by_setting.loc["h3", ("zeta", "regret")] == "9.0 ± 1.0"
@@ -101,13 +114,16 @@ def test_summarise_picks_the_lowest_mean_grid_point_per_cell():
     assert by_setting.loc["h1", ("alpha", "s/round")] == "3.00e-03"
 
 
-def test_summarise_single_seed_and_no_trials():
+def test_summarise_a_single_seed():
     summary = summarise(_trials([("zeta", H1, {}, [(3.5, 1e-3)])]), ["zeta"], [_name(H1)])
     row = summary.best.iloc[0]
     assert (row["mean"], row["std"], row["seeds"]) == (3.5, 0.0, 1)
     # One environment: no setting varies, so its name indexes the by-setting table.
     assert summary.by_setting.index.names == ["environment"]
     assert summary.by_setting.loc[_name(H1), ("zeta", "regret")] == "3.5 ± 0.0"
+
+
+def test_summarise_no_trials():
     assert summarise(pd.DataFrame(), ["zeta"], [_name(H1)]).mean.empty
 
 
@@ -231,19 +247,21 @@ def _report_store(tmp_path):
     return store
 
 
-def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
+PAPER_LABELS = ["linucb", "NeuralRBMLE-GA", "random"]
+
+
+@pytest.fixture(scope="module")
+def paper_report(tmp_path_factory):
+    """_report_store's trials summarised and reported once for the module's tests below: the summary,
+    the report's folder, and what each saved figure showed (its path, legend title and entries, its
+    lines' styles and markers, and the dpi it was saved at)."""
     import matplotlib.figure
 
     from banditsweep.sweeps.results.report import write_report
 
-    store = _report_store(tmp_path)
-    trials = store.read_trials()
-    labels = ["linucb", "NeuralRBMLE-GA", "random"]
-    summary = summarise(trials, labels, ["synthetic:h1"])
-    assert summary.best.set_index("label").loc["linucb", "grid_point"] == "nu=0.1"   # lam was fixed
-    assert summary.best.set_index("label").loc["NeuralRBMLE-GA", "grid_point"] == ""
-
-    shown = []   # what each saved figure shows: legend title and entries, line styles and markers
+    store = _report_store(tmp_path_factory.mktemp("paper_report"))
+    summary = summarise(store.read_trials(), PAPER_LABELS, ["synthetic:h1"])
+    shown = []
     real_savefig = matplotlib.figure.Figure.savefig
 
     def savefig(fig, path, **options):
@@ -253,11 +271,21 @@ def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
                       [(line.get_linestyle(), line.get_marker()) for line in lines], options.get("dpi")))
         return real_savefig(fig, path, **options)
 
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
-    write_report(store, summary, "paper_sweep")
-    report = store.report_dir
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+        write_report(store, summary, "paper_sweep")
+    return types.SimpleNamespace(summary=summary, report=store.report_dir, shown=shown)
 
-    # Figures: PDF and PNG of each environment; display names, the chosen grid point and what the band is.
+
+def test_the_chosen_grid_point_is_named_by_the_parameters_that_vary(paper_report):
+    best = paper_report.summary.best.set_index("label")
+    assert best.loc["linucb", "grid_point"] == "nu=0.1"   # lam was fixed
+    assert best.loc["NeuralRBMLE-GA", "grid_point"] == ""
+
+
+def test_report_writes_publication_figures(paper_report):
+    """PDF and PNG of each environment; display names, the chosen grid point and what the band is."""
+    report, shown = paper_report.report, paper_report.shown
     assert (report / "regret_synthetic_h1.pdf").read_bytes()[:5] == b"%PDF-"
     assert (report / "regret_synthetic_h1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [Path(p).suffix for p, *_ in shown] == [".pdf", ".png"] and shown[1][4] == 200
@@ -270,7 +298,10 @@ def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
     assert r"\label{fig:paper-sweep:regret-synthetic-h1}" in figures
     assert r"shaded bands the 95\% confidence interval of the mean (t) over 2 seeds" in figures
 
-    # LaTeX tables: booktabs, a label, display names, the best value of each column in bold.
+
+def test_report_writes_latex_tables_with_the_best_of_each_column_in_bold(paper_report):
+    """Booktabs, a label, display names, the best value of each column in bold."""
+    report = paper_report.report
     mean = (report / "final_regret_mean.tex").read_text()
     for rule in (r"\toprule", r"\midrule", r"\bottomrule", r"\label{tab:paper-sweep:final-regret-mean}"):
         assert rule in mean
@@ -289,8 +320,10 @@ def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
     assert r"\label{tab:paper-sweep:by-setting}" in by_setting and r"\midrule" in by_setting
     assert r"LinUCB regret & LinUCB s/round & NeuralRBMLE-GA regret" in by_setting
     assert r"5.0 $\pm$ 1.4 & 2.50e-05 & 2.5 $\pm$ 0.7 & 1.50e-02" in by_setting
-    # Markdown and CSV keep the labels of the Parquet results.
-    assert list(pd.read_csv(report / "final_regret_mean.csv", index_col=0).index) == labels
+
+
+def test_report_keeps_the_parquet_results_labels_in_its_csv_tables(paper_report):
+    assert list(pd.read_csv(paper_report.report / "final_regret_mean.csv", index_col=0).index) == PAPER_LABELS
 
 
 REP = {"sweep": "rep", "horizon": 10, "seeds": 2, "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
