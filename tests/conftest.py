@@ -5,6 +5,7 @@ import pytest
 
 # Where the suite's files are (the repository, the test plugins, the dataset copies): tests/paths.py.
 from paths import PLUGINS, REPO, TEST_DATASETS
+from module_results import PLUGIN_MODULES, load_test_plugins
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -13,8 +14,6 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 @pytest.fixture
 def repo() -> Path:
     return REPO
-
-PLUGIN_MODULES = "faulty_algorithms,jsonl_sink,late_starts,slow_mlflow"
 
 
 class SharedRay:
@@ -54,9 +53,7 @@ def shared_ray(shared_ray_session):
 @pytest.fixture
 def plugins(monkeypatch):
     """The driver loads the test plugins as the shared Ray's workers do."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    monkeypatch.setenv("BANDITSWEEP_PLUGINS", PLUGIN_MODULES)
+    load_test_plugins(monkeypatch)
 
 
 @pytest.fixture(autouse=True)

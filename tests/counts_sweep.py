@@ -1,12 +1,13 @@
 """A finished sweep for the tests of ``banditsweep status``'s checks: 4 Random trials on a synthetic
-bandit (horizon 10; Parquet only) run once per test module on the shared Ray (``finished_sweep``),
-a copy of it in each test's folder (``swept``), and ``status`` of its spec there (``status``). A test
-module imports the fixtures by name to use them."""
+bandit (horizon 10; Parquet only) written once per test module as a run leaves them, without
+running them (``finished_sweep``: the checks read files, whatever wrote them), a copy of it in each
+test's folder (``swept``), and ``status`` of its spec there (``status``). A test module imports the
+fixtures by name to use them; a test that runs trials again asks for the shared Ray itself."""
 
 import shutil
 
 import pytest
-import yaml
+from store_builders import write_spec_results
 
 from banditsweep.sweeps.cli.main import main
 from banditsweep.workers.storage.store import SweepStore
@@ -16,13 +17,10 @@ SPEC = {"sweep": "counts", "horizon": 10, "seeds": 4,
 
 
 @pytest.fixture(scope="module")
-def finished_sweep(tmp_path_factory, shared_ray_session):
-    """A finished 4-trial sweep (Parquet only), run once for the module."""
-    shared_ray_session.ensure()
+def finished_sweep(tmp_path_factory):
+    """A finished 4-trial sweep (Parquet only), written once for the module."""
     folder = tmp_path_factory.mktemp("counts")
-    (folder / "counts.yaml").write_text(yaml.safe_dump(SPEC))
-    assert main(["run", str(folder / "counts.yaml"), "--no-progress", "--sink", "none",
-                 "--results", str(folder / "results")]) == 0
+    write_spec_results(folder, SPEC, name="counts.yaml")
     return folder
 
 

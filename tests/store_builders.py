@@ -64,3 +64,52 @@ def edit_journal(store: SweepStore, change, keep_digest: bool = False) -> tuple[
         lines[0] = json.dumps(lines[0])
     segment.write_text("\n".join(lines) + "\n")
     return segment, trial_id
+
+
+def write_spec_results(folder, spec: dict, final=lambda trial: 10.0 + trial.spec.seed, failed=lambda trial: False,
+                       name: str = "spec.yaml", overrides: tuple[str, ...] = (), note_run: bool = False) -> SweepStore:
+    """The trials of ``spec`` (written to ``folder/name``, planned with the --set pairs ``overrides``)
+    as a run leaves them in ``folder/results``, without running anything: each finished with the
+    final regret ``final(trial)`` at the end of a straight-line curve of its horizon's rounds, and
+    stamped with today's code (so that `status` and `report` see trials of the code they read);
+    those for which ``failed(trial)`` holds failed. ``note_run``: the run noted with its --set, as
+    `run` notes it (workers.storage.run_notes)."""
+    import dataclasses
+
+    import yaml
+
+    from banditsweep.sweeps.cli.commands.shared import record_of
+    from banditsweep.sweeps.spec.model import load_sweep
+    from banditsweep.sweeps.spec.overrides import parse_overrides
+    from banditsweep.workers.provenance.code_identity import code_of
+    from banditsweep.workers.provenance.runtime import runtime_info
+    from banditsweep.workers.storage.run_notes import record_run
+
+    (folder / name).write_text(yaml.safe_dump(spec))
+    sweep = load_sweep(folder / name, parse_overrides(list(overrides)))
+    store = SweepStore.for_sweep(folder / "results", sweep.name)
+    runtime = runtime_info("cpu")
+    outcomes = []
+    for trial in sweep.trials:
+        record = dataclasses.replace(record_of(sweep, trial), attempts=1, node="127.0.0.1", device="cpu",
+                                     started_at=1.7e9, finished_at=1.7e9 + 1).ran_on(code_of(trial.spec), runtime)
+        if failed(trial):
+            outcomes.append(TrialOutcome(dataclasses.replace(
+                record, status=FAILED, error="NonFiniteError: round 3: the reward is nan")))
+            continue
+        value, horizon = float(final(trial)), trial.spec.horizon
+        record = dataclasses.replace(record, status=FINISHED, final_regret=value, wall_seconds=1.0,
+                                     seconds_per_round=1e-4)
+        cum = np.linspace(value / horizon, value, horizon)
+        outcomes.append(TrialOutcome(record, {"arm": np.zeros(horizon, int), "reward": np.zeros(horizon),
+                                              "regret": np.diff(cum, prepend=0), "cum_regret": cum,
+                                              "seconds": np.full(horizon, 1e-4)}))
+    store.write_outcomes(outcomes)
+    TrialsTable(store).flush()
+    store.compact()
+    if note_run:
+        # A note is named by the second and process it was written in: numbered here, so that two
+        # notes written within one second stay two, the later one sorting as the later run.
+        path = record_run(store.root, list(overrides), len(sweep.trials))
+        path.rename(path.with_name(f"{path.stem}-{len(list(path.parent.glob('run-*.json'))):03d}.json"))
+    return store

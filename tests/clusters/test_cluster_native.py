@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
+from module_results import command, results_folder
 
 from banditsweep.sweeps.cli.main import main
 
@@ -23,25 +24,39 @@ def _trial_runs(client, sweep):
     return client.search_runs([experiment.experiment_id], "tags.kind = 'trial'")
 
 
-def test_two_results_folders_on_one_mlflow_store_keep_their_own_runs(tmp_path, monkeypatch, shared_ray, capsys):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "twin.yaml").write_text(yaml.safe_dump(SPEC))
-    uri = f"sqlite:///{tmp_path}/shared.db"
-    for folder in ("first", "second"):
-        assert main(["run", "twin.yaml", "--results", folder, "--mlflow-uri", uri, "--no-progress"]) == 0
-    # Running the first again reconciles it: the second's runs stay, nothing is rebuilt or deleted.
-    assert main(["run", "twin.yaml", "--results", "first", "--mlflow-uri", uri, "--no-progress"]) == 0
-    client = MlflowClient(uri)
-    runs = _trial_runs(client, "twin")
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory, shared_ray_session):
+    """SPEC run into two results folders (first, second) on one MLflow store, then into the first
+    again, once for the module's two tests below: the folder and the store's URI."""
+    shared_ray_session.ensure()
+    folder = tmp_path_factory.mktemp("twins")
+    uri = f"sqlite:///{folder}/shared.db"
+    with results_folder(folder):
+        (folder / "twin.yaml").write_text(yaml.safe_dump(SPEC))
+        for results in ("first", "second", "first"):
+            code, _, err = command("run", "twin.yaml", "--results", results, "--mlflow-uri", uri, "--no-progress")
+            assert code == 0, err
+    return folder, uri
+
+
+def test_two_results_folders_on_one_mlflow_store_keep_their_own_runs(twins):
+    """Running the first again reconciles it: the second's runs stay, nothing is rebuilt or deleted."""
+    _, uri = twins
+    runs = _trial_runs(MlflowClient(uri), "twin")
     assert len(runs) == 8 and all(r.info.status == "FINISHED" for r in runs)
     by_store = pd.Series([r.data.tags["store"] for r in runs]).value_counts()
     assert sorted(by_store) == [4, 4]
-    # The report attaches to the parent run of the results it read.
+
+
+def test_the_report_attaches_to_the_parent_run_of_the_results_it_read(twins, monkeypatch, capsys):
+    folder, uri = twins
+    monkeypatch.chdir(folder)
     assert main(["report", "twin.yaml", "--results", "second", "--mlflow-uri", uri]) == 0
     out = capsys.readouterr().out
     run_id = out.rsplit("logged to MLflow run ", 1)[1].split()[0]
+    client = MlflowClient(uri)
     parent = client.get_run(run_id)
-    assert parent.data.tags["results_root"] == str(tmp_path / "second")
+    assert parent.data.tags["results_root"] == str(folder / "second")
     assert client.list_artifacts(run_id, "report")
 
 

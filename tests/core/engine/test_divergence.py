@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import PLUGIN_MODULES
+from module_results import PLUGIN_MODULES
 from paths import PLUGINS
 
 from banditsweep.core.engine import registry

@@ -183,17 +183,24 @@ def test_the_python_page_runs_as_written(shared_ray, registered, repo, tmp_path,
     assert (where.done, where.total, where.consistent) == (6, 6, True)
 
 
-def test_a_notebook_policy_is_timed_by_plan_said_not_estimated_by_run_and_found_done(shared_ray, registered, tmp_path):
-    """A policy of the user's own: `plan` probes it; `run` does not time it before it starts and says
-    so (it used to say "about 0 s"); a second run says every trial is already finished, and where."""
+MINE = {"sweep": "mine", "horizon": 30, "seeds": 2, "environments": [{"kind": "synthetic", "function": "h1"}],
+        "algorithms": [{"name": "eps_greedy"}]}
+
+
+def test_plan_probes_a_notebook_policy(registered):
+    """A policy of the user's own is timed like banditsweep's own: a probe of its rounds here."""
     banditsweep.register_algorithm("eps_greedy", run_cell(CELL)["EpsGreedy"])
-    spec = {"sweep": "mine", "horizon": 30, "seeds": 2, "environments": [{"kind": "synthetic", "function": "h1"}],
-            "algorithms": [{"name": "eps_greedy"}]}
-    cost = banditsweep.plan(spec, probe_seconds=0.2, quiet=True)
+    cost = banditsweep.plan(MINE, probe_seconds=0.2, quiet=True)
     [source] = cost.cells["source"]
     assert source == "probe (30 of 30 rounds)"
     assert cost.lines[-1].endswith("Ray's start and stop about 20 s") and cost.wall_seconds >= 20
 
+
+def test_a_notebook_policy_is_said_not_estimated_by_run_and_found_done(shared_ray, registered, tmp_path):
+    """`run` does not time a policy of the user's own before it starts and says so (it used to say
+    "about 0 s"); a second run says every trial is already finished, and where."""
+    banditsweep.register_algorithm("eps_greedy", run_cell(CELL)["EpsGreedy"])
+    spec = MINE
     result = banditsweep.run(spec, sinks="none", progress=False, quiet=True)
     [estimate] = [text for _, text in result.output.lines if text.startswith("estimate:")]
     assert estimate == ("estimate: none: 1 cell(s) not estimated: not probed (not one of banditsweep's algorithms: "

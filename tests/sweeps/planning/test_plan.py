@@ -6,6 +6,7 @@ import re
 import pandas as pd
 import pytest
 import yaml
+from store_builders import write_spec_results
 
 from banditsweep.sweeps.cli.main import main
 from banditsweep.sweeps.planning.plan import RAY_START_SECONDS, CellCost, SweepPlan
@@ -21,14 +22,16 @@ def _plan_rows(text: str) -> dict[str, float]:
     return rows
 
 
+PLANNED = {"sweep": "planned", "horizon": 300, "seeds": 2, "log_every": 50,
+           "environments": [{"kind": "synthetic", "function": "h1", "dim": 8}],
+           "algorithms": [{"name": "linucb", "params": {"nu": 0.1}},
+                          {"name": "neural_ucb", "params": {"width": 16, "steps": 10, "nu": 0.1}}],
+           "resources": {"cpus_per_trial": 1, "batch_trials": 1}}
+
+
 def test_the_plan_estimates_a_small_sweep_within_3x(tmp_path, monkeypatch, shared_ray, capsys):
     monkeypatch.chdir(tmp_path)
-    spec = {"sweep": "planned", "horizon": 300, "seeds": 2, "log_every": 50,
-            "environments": [{"kind": "synthetic", "function": "h1", "dim": 8}],
-            "algorithms": [{"name": "linucb", "params": {"nu": 0.1}},
-                           {"name": "neural_ucb", "params": {"width": 16, "steps": 10, "nu": 0.1}}],
-            "resources": {"cpus_per_trial": 1, "batch_trials": 1}}
-    (tmp_path / "planned.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "planned.yaml").write_text(yaml.safe_dump(PLANNED))
     assert main(["plan", "planned.yaml", "--probe-seconds", "1"]) == 0
     out = capsys.readouterr().out
     assert "4 trials, 1,200 trial-rounds" in out and "on 2 worker(s)" in out
@@ -53,8 +56,12 @@ def test_the_plan_estimates_a_small_sweep_within_3x(tmp_path, monkeypatch, share
         # machine: the right order of magnitude is what is checked (LinUCB's round is ~1e-4 s).
         ratio = seconds / measured[cell]
         assert 1 / 3 <= ratio <= 3.0, (cell, seconds, measured[cell])
-    # Once every trial is in the store, the plan says so, and where (these trials need no GPU, so a
-    # cluster of 0 GPUs is a real one); `run` likewise.
+
+
+def test_once_every_trial_is_finished_plan_and_run_say_there_is_nothing_to_run(tmp_path, monkeypatch, capsys):
+    """And where (these trials need no GPU, so a cluster of 0 GPUs is a real one)."""
+    monkeypatch.chdir(tmp_path)
+    write_spec_results(tmp_path, PLANNED, name="planned.yaml")
     assert main(["plan", "planned.yaml", "--gpus", "0"]) == 0
     again = capsys.readouterr().out
     folder = tmp_path / "results" / "planned"

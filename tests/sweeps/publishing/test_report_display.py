@@ -2,19 +2,17 @@
 grid points in math (``ν = 10⁻³``, ``$\\nu = 10^{-3}$``), the legend outside the axes, and bold in
 the tables only where the seeds' spread separates the best from every other algorithm."""
 
-import dataclasses
 import re
+import types
 
 import matplotlib.figure
-import numpy as np
 import pandas as pd
 import pytest
-import yaml
+from module_results import results_folder
 from paths import TEST_DATASETS
+from store_builders import write_spec_results
 
 from banditsweep.sweeps.cli.main import main
-from banditsweep.sweeps.cli.commands.shared import record_of
-from banditsweep.sweeps.spec.model import load_sweep
 
 KERNEL_TITLE = "kernel setting 1, Matérn-5/2 (candidates = 20, centers = 5)"
 SWEEP = {
@@ -49,47 +47,67 @@ def _capture_figures(monkeypatch) -> list:
     return saved
 
 
-def test_report_titles_figures_by_display_name_with_grid_points_in_math(tmp_path, monkeypatch, shared_ray):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("BANDITSWEEP_DATA", raising=False)   # `run --data-dir` sets it; restored afterwards
-    (tmp_path / "display.yaml").write_text(yaml.safe_dump(SWEEP))
-    assert main(["run", "display.yaml", "--data-dir", str(TEST_DATASETS), "--sink", "none", "--no-progress",
-                 "--max-workers", "2"]) == 0
-    saved = _capture_figures(monkeypatch)
-    assert main(["report", "display.yaml"]) == 0
-    report = tmp_path / "results" / "display" / "report"
+@pytest.fixture(scope="module")
+def display(tmp_path_factory):
+    """SWEEP's trials finished (nothing run: the report reads the store), reported once for the
+    module's tests below: the report's folder, the figures as saved, and the grid point of LinUCB's
+    best on Mushroom as text and as LaTeX. nu = 0.002 is the best there (the one of a mantissa)."""
+    folder = tmp_path_factory.mktemp("display")
 
+    def final(trial):
+        return 10.0 * trial.spec.seed + (1.0 if trial.spec.params.get("nu") == 0.002 else 5.0)
+
+    with results_folder(folder) as monkeypatch:
+        monkeypatch.setenv("BANDITSWEEP_DATA", str(TEST_DATASETS))   # the report plans the spec's datasets
+        write_spec_results(folder, SWEEP, final, name="display.yaml")
+        saved = _capture_figures(monkeypatch)
+        code = main(["report", "display.yaml"])
+    report = folder / "results" / "display" / "report"
     best = pd.read_csv(report / "best_params.csv").set_index(["algorithm", "environment"])
     nu = best.loc[("linucb", "classification:mushroom"), "grid_point"]
     text, latex = {"nu=0.001": ("10⁻³", "10^{-3}"), "nu=0.002": ("2×10⁻³", r"2 \times 10^{-3}")}[nu]
+    return types.SimpleNamespace(code=code, report=report, saved=saved, text=text, latex=latex)
 
-    figures = {figure["title"]: figure for figure in saved if figure["path"].endswith(".png")}
+
+def test_report_titles_figures_by_display_name_with_grid_points_in_math(display):
+    assert display.code == 0
+    figures = {figure["title"]: figure for figure in display.saved if figure["path"].endswith(".png")}
     assert set(figures) == {"Mushroom", KERNEL_TITLE}
     mushroom = figures["Mushroom"]
     assert mushroom["metadata"] == {"Title": "Mushroom"}
-    assert mushroom["entries"] == [f"LinUCB (ν = {text})", "LinTS", "LinRBMLE", "Random"]
+    assert mushroom["entries"] == [f"LinUCB (ν = {display.text})", "LinTS", "LinRBMLE", "Random"]
     assert figures[KERNEL_TITLE]["entries"] == ["Random"]   # the linear ones are contextual only
-    for figure in saved:
+
+
+def test_a_figures_legend_is_outside_the_plot_clear_of_its_labels(display):
+    assert display.saved
+    for figure in display.saved:
         # The legend is outside the plot, clear of the axes and of their tick labels and title.
         assert not figure["legend"].overlaps(figure["axes"]), figure["path"]
         assert not figure["legend"].overlaps(figure["axes_with_labels"]), figure["path"]
         assert figure["legend"].y1 <= figure["axes_with_labels"].y0 + 1e-6
 
-    index = (report / "figures.md").read_text()
+
+def test_the_figures_index_and_captions_name_environments_by_title_and_grid_points_in_math(display):
+    text, latex = display.text, display.latex
+    index = (display.report / "figures.md").read_text()
     assert "## Mushroom\n" in index and f"## {KERNEL_TITLE}\n" in index
     assert f"- LinUCB (ν = {text})\n" in index and "band: 95% CI of the mean over 2 seeds" in index
     assert [line for line in index.splitlines() if line.startswith("## ")] == ["## Mushroom", f"## {KERNEL_TITLE}"]
-    captions = (report / "figures.tex").read_text()
+    captions = (display.report / "figures.tex").read_text()
     assert rf"cumulative regret on Mushroom of LinUCB ($\nu = {latex}$), LinTS, LinRBMLE, Random" in captions
     assert r"on kernel setting 1, Matérn-5/2 (candidates = 20, centers = 5) of Random" in captions
     assert "nu=" not in captions
-    grid_table = (report / "best_params.tex").read_text()
+
+
+def test_latex_tables_name_environments_by_title_and_markdown_by_the_trials_names(display):
+    grid_table = (display.report / "best_params.tex").read_text()
     assert f"algorithm & Mushroom & {KERNEL_TITLE} \\\\" in grid_table
-    assert rf"LinUCB & $\nu = {latex}$ & -- \\" in grid_table
+    assert rf"LinUCB & $\nu = {display.latex}$ & -- \\" in grid_table
     # The kinds differ: LaTeX tables name environments by title, Markdown keeps the trials' names.
-    assert f"algorithm & Mushroom & {KERNEL_TITLE}" in (report / "final_regret_mean.tex").read_text()
+    assert f"algorithm & Mushroom & {KERNEL_TITLE}" in (display.report / "final_regret_mean.tex").read_text()
     assert "| algorithm | classification:mushroom | adversarial_kernel:setting=1" in \
-        (report / "final_regret_mean.md").read_text()
+        (display.report / "final_regret_mean.md").read_text()
 
 
 SEPARATION = {
@@ -107,34 +125,16 @@ FINALS = {("linucb", "h1", 0.001): [1, 2, 3], ("linucb", "h1", 0.1): [4, 5, 6], 
           ("lints", "h3", None): [6, 7, 8], ("random", "h3", None): [30, 31, 32]}
 
 
+def _key(trial) -> tuple:
+    return (trial.spec.algorithm, trial.spec.environment["function"],
+            trial.spec.params["nu"] if trial.spec.algorithm == "linucb" else None)
+
+
 def _write_finished(tmp_path, spec: dict, failing: frozenset = frozenset()) -> None:
     """The spec's trials as finished, with the final regrets of FINALS and straight-line curves;
     those of ``failing`` (FINALS key + seed) as failed."""
-    from banditsweep.workers.storage.record import FAILED, FINISHED, TrialOutcome
-    from banditsweep.workers.storage.store import SweepStore, TrialsTable
-
-    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
-    sweep = load_sweep(tmp_path / "spec.yaml")
-    store = SweepStore.for_sweep(tmp_path / "results", sweep.name)
-    outcomes = []
-    for trial in sweep.trials:
-        key = (trial.spec.algorithm, trial.spec.environment["function"],
-               trial.spec.params["nu"] if trial.spec.algorithm == "linucb" else None)
-        final = float(FINALS[key][trial.spec.seed])
-        if (*key, trial.spec.seed) in failing:
-            outcomes.append(TrialOutcome(dataclasses.replace(
-                record_of(sweep, trial), status=FAILED, error="NonFiniteError: round 3: the reward is nan",
-                started_at=1.7e9, finished_at=1.7e9 + 1)))
-            continue
-        record = dataclasses.replace(record_of(sweep, trial), status=FINISHED, final_regret=final, wall_seconds=1.0,
-                                     seconds_per_round=1e-4, started_at=1.7e9, finished_at=1.7e9 + 1)
-        cum = np.linspace(final / 20, final, 20)
-        outcomes.append(TrialOutcome(record, {"arm": np.zeros(20, int), "reward": np.zeros(20),
-                                              "regret": np.diff(cum, prepend=0), "cum_regret": cum,
-                                              "seconds": np.full(20, 1e-4)}))
-    store.write_outcomes(outcomes)
-    TrialsTable(store).flush()
-    store.compact()
+    write_spec_results(tmp_path, spec, lambda trial: FINALS[_key(trial)][trial.spec.seed],
+                       lambda trial: (*_key(trial), trial.spec.seed) in failing)
 
 
 def test_report_bolds_the_best_only_where_a_paired_test_separates_it(tmp_path, monkeypatch):
@@ -182,8 +182,11 @@ def test_a_grid_point_with_a_failed_seed_is_not_chosen_as_the_best(tmp_path, mon
     linucb = best.set_index(["algorithm", "environment"]).loc[("linucb", "synthetic:h1")]
     assert linucb["mean"] == 5.0 and linucb["grid_point"] == "nu=0.1" and linucb["failed"] == 0
     assert "Grid points with failed seeds:" in (report / "best_params.md").read_text()
-    # Where every grid point of a cell lost a seed, the best finished one is shown, and said so.
-    capsys.readouterr()
+
+
+def test_where_every_grid_point_lost_a_seed_the_best_finished_one_is_shown_and_said_so(tmp_path, monkeypatch,
+                                                                                       capsys):
+    monkeypatch.chdir(tmp_path)
     _write_finished(tmp_path, SEPARATION, failing=frozenset({("linucb", "h3", 0.001, 0), ("linucb", "h3", 0.1, 0)}))
     assert main(["report", "spec.yaml"]) == 0
     out = capsys.readouterr().out

@@ -2,20 +2,22 @@
 ours beside the paper's per cell, the rank correlation per environment and each claim's verdict."""
 
 import json
+import types
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from module_results import command, results_folder
+from paths import TEST_DATASETS
 from scipy import stats
 from scipy.stats import spearmanr
+from store_builders import write_spec_results
 
 from banditsweep.core.engine import registry
 from banditsweep.core.engine.trial import environment_label
-from banditsweep.sweeps.cli.main import main
 from banditsweep.sweeps.results.paper_comparison import PaperDataError, compare_with_papers, load_paper, load_papers
 
-from paths import TEST_DATASETS
 
 DATASETS = ["adult", "covertype", "magictelescope", "mnist", "mushroom", "shuttle"]
 
@@ -126,38 +128,67 @@ def test_every_claim_holds_on_the_papers_own_numbers():
     assert (claims["ours"] == claims["paper"]).all()
 
 
-def test_ties_one_seed_and_a_missing_comparator():
-    """Ties take their average rank; a standard deviation of one seed judges nothing; an algorithm
-    the paper has that the sweep did not run is left out of the comparison, not counted against it,
-    and one the paper does not have (linucb) is not compared."""
+@pytest.fixture(scope="module")
+def tied():
+    """One seed at T = 20 on Mushroom: GA and NeuralUCB tie at 5, NeuralTS 7, and linucb (which the
+    paper does not have) 1; the paper's other algorithms were not run."""
     values = {("neural_rbmle_ga", "mushroom"): (5.0, 0.0), ("neural_ucb", "mushroom"): (5.0, 0.0),
               ("neural_ts", "mushroom"): (7.0, 0.0), ("linucb", "mushroom"): (1.0, 0.0)}
     (comparison,) = compare_with_papers(*_best_from(values, seeds=1, horizon=20), papers=[_papers()["neural_rbmle"]])
-    assert comparison.horizons_differ
-    assert list(comparison.cells["algorithm"]) == ["NeuralRBMLE-GA", "NeuralUCB", "NeuralTS"]
-    assert comparison.spearman.iloc[0]["algorithms"] == 3
-    rho = comparison.spearman.iloc[0]
+    return comparison
+
+
+def test_a_horizon_other_than_the_papers_is_flagged(tied):
+    assert tied.horizons_differ
+
+
+def test_an_algorithm_the_paper_lacks_is_not_compared_and_one_not_run_is_left_out(tied):
+    """An algorithm the paper has that the sweep did not run is left out of the comparison, not
+    counted against it, and one the paper does not have (linucb) is not compared."""
+    assert list(tied.cells["algorithm"]) == ["NeuralRBMLE-GA", "NeuralUCB", "NeuralTS"]
+    assert tied.spearman.iloc[0]["algorithms"] == 3
+    assert tied.claims.set_index("claim").loc["ga_below_ucb_ts", "environments"] == "1 of 6 run"
+
+
+def test_tied_values_take_their_average_rank(tied):
+    rho = tied.spearman.iloc[0]
     # Ranks (1.5, 1.5, 3) against the paper's (1, 2, 3): Pearson's r of the ranks, 1.5 / sqrt(1.5 * 2).
     assert rho["spearman"] == pytest.approx(1.5 / np.sqrt(3.0)) and rho["note"] == "2 of ours share a rank: average ranks"
-    claims = comparison.claims.set_index("claim")
+
+
+def test_one_seed_judges_no_spread_and_no_interval(tied):
+    claims = tied.claims.set_index("claim")
     assert claims.loc["ga_std_below_neural_baselines", "ours"] == "cannot be judged"
     assert "2 seeds or more" in claims.loc["ga_std_below_neural_baselines", "ours_details"]
     assert claims.loc["ga_std_below_neural_baselines", "paper_means"] == "holds (on 1 of 1)"
     assert claims.loc["ga_below_ucb_ts", "ours_means"] == "holds (on 1 of 1)"            # 5 <= min(5, 7)
     assert claims.loc["ga_below_ucb_ts", "ours"] == "cannot be judged"   # one seed: no interval
-    assert claims.loc["ga_below_ucb_ts", "environments"] == "1 of 6 run"
+
+
+def test_each_cell_is_put_beside_the_best_baseline_ours_and_the_papers(tied):
     # Ours/best baseline: GA 5 / min(UCB 5, TS 7); the paper's 313.1 / min(583.8, 594.5).
-    ga = comparison.cells.set_index("algorithm").loc["NeuralRBMLE-GA"]
+    ga = tied.cells.set_index("algorithm").loc["NeuralRBMLE-GA"]
     assert ga["ours_over_best_baseline"] == pytest.approx(1.0)
     assert ga["paper_over_best_baseline"] == pytest.approx(313.1 / 583.8)
     assert ga["ours_over_paper"] == pytest.approx(5.0 / 313.1)
 
+
+@pytest.fixture(scope="module")
+def all_tied():
+    """NeuralUCB and NeuralTS tie on Adult (one seed); GA was not run."""
     values = {("neural_ucb", "adult"): (3.0, 0.0), ("neural_ts", "adult"): (3.0, 0.0)}
     (comparison,) = compare_with_papers(*_best_from(values, seeds=1), papers=[_papers()["neural_rbmle"]])
-    assert np.isnan(comparison.spearman.iloc[0]["spearman"])
-    assert comparison.spearman.iloc[0]["note"] == "all ours values tie: no ranking to compare"
+    return comparison
+
+
+def test_values_that_all_tie_give_no_ranking_to_compare(all_tied):
+    assert np.isnan(all_tied.spearman.iloc[0]["spearman"])
+    assert all_tied.spearman.iloc[0]["note"] == "all ours values tie: no ranking to compare"
+
+
+def test_no_claim_about_an_algorithm_not_run_can_be_judged(all_tied):
     # GA was not run: no claim about it can be judged.
-    assert set(comparison.claims["ours"]) == {"cannot be judged"}
+    assert set(all_tied.claims["ours"]) == {"cannot be judged"}
 
 
 def test_several_labels_of_one_algorithm():
@@ -219,65 +250,99 @@ SWEEP = {
 }
 
 
-def test_report_prints_and_writes_ours_beside_the_paper(tmp_path, monkeypatch, capsys, shared_ray):
-    """A tiny sweep of the paper's algorithms on two datasets (the 1000-row copies, T = 20): the
-    report's vs-paper numbers, recomputed here from the trials table and the shipped file."""
+# Final regrets of the one seed: GA's best grid point is nu = 0.001 on Adult (25) and nu = 1.0 on
+# Mushroom (12); GA is below NeuralUCB on Adult, above it on Mushroom; every ranking has no tie.
+FINALS = {("neural_rbmle_ga", "adult", 1.0): 30.0, ("neural_rbmle_ga", "adult", 0.001): 25.0,
+          ("neural_ucb", "adult", None): 40.0, ("linrbmle", "adult", None): 50.0,
+          ("neural_rbmle_ga", "mushroom", 1.0): 12.0, ("neural_rbmle_ga", "mushroom", 0.001): 15.0,
+          ("neural_ucb", "mushroom", None): 10.0, ("linrbmle", "mushroom", None): 20.0}
+
+
+@pytest.fixture(scope="module")
+def vs_paper(tmp_path_factory):
+    """SWEEP's trials finished with FINALS (nothing run: the report reads the store), reported once
+    for the module's tests below: what the report printed, its folder and the trials table."""
     from banditsweep.workers.storage.store import SweepStore
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("BANDITSWEEP_DATA", raising=False)   # `run --data-dir` sets it; restored afterwards
-    (tmp_path / "vs.yaml").write_text(yaml.safe_dump(SWEEP))
-    assert main(["run", "vs.yaml", "--data-dir", str(TEST_DATASETS), "--sink", "none", "--no-progress",
-                 "--max-workers", "2"]) == 0
-    capsys.readouterr()
-    assert main(["report", "vs.yaml"]) == 0
-    out = capsys.readouterr().out
-    assert "vs paper: Reward-Biased Maximum Likelihood Estimation" in out and "**Horizons differ**" in out
+    folder = tmp_path_factory.mktemp("vs_paper")
 
-    report = tmp_path / "results" / "vs_paper" / "report"
-    assert (report / "vs_paper.md").read_text() in out
-    cells = pd.read_csv(report / "vs_paper_neural_rbmle_cells.csv")
-    spearman = pd.read_csv(report / "vs_paper_neural_rbmle_spearman.csv").set_index("environment")
-    claims = pd.read_csv(report / "vs_paper_neural_rbmle_claims.csv").set_index("claim")
-    assert not (report / "vs_paper_kernel_exp3_cells.csv").exists()
+    def final(trial):
+        nu = trial.spec.params["nu"] if trial.spec.algorithm == "neural_rbmle_ga" else None
+        return FINALS[(trial.spec.algorithm, trial.spec.environment["dataset"], nu)]
 
-    # Ours from the trials table: best grid point (lowest mean over seeds) per (algorithm, dataset).
-    trials = SweepStore.for_sweep(tmp_path / "results", "vs_paper").read_trials()
+    with results_folder(folder) as monkeypatch:
+        monkeypatch.setenv("BANDITSWEEP_DATA", str(TEST_DATASETS))   # the report plans the spec's datasets
+        write_spec_results(folder, SWEEP, final, name="vs.yaml")
+        code, out, _ = command("report", "vs.yaml")
+    report = folder / "results" / "vs_paper" / "report"
+    trials = SweepStore.for_sweep(folder / "results", "vs_paper").read_trials()
+    return types.SimpleNamespace(code=code, out=out, report=report, trials=trials)
+
+
+def _ours(trials: pd.DataFrame) -> pd.DataFrame:
+    """Ours from the trials table: best grid point (lowest mean over seeds) per (algorithm, dataset)."""
     means = trials.groupby(["algorithm", "environment", "params"])["final_regret"].agg(["mean"]).reset_index()
-    best = means.loc[means.groupby(["algorithm", "environment"])["mean"].idxmin()].set_index(["algorithm", "environment"])
-    paper = yaml.safe_load((_papers_dir() / "neural_rbmle.yaml").read_text())
-    table = paper["tables"]["mean"]
-    published = {(name, f"classification:{d}"): row[table["columns"].index(d)]
-                 for name, row in table["values"].items() for d in ("adult", "mushroom")}
-    names = ["neural_rbmle_ga", "neural_ucb", "linrbmle"]
+    return means.loc[means.groupby(["algorithm", "environment"])["mean"].idxmin()].set_index(["algorithm", "environment"])
+
+
+def _published() -> dict:
+    """The paper's mean final regret of each algorithm on Adult and Mushroom, from the shipped file."""
+    table = yaml.safe_load((_papers_dir() / "neural_rbmle.yaml").read_text())["tables"]["mean"]
+    return {(name, f"classification:{d}"): row[table["columns"].index(d)]
+            for name, row in table["values"].items() for d in ("adult", "mushroom")}
+
+
+NAMES = ["neural_rbmle_ga", "neural_ucb", "linrbmle"]
+ENVIRONMENTS = ("classification:adult", "classification:mushroom")
+
+
+def test_report_prints_and_writes_its_vs_paper_section(vs_paper):
+    assert vs_paper.code == 0
+    out = vs_paper.out
+    assert "vs paper: Reward-Biased Maximum Likelihood Estimation" in out and "**Horizons differ**" in out
+    assert (vs_paper.report / "vs_paper.md").read_text() in out
+    assert not (vs_paper.report / "vs_paper_kernel_exp3_cells.csv").exists()
+
+
+def test_vs_paper_cells_put_ours_beside_the_papers_value_and_best_baseline(vs_paper):
+    """The report's numbers, recomputed here from the trials table and the shipped file."""
+    cells = pd.read_csv(vs_paper.report / "vs_paper_neural_rbmle_cells.csv")
+    best, published = _ours(vs_paper.trials), _published()
     labels = {"neural_rbmle_ga": "NeuralRBMLE-GA", "neural_ucb": "NeuralUCB", "linrbmle": "LinRBMLE"}
     assert len(cells) == 6 and set(cells["algorithm"]) == set(labels.values())
-    for env in ("classification:adult", "classification:mushroom"):
-        ours = {n: best.loc[(n, env), "mean"] for n in names}
+    for env in ENVIRONMENTS:
+        ours = {n: best.loc[(n, env), "mean"] for n in NAMES}
         rows = cells[cells["environment"] == env].set_index("algorithm")
         baseline_ours = min(ours["neural_ucb"], ours["linrbmle"])          # the paper's baselines run here
         baseline_paper = min(published[("neural_ucb", env)], published[("linrbmle", env)])
-        for n in names:
+        for n in NAMES:
             row = rows.loc[labels[n]]
             assert row["ours_mean"] == pytest.approx(ours[n], abs=1e-9)
             assert row["ours_std"] == 0.0   # one seed
             assert row["paper_mean"] == published[(n, env)]
             assert row["ours_over_paper"] == pytest.approx(ours[n] / published[(n, env)], rel=1e-12)
             assert row["paper_over_best_baseline"] == pytest.approx(published[(n, env)] / baseline_paper, rel=1e-12)
-            if baseline_ours > 0:
-                assert row["ours_over_best_baseline"] == pytest.approx(ours[n] / baseline_ours, rel=1e-12)
+            assert row["ours_over_best_baseline"] == pytest.approx(ours[n] / baseline_ours, rel=1e-12)
             assert row["T_ours"] == 20 and row["seeds"] == 1
         assert rows["T_paper"].tolist() == [8000 if env.endswith("mushroom") else 15000] * 3
-        ranked = [ours[n] for n in names]
-        if len(set(ranked)) > 1:
-            expected = spearmanr(ranked, [published[(n, env)] for n in names]).statistic
-            assert spearman.loc[env, "spearman"] == pytest.approx(expected, abs=1e-12)
-        else:
-            assert np.isnan(spearman.loc[env, "spearman"])
 
+
+def test_vs_paper_ranks_ours_against_the_papers_per_environment(vs_paper):
+    spearman = pd.read_csv(vs_paper.report / "vs_paper_neural_rbmle_spearman.csv").set_index("environment")
+    best, published = _ours(vs_paper.trials), _published()
+    for env in ENVIRONMENTS:
+        ranked = [best.loc[(n, env), "mean"] for n in NAMES]
+        expected = spearmanr(ranked, [published[(n, env)] for n in NAMES]).statistic
+        assert spearman.loc[env, "spearman"] == pytest.approx(expected, abs=1e-12)
+
+
+def test_vs_paper_judges_each_claim_on_ours_and_on_the_papers_numbers(vs_paper):
+    claims = pd.read_csv(vs_paper.report / "vs_paper_neural_rbmle_claims.csv").set_index("claim")
+    best = _ours(vs_paper.trials)
     # GA <= min(NeuralUCB, NeuralTS): NeuralTS was not run, so GA against NeuralUCB on both datasets.
     ga_below = [best.loc[("neural_rbmle_ga", env), "mean"] <= best.loc[("neural_ucb", env), "mean"]
-                for env in ("classification:adult", "classification:mushroom")]
+                for env in ENVIRONMENTS]
+    assert ga_below == [True, False]   # as FINALS has it
     expected = "holds (on 2 of 2)" if all(ga_below) else f"does not hold (fails on {ga_below.count(False)} of 2)"
     assert claims.loc["ga_below_ucb_ts", "ours_means"] == expected
     assert claims.loc["ga_below_ucb_ts", "ours"] == "cannot be judged"   # one seed: no interval

@@ -3,11 +3,12 @@
 
 import json
 import math
+import types
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
+from store_builders import write_spec_results
 
 from banditsweep.core.engine.trial import TrialSpec, environment_label
 from banditsweep.sweeps.cli.main import main
@@ -57,9 +58,15 @@ LABELS = ["zeta", "alpha", "ghost"]  # "ghost" has no trials: left out of the ta
 ENVS = [_name(H3), _name(H1)]
 
 
-def test_summarise_picks_the_lowest_mean_grid_point_per_cell():
+@pytest.fixture(scope="module")
+def summarised():
+    """CELLS as trials, and their summary for LABELS and ENVS."""
     trials = _trials(CELLS)
-    summary = summarise(trials, LABELS, ENVS)
+    return trials, summarise(trials, LABELS, ENVS)
+
+
+def test_summarise_picks_the_lowest_mean_grid_point_per_cell(summarised):
+    trials, summary = summarised
     best = summary.best.set_index(["label", "environment"])
     assert len(best) == 4
     expected = [("zeta", H3, {"nu": 1.0}, 9.0, 1.0, 3, 6e-4), ("zeta", H1, {"nu": 0.1}, 2.0, 1.0, 3, 2e-4),
@@ -73,8 +80,11 @@ def test_summarise_picks_the_lowest_mean_grid_point_per_cell():
                         & (trials["params"] == row["params"])]
         assert sorted(row["trial_ids"]) == sorted(chosen["trial_id"])
 
-    # Pivoted tables: rows in the given label order, columns in the given environment order, named
-    # without the kind they all share.
+
+def test_summary_tables_follow_the_given_orders_and_drop_the_shared_kind(summarised):
+    """Pivoted tables: rows in the given label order, columns in the given environment order, named
+    without the kind they all share."""
+    _, summary = summarised
     columns = ["h3,dim=5", "h1,dim=5"]
     expected_mean = pd.DataFrame([[9.0, 2.0], [22.0, 5.0]], index=pd.Index(["zeta", "alpha"], name="algorithm"),
                                  columns=columns)
@@ -84,13 +94,16 @@ def test_summarise_picks_the_lowest_mean_grid_point_per_cell():
     expected_seconds = pd.DataFrame([[6e-4, 2e-4], [1e-3, 3e-3]], index=expected_mean.index, columns=columns)
     pd.testing.assert_frame_equal(summary.seconds, expected_seconds)
 
-    # Timing diagnostics: the chosen point's mean of every *_seconds value but the batch's wall time.
-    diagnostics = summary.diagnostics.set_index(["algorithm", "environment"])
+
+def test_summary_timing_diagnostics_are_the_chosen_points_means_but_the_batchs_wall_time(summarised):
+    """The chosen point's mean of every *_seconds value but the batch's wall time."""
+    diagnostics = summarised[1].diagnostics.set_index(["algorithm", "environment"])
     assert "batch_wall_seconds" not in diagnostics.columns
     assert diagnostics.loc[("zeta", _name(H3)), "update_seconds"] == pytest.approx(3e-4)
 
-    # The by-setting table: one row per environment, indexed by the one setting that varies.
-    by_setting = summary.by_setting
+
+def test_the_by_setting_table_has_a_row_per_environment_indexed_by_the_setting_that_varies(summarised):
+    by_setting = summarised[1].by_setting
     assert by_setting.index.names == ["function"] and list(by_setting.index) == ["h3", "h1"]
     assert list(by_setting.columns) == [("zeta", "regret"), ("zeta", "s/round"), ("alpha", "regret"), ("alpha", "s/round")]
     assert by_setting.loc["h3", ("zeta", "regret")] == "9.0 ± 1.0"
@@ -101,13 +114,16 @@ def test_summarise_picks_the_lowest_mean_grid_point_per_cell():
     assert by_setting.loc["h1", ("alpha", "s/round")] == "3.00e-03"
 
 
-def test_summarise_single_seed_and_no_trials():
+def test_summarise_a_single_seed():
     summary = summarise(_trials([("zeta", H1, {}, [(3.5, 1e-3)])]), ["zeta"], [_name(H1)])
     row = summary.best.iloc[0]
     assert (row["mean"], row["std"], row["seeds"]) == (3.5, 0.0, 1)
     # One environment: no setting varies, so its name indexes the by-setting table.
     assert summary.by_setting.index.names == ["environment"]
     assert summary.by_setting.loc[_name(H1), ("zeta", "regret")] == "3.5 ± 0.0"
+
+
+def test_summarise_no_trials():
     assert summarise(pd.DataFrame(), ["zeta"], [_name(H1)]).mean.empty
 
 
@@ -160,25 +176,37 @@ MIXED = {
 }
 
 
-def test_run_prints_the_results_of_a_sweep_of_mixed_kinds(tmp_path, monkeypatch, capsys, shared_ray):
-    """Regression: a dict-valued setting (``domain``) beside another kind crashed the results table."""
+@pytest.fixture
+def mixed(tmp_path, monkeypatch):
+    """MIXED's trials finished in this test's results folder (nothing run: what `run` prints and
+    `report` writes is read from the store), the spec as mixed.yaml in the working folder."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "mixed.yaml").write_text(yaml.safe_dump(MIXED))
-    assert main(["run", "mixed.yaml", "--no-progress", "--max-workers", "1"]) == 0
+    write_spec_results(tmp_path, MIXED, name="mixed.yaml")
+    return tmp_path / "results" / "mixed"
+
+
+def test_run_prints_the_results_table_of_a_sweep_of_mixed_kinds(mixed, capsys):
+    """Regression: a dict-valued setting (``domain``) beside another kind crashed the results table
+    that `run` prints at its end (also when nothing was left to run, as here)."""
+    assert main(["run", "mixed.yaml", "--no-progress", "--sink", "none"]) == 0
     out = capsys.readouterr().out
     assert "2 finished, 0 failed" in out
     header = next(line for line in out.splitlines() if line.startswith("| algorithm"))
     assert header == f"| algorithm | {_name(GRID)} | {_name(SMALL)} |"
     assert next(line for line in out.splitlines() if line.startswith("| Random |"))   # as the figures name it
 
+
+def test_the_report_of_a_sweep_of_mixed_kinds_tables_both_kinds_and_no_paper(mixed):
     assert main(["report", "mixed.yaml"]) == 0
-    by_setting = (tmp_path / "results" / "mixed" / "report" / "by_setting.md").read_text()
+    by_setting = (mixed / "report" / "by_setting.md").read_text()
     assert "| adversarial_kernel |" in by_setting and "| synthetic |" in by_setting
     # No environment here is one of a paper's (the kernel paper's are settings 1-4): no vs-paper section.
-    assert not (tmp_path / "results" / "mixed" / "report" / "vs_paper.md").exists()
+    assert not (mixed / "report" / "vs_paper.md").exists()
 
-    # Reported into a new MLflow store (created by the report, which attaches its files there), as
-    # a user runs it: the terminal shows the report, not MLflow's schema migrations.
+
+def test_a_report_into_a_new_mlflow_store_shows_the_report_not_mlflows_migrations(mixed, tmp_path):
+    """Reported into a new MLflow store (created by the report, which attaches its files there), as
+    a user runs it: the terminal shows the report, not MLflow's schema migrations."""
     import subprocess
     import sys
 
@@ -219,19 +247,21 @@ def _report_store(tmp_path):
     return store
 
 
-def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
+PAPER_LABELS = ["linucb", "NeuralRBMLE-GA", "random"]
+
+
+@pytest.fixture(scope="module")
+def paper_report(tmp_path_factory):
+    """_report_store's trials summarised and reported once for the module's tests below: the summary,
+    the report's folder, and what each saved figure showed (its path, legend title and entries, its
+    lines' styles and markers, and the dpi it was saved at)."""
     import matplotlib.figure
 
     from banditsweep.sweeps.results.report import write_report
 
-    store = _report_store(tmp_path)
-    trials = store.read_trials()
-    labels = ["linucb", "NeuralRBMLE-GA", "random"]
-    summary = summarise(trials, labels, ["synthetic:h1"])
-    assert summary.best.set_index("label").loc["linucb", "grid_point"] == "nu=0.1"   # lam was fixed
-    assert summary.best.set_index("label").loc["NeuralRBMLE-GA", "grid_point"] == ""
-
-    shown = []   # what each saved figure shows: legend title and entries, line styles and markers
+    store = _report_store(tmp_path_factory.mktemp("paper_report"))
+    summary = summarise(store.read_trials(), PAPER_LABELS, ["synthetic:h1"])
+    shown = []
     real_savefig = matplotlib.figure.Figure.savefig
 
     def savefig(fig, path, **options):
@@ -241,11 +271,21 @@ def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
                       [(line.get_linestyle(), line.get_marker()) for line in lines], options.get("dpi")))
         return real_savefig(fig, path, **options)
 
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
-    write_report(store, summary, "paper_sweep")
-    report = store.report_dir
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+        write_report(store, summary, "paper_sweep")
+    return types.SimpleNamespace(summary=summary, report=store.report_dir, shown=shown)
 
-    # Figures: PDF and PNG of each environment; display names, the chosen grid point and what the band is.
+
+def test_the_chosen_grid_point_is_named_by_the_parameters_that_vary(paper_report):
+    best = paper_report.summary.best.set_index("label")
+    assert best.loc["linucb", "grid_point"] == "nu=0.1"   # lam was fixed
+    assert best.loc["NeuralRBMLE-GA", "grid_point"] == ""
+
+
+def test_report_writes_publication_figures(paper_report):
+    """PDF and PNG of each environment; display names, the chosen grid point and what the band is."""
+    report, shown = paper_report.report, paper_report.shown
     assert (report / "regret_synthetic_h1.pdf").read_bytes()[:5] == b"%PDF-"
     assert (report / "regret_synthetic_h1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [Path(p).suffix for p, *_ in shown] == [".pdf", ".png"] and shown[1][4] == 200
@@ -258,7 +298,10 @@ def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
     assert r"\label{fig:paper-sweep:regret-synthetic-h1}" in figures
     assert r"shaded bands the 95\% confidence interval of the mean (t) over 2 seeds" in figures
 
-    # LaTeX tables: booktabs, a label, display names, the best value of each column in bold.
+
+def test_report_writes_latex_tables_with_the_best_of_each_column_in_bold(paper_report):
+    """Booktabs, a label, display names, the best value of each column in bold."""
+    report = paper_report.report
     mean = (report / "final_regret_mean.tex").read_text()
     for rule in (r"\toprule", r"\midrule", r"\bottomrule", r"\label{tab:paper-sweep:final-regret-mean}"):
         assert rule in mean
@@ -277,61 +320,70 @@ def test_report_writes_publication_figures_and_latex(tmp_path, monkeypatch):
     assert r"\label{tab:paper-sweep:by-setting}" in by_setting and r"\midrule" in by_setting
     assert r"LinUCB regret & LinUCB s/round & NeuralRBMLE-GA regret" in by_setting
     assert r"5.0 $\pm$ 1.4 & 2.50e-05 & 2.5 $\pm$ 0.7 & 1.50e-02" in by_setting
-    # Markdown and CSV keep the labels of the Parquet results.
-    assert list(pd.read_csv(report / "final_regret_mean.csv", index_col=0).index) == labels
 
 
-def test_report_says_what_it_replaces_and_refuses_a_link_in_its_place(tmp_path, monkeypatch, shared_ray, capsys):
-    """`report` replaces report/ whole: an entry it did not write goes with the old folder and is
-    named; a link (or a file) in report/'s place is refused with exit 2, the link and what it leads
-    to left as they are (it would have been replaced by a folder, or crashed the next report)."""
-    import os
+def test_report_keeps_the_parquet_results_labels_in_its_csv_tables(paper_report):
+    assert list(pd.read_csv(paper_report.report / "final_regret_mean.csv", index_col=0).index) == PAPER_LABELS
 
-    import yaml
 
-    from banditsweep.sweeps.cli.main import main
+REP = {"sweep": "rep", "horizon": 10, "seeds": 2, "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
+       "algorithms": [{"name": "random"}]}
 
+
+@pytest.fixture
+def reported(tmp_path, monkeypatch, capsys):
+    """REP's trials finished (nothing run) and reported once; the report's folder. `report`
+    replaces report/ whole each time."""
     monkeypatch.chdir(tmp_path)
-    spec = {"sweep": "rep", "horizon": 10, "seeds": 2, "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
-            "algorithms": [{"name": "random"}]}
-    (tmp_path / "rep.yaml").write_text(yaml.safe_dump(spec))
-    assert main(["run", "rep.yaml", "--sink", "none", "--no-progress"]) == 0
+    write_spec_results(tmp_path, REP, name="rep.yaml")
     assert main(["report", "rep.yaml"]) == 0
-    report = tmp_path / "results" / "rep" / "report"
-    (report / "my_notes.md").write_text("notes")
     capsys.readouterr()
+    return tmp_path / "results" / "rep" / "report"
+
+
+def test_report_names_the_entries_it_did_not_write_that_went_with_the_old_folder(reported, capsys):
+    (reported / "my_notes.md").write_text("notes")
     assert main(["report", "rep.yaml"]) == 0
     assert "1 of its entries are not part of this report and went with it: my_notes.md" in capsys.readouterr().out
-    assert not (report / "my_notes.md").exists() and (report / "final_regret_mean.csv").exists()
-    # From Python with quiet=True: nothing printed, the same line kept in the result's output (sweeps.events).
+    assert not (reported / "my_notes.md").exists() and (reported / "final_regret_mean.csv").exists()
+
+
+def test_report_from_python_with_quiet_prints_nothing_and_keeps_the_line_in_its_output(reported, capsys):
+    """quiet=True: the same line kept in the result's output (sweeps.events)."""
     import banditsweep
 
-    (report / "my_notes.md").write_text("notes")
+    (reported / "my_notes.md").write_text("notes")
     result = banditsweep.report("rep.yaml", quiet=True)
-    assert capsys.readouterr().out == "" and not (report / "my_notes.md").exists()
+    assert capsys.readouterr().out == "" and not (reported / "my_notes.md").exists()
     assert "1 of its entries are not part of this report and went with it: my_notes.md" in result.output.text
 
-    # The report shows what the journal holds, not a trials table edited (or left behind) to differ.
-    import pandas as pd
 
-    mean = (report / "final_regret_mean.csv").read_text()
+def test_report_shows_what_the_journal_holds_not_a_trials_table_edited_to_differ(reported, tmp_path):
+    """Nor one left behind to differ."""
+    mean = (reported / "final_regret_mean.csv").read_text()
     table = tmp_path / "results" / "rep" / "trials" / "trials.parquet"
     edited = pd.read_parquet(table)
     edited["final_regret"] *= 100
     edited.to_parquet(table)
     assert main(["report", "rep.yaml"]) == 0
-    assert (report / "final_regret_mean.csv").read_text() == mean
+    assert (reported / "final_regret_mean.csv").read_text() == mean
+
+
+def test_a_link_in_the_reports_place_is_refused_and_left_as_it_is(reported, tmp_path, capsys):
+    """A link (or a file) in report/'s place is refused with exit 2, the link and what it leads to
+    left as they are (it would have been replaced by a folder, or crashed the next report)."""
+    import os
 
     paper = tmp_path / "paper"
     paper.mkdir()
     (paper / "draft.tex").write_text("draft")
-    written = sorted(p.name for p in report.iterdir())
-    os.rename(report, tmp_path / "old-report")
-    report.symlink_to(paper)
+    written = sorted(p.name for p in reported.iterdir())
+    os.rename(reported, tmp_path / "old-report")
+    reported.symlink_to(paper)
     assert main(["report", "rep.yaml"]) == 2
     err = capsys.readouterr().err
-    assert f"error: {report} is a link to {paper}: the report is written there as a folder of its own" in err
-    assert report.is_symlink() and [p.name for p in paper.iterdir()] == ["draft.tex"]
+    assert f"error: {reported} is a link to {paper}: the report is written there as a folder of its own" in err
+    assert reported.is_symlink() and [p.name for p in paper.iterdir()] == ["draft.tex"]
     assert not (tmp_path / "results" / "rep" / ".report-new").exists()
-    report.unlink()
-    assert main(["report", "rep.yaml"]) == 0 and sorted(p.name for p in report.iterdir()) == written
+    reported.unlink()
+    assert main(["report", "rep.yaml"]) == 0 and sorted(p.name for p in reported.iterdir()) == written

@@ -33,12 +33,17 @@ def test_good_spec_expands_to_the_cartesian_product():
     assert len({t.trial_id for t in sweep.trials}) == 12
 
 
-def test_explicit_seed_list_and_environment_horizon():
+def test_an_explicit_seed_list_is_the_trials_seeds():
     raw = copy.deepcopy(GOOD)
     raw["seeds"] = [3, 7]
-    raw["environments"][0]["horizon"] = 40
     sweep = parse_sweep(raw)
     assert {t.spec.seed for t in sweep.trials} == {3, 7}
+
+
+def test_an_environments_horizon_replaces_the_sweeps_for_its_trials_alone():
+    raw = copy.deepcopy(GOOD)
+    raw["environments"][0]["horizon"] = 40
+    sweep = parse_sweep(raw)
     assert {t.spec.horizon for t in sweep.trials if t.environment == "synthetic:h1"} == {40}
     assert {t.spec.horizon for t in sweep.trials if t.environment != "synthetic:h1"} == {100}
 

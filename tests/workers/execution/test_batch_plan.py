@@ -26,11 +26,17 @@ def test_cpu_defaults_follow_the_measured_benefit():
     assert all(len({job.spec.algorithm for job in batch}) == 1 for batch in batches)
 
 
-def test_gpu_default_and_explicit_batch_size():
-    neural = _jobs("neural_ucb", SYNTHETIC, 40, {"width": 8, "steps": 2})
+NEURAL = ("neural_ucb", SYNTHETIC, 40, {"width": 8, "steps": 2})
+
+
+def test_on_a_gpu_the_default_batch_is_32_trials_or_fewer_to_leave_no_worker_idle():
+    neural = _jobs(*NEURAL)
     assert _sizes(make_batches(neural, None, on_gpu=True, workers=1)) == [8, 32]
     assert _sizes(make_batches(neural, None, on_gpu=True, workers=4)) == [10, 10, 10, 10]  # no idle worker
-    assert _sizes(make_batches(neural, batch_trials=16, on_gpu=False, workers=1)) == [8, 16, 16]
+
+
+def test_an_explicit_batch_size_bounds_the_batches():
+    assert _sizes(make_batches(_jobs(*NEURAL), batch_trials=16, on_gpu=False, workers=1)) == [8, 16, 16]
 
 
 def test_trials_that_differ_in_structure_never_share_a_batch():

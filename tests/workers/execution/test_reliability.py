@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from store_builders import make_store, write_spec_results
 
 from banditsweep.core.engine.trial import NonFiniteError, TrialSpec, run_trial
 from banditsweep.sweeps.cli.main import main
@@ -38,11 +39,18 @@ def test_through_the_cli_they_are_failed_trials_and_the_others_finish(tmp_path, 
     assert nan_row["error"] == "NonFiniteError: round 3: the sampling distribution P_t of arm 0 is nan"
     # Random on the kernel domain is finite; on the infinite-reward bandit it fails like linucb.
     assert trials.xs("random", level="algorithm")["status"].tolist().count("finished") == 1
-    # Result files get the mode the umask gives (0644 under 022), not mkstemp's 0600.
+
+
+def test_result_files_get_the_mode_the_umask_gives(tmp_path):
+    """0644 under 022, not mkstemp's 0600: the store writes them (curves, trials table, compacted
+    files), whether a run or anything else gives it the outcomes."""
+    store = make_store(tmp_path)
     umask = os.umask(0)
     os.umask(umask)
     mode = 0o666 & ~umask
-    for path in (tmp_path / "results" / "finite").rglob("*.parquet"):
+    paths = list(store.root.rglob("*.parquet"))
+    assert paths
+    for path in paths:
         assert stat.S_IMODE(path.stat().st_mode) == mode, path
 
 
@@ -53,10 +61,20 @@ def test_errors_are_stored_as_plain_text():
     assert json.loads(json.dumps(failed.to_json()))["error"] == "ValueError: boom"
 
 
-def _spec(tmp_path, name="mirror"):
-    spec = {"sweep": name, "horizon": 10, "seeds": 2,
+def _small(name: str) -> dict:
+    """Two Random trials of 10 rounds."""
+    return {"sweep": name, "horizon": 10, "seeds": 2,
             "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}], "algorithms": [{"name": "random"}]}
-    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+
+
+def _spec(tmp_path, name="mirror"):
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(_small(name)))
+    return f"{name}.yaml"
+
+
+def _finished(tmp_path, name="mirror"):
+    """The spec's trials finished in the results folder, written directly (nothing run); the spec's name."""
+    write_spec_results(tmp_path, _small(name), name=f"{name}.yaml")
     return f"{name}.yaml"
 
 
@@ -77,12 +95,11 @@ def test_an_unreachable_tracking_server_is_a_clear_error_in_seconds(tmp_path, mo
     assert not (tmp_path / "results").exists()   # nothing written
 
 
-def test_parquet_only_then_sync_mlflow_backfills_idempotently(tmp_path, monkeypatch, shared_ray, capsys):
+def test_sync_mlflow_backfills_a_parquet_only_store_once(tmp_path, monkeypatch, capsys):
     from mlflow.tracking import MlflowClient
 
     monkeypatch.chdir(tmp_path)
-    spec = _spec(tmp_path)
-    assert main(["run", spec, "--sink", "none", "--no-progress"]) == 0
+    spec = _finished(tmp_path)   # as a run with --sink none leaves it
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     assert client.get_experiment_by_name("mirror") is None
     assert main(["sync-mlflow", spec]) == 0
@@ -92,7 +109,17 @@ def test_parquet_only_then_sync_mlflow_backfills_idempotently(tmp_path, monkeypa
     assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
     assert main(["sync-mlflow", spec]) == 0
     assert "0 MLflow runs rebuilt" in capsys.readouterr().out
-    # A parent run left RUNNING by a driver that died is closed by the next run of its store.
+
+
+def test_a_parent_run_left_running_by_a_driver_that_died_is_closed_by_the_next_run(tmp_path, monkeypatch):
+    """The next run of its store, here one with nothing left to run."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.chdir(tmp_path)
+    spec = _finished(tmp_path)
+    assert main(["sync-mlflow", spec]) == 0
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("mirror").experiment_id], "tags.kind = 'trial'")
     stale = client.get_run(runs[0].data.tags["mlflow.parentRunId"])
     client.update_run(stale.info.run_id, status="RUNNING")
     assert main(["run", spec, "--no-progress"]) == 0
@@ -179,10 +206,8 @@ def test_a_trial_whose_worker_dies_resumes_from_its_checkpoint_bit_identical(tmp
         np.testing.assert_array_equal(curve["reward"].to_numpy(), alone.reward, err_msg=name)
 
 
-def test_requests_no_node_can_ever_meet_and_unreachable_heads_are_exit_2_in_seconds(tmp_path, monkeypatch, capsys):
+def test_an_address_where_no_ray_head_answers_is_exit_2_in_seconds(tmp_path, monkeypatch, capsys):
     import time
-
-    import ray
 
     monkeypatch.chdir(tmp_path)
     spec = _spec(tmp_path, "impossible")
@@ -190,6 +215,13 @@ def test_requests_no_node_can_ever_meet_and_unreachable_heads_are_exit_2_in_seco
     assert main(["run", spec, "--address", "127.0.0.1:1", "--no-progress"]) == 2
     assert time.monotonic() - began < 15
     assert "--address 127.0.0.1:1: no Ray head answers there" in capsys.readouterr().err
+
+
+def test_a_request_no_node_can_ever_meet_is_exit_2_in_one_line(tmp_path, monkeypatch, capsys):
+    import ray
+
+    monkeypatch.chdir(tmp_path)
+    spec = _spec(tmp_path, "impossible")
     ray.shutdown()   # an embedded Ray of this machine's size, not the tests' shared one
     assert main(["run", spec, "--set", "resources.cpus_per_trial=64", "--no-progress"]) == 2
     err = capsys.readouterr().err
@@ -230,7 +262,7 @@ def test_a_full_disk_stops_the_run_with_exit_3_and_marks_no_trial_failed(tmp_pat
     assert len(trials) == 6 and (trials["status"] == "finished").all()
 
 
-def test_ui_serves_the_sweeps_store_on_loopback(tmp_path, monkeypatch, shared_ray, capsys):
+def test_ui_serves_the_sweeps_store_on_loopback(tmp_path, monkeypatch, capsys):
     import signal
     import socket
     import subprocess
@@ -239,8 +271,8 @@ def test_ui_serves_the_sweeps_store_on_loopback(tmp_path, monkeypatch, shared_ra
     import urllib.request
 
     monkeypatch.chdir(tmp_path)
-    spec = _spec(tmp_path, "ui")
-    assert main(["run", spec, "--no-progress"]) == 0
+    spec = _finished(tmp_path, "ui")
+    assert main(["sync-mlflow", spec]) == 0   # the sweep's experiment, which `ui` opens on
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import pandas as pd
 import pytest
@@ -148,16 +149,23 @@ def test_bulk_writes_keep_the_latest_value_rule(tmp_path):
     assert run.data.metrics["m"] == 2.0 and run.info.status == "FINISHED" and run.info.end_time is not None
 
 
-def test_cell_runs_hold_their_seeds_mean_and_band(tmp_path):
-    """``mlflow_runs: cells``: one run per cell with the seeds' mean final regret, its spread and the
-    band of the curves, rebuilt from the Parquet record; no run per trial."""
+def test_auto_mode_keeps_a_run_per_trial_up_to_2000_trials_and_a_run_per_cell_beyond():
+    from banditsweep.workers.mirrors.mlflow.options import run_mode
+
+    assert run_mode("auto", 2000) == "trials" and run_mode("auto", 2001) == "cells"
+
+
+@pytest.fixture(scope="module")
+def cell_runs(tmp_path_factory):
+    """``mlflow_runs: cells``: two cells (A, B) of three seeds each, mirrored once for the module's
+    tests below from the Parquet record (the sink opened, told the trials ended, closed): the sink's
+    context, the store, the client and the experiment's id."""
     import numpy as np
 
-    from banditsweep.workers.mirrors.mlflow.options import run_mode
     from banditsweep.workers.storage.record import TrialOutcome
     from banditsweep.workers.storage.store import SweepStore
 
-    assert run_mode("auto", 2000) == "trials" and run_mode("auto", 2001) == "cells"
+    tmp_path = tmp_path_factory.mktemp("cells")
     store = SweepStore.for_sweep(tmp_path / "results", "cells")
     outcomes = []
     for cell, offset in (("A | env", 0.0), ("B | env", 10.0)):
@@ -178,10 +186,17 @@ def test_cell_runs_hold_their_seeds_mean_and_band(tmp_path):
     sink.trials_ended([(o.record, [(2, 1.0), (4, 2.0)]) for o in outcomes])   # no run per trial
     sink.close("FINISHED", {})
     client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name("cells").experiment_id
+    return types.SimpleNamespace(context=context, store=store, client=client,
+                                 experiment=client.get_experiment_by_name("cells").experiment_id)
+
+
+def test_cell_runs_hold_their_seeds_mean_and_band(cell_runs):
+    """One run per cell with the seeds' mean final regret, its spread and the band of the curves,
+    rebuilt from the Parquet record; no run per trial."""
+    import numpy as np
+
+    client, experiment = cell_runs.client, cell_runs.experiment
     assert search_all(client, experiment, "tags.kind = 'trial'") == []
-    # MLflow 3's UI opens the experiment on its runs ("Model training"), not on GenAI traces.
-    assert client.get_experiment(experiment).tags["mlflow.experimentKind"] == "custom_model_development"
     cells = {run.data.tags["group"]: run for run in search_all(client, experiment, "tags.kind = 'cell'")}
     assert sorted(cells) == ["A | env", "B | env"]
     for group, offset in (("A | env", 0.0), ("B | env", 10.0)):
@@ -194,11 +209,19 @@ def test_cell_runs_hold_their_seeds_mean_and_band(tmp_path):
         assert means == [(2, 2 * (2.0 + offset)), (4, 4 * (2.0 + offset))]
         upper = {m.step: m.value for m in client.get_metric_history(run.info.run_id, regret_metric(run.data.params["environment"], "cum_regret_upper"))}
         assert abs(upper[4] - (finals.mean() + finals.std())) < 1e-12
-    # A second run's end replaces the cell runs, never adds to them.
-    again = MLflowSink(context)
-    again.open(store.journal(), [])
+
+
+def test_the_experiment_opens_on_its_runs_not_on_genai_traces(cell_runs):
+    """MLflow 3's UI opens the experiment on its runs ("Model training"), not on GenAI traces."""
+    tags = cell_runs.client.get_experiment(cell_runs.experiment).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_a_second_runs_end_replaces_the_cell_runs_never_adds_to_them(cell_runs):
+    again = MLflowSink(cell_runs.context)
+    again.open(cell_runs.store.journal(), [])
     again.close("FINISHED", {})
-    assert len(search_all(client, experiment, "tags.kind = 'cell'")) == 2
+    assert len(search_all(cell_runs.client, cell_runs.experiment, "tags.kind = 'cell'")) == 2
 
 
 def test_a_long_trials_curve_grows_in_mlflow_while_it_runs(tmp_path, monkeypatch, plugins, shared_ray):

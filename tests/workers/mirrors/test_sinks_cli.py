@@ -1,5 +1,6 @@
-"""Result sinks through the CLI: a plugin sink gets every trial exactly once, and a batch that raised
-and ran again one trial at a time logs each regret point once."""
+"""Result sinks through the CLI: a plugin sink gets every trial exactly once, a sink the command line
+names must be one, and a batch that raised and ran again one trial at a time logs each regret point
+once."""
 
 import json
 import os
@@ -50,10 +51,18 @@ def test_a_plugin_sink_receives_every_trial_exactly_once(tmp_path, monkeypatch, 
     again = _events(tmp_path / "results" / "plug.events.jsonl")
     assert len([e for e in again if e["event"] == "ended"]) == 9
 
+
+def test_an_unknown_sink_or_none_beside_another_is_refused(tmp_path, monkeypatch, plugins, capsys):
+    """Refused before anything runs (the jsonl sink is a test plugin's)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plug.yaml").write_text(yaml.safe_dump(
+        {"sweep": "plug", "horizon": 30, "seeds": 3, "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}],
+         "algorithms": [{"name": "random"}]}))
     assert main(["run", "plug.yaml", "--sink", "nope", "--no-progress"]) == 2
     assert "--sink: nope: unknown sink; allowed: jsonl, mlflow" in capsys.readouterr().err
     assert main(["run", "plug.yaml", "--sink", "none", "--sink", "mlflow", "--no-progress"]) == 2
     assert "--sink: none: means no sink, so it stands alone (got none, mlflow)" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
 
 
 def test_a_batch_that_raised_logs_each_regret_point_once(tmp_path, monkeypatch, plugins, shared_ray):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from store_builders import write_spec_results
 
 from banditsweep.sweeps.cli.main import main
 
@@ -259,16 +260,13 @@ def test_a_trials_table_that_cannot_be_rebuilt_is_exit_3_with_the_journal_kept(t
     assert len(trials) == 4 and trials["trial_id"].is_unique and (trials["status"] == "finished").all()
 
 
-def test_a_damaged_file_that_cannot_be_moved_aside_is_exit_3_naming_the_folder(tmp_path, monkeypatch, shared_ray,
-                                                                               capsys):
+def test_a_damaged_file_that_cannot_be_moved_aside_is_exit_3_naming_the_folder(tmp_path):
     """`status` finds a damaged curves file but the sweep folder takes no writes (so the file cannot
     be quarantined): exit 3, one line naming where it could not write, no traceback."""
     prefix = as_a_user()
-    monkeypatch.chdir(tmp_path)
     spec = {"sweep": "locked", "horizon": 10, "seeds": 2,
             "environments": [{"kind": "synthetic", "function": "h1", "dim": 3}], "algorithms": [{"name": "random"}]}
-    (tmp_path / "locked.yaml").write_text(yaml.safe_dump(spec))
-    assert main(["run", "locked.yaml", "--no-progress", "--sink", "none"]) == 0
+    write_spec_results(tmp_path, spec, name="locked.yaml")   # finished, as a run leaves them
     root = tmp_path / "results" / "locked"
     (curves,) = root.joinpath("curves").glob("*.parquet")
     curves.write_bytes(curves.read_bytes()[:100])

@@ -3,43 +3,35 @@
 ``banditsweep.load`` of a part (algorithms, environments, rounds, columns) equal to that part of the
 whole, with a clear error for a name the sweep does not hold."""
 
-import dataclasses
 import re
 
 import numpy as np
 import pandas as pd
 import pytest
 from paths import REPO
+from store_builders import write_spec_results
 
 import banditsweep
-from banditsweep.sweeps.cli.commands.shared import record_of
 from banditsweep.sweeps.spec.model import parse_sweep
-from banditsweep.workers import FINISHED, InputError, SweepStore, TrialOutcome
+from banditsweep.workers import InputError
 
 HORIZON = 30
 
 
+SPEC = {"sweep": "quickstart", "horizon": HORIZON, "seeds": 2,
+        "environments": [{"kind": "synthetic", "function": "h1"},
+                         {"kind": "synthetic", "function": "h3", "arms": 4, "dim": 20}],
+        "algorithms": [{"name": "linucb", "label": "LinUCB"}, {"name": "random", "label": "Random"}]}
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    """A sweep of two algorithms on two environments, 2 seeds, final regret 10 + the trial's index."""
-    root = tmp_path_factory.mktemp("results")
-    sweep = parse_sweep({"sweep": "quickstart", "horizon": HORIZON, "seeds": 2,
-                         "environments": [{"kind": "synthetic", "function": "h1"},
-                                          {"kind": "synthetic", "function": "h3", "arms": 4, "dim": 20}],
-                         "algorithms": [{"name": "linucb", "label": "LinUCB"}, {"name": "random", "label": "Random"}]})
-    store = SweepStore.for_sweep(root, "quickstart")
-    outcomes = []
-    for index, trial in enumerate(sweep.trials):
-        final = 10.0 + index
-        record = dataclasses.replace(record_of(sweep, trial), status=FINISHED, final_regret=final, wall_seconds=1.0,
-                                     seconds_per_round=1e-3)
-        cum = np.linspace(final / HORIZON, final, HORIZON)
-        outcomes.append(TrialOutcome(record, {"arm": np.zeros(HORIZON, int), "reward": np.zeros(HORIZON),
-                                              "regret": np.diff(cum, prepend=0), "cum_regret": cum,
-                                              "seconds": np.full(HORIZON, 1e-3)}))
-    store.write_outcomes(outcomes)
-    store.write_trials_table(list(store.journal().values()))
-    return root
+    """A sweep of two algorithms on two environments, 2 seeds, final regret 10 + the trial's index
+    in the plan; the results root."""
+    folder = tmp_path_factory.mktemp("results")
+    index = {trial.trial_id: number for number, trial in enumerate(parse_sweep(SPEC).trials)}
+    write_spec_results(folder, SPEC, lambda trial: 10.0 + index[trial.trial_id])
+    return folder / "results"
 
 
 def test_the_names_have_one_dtype_in_both_tables_and_join(results):

@@ -44,7 +44,8 @@ def write_named(table: pa.Table, path: Path) -> Path:
 # -- 1. a curves file of another column type, under its right checksum --------------------------
 
 @pytest.mark.parametrize("command", ["status", "run"])
-def test_a_curves_file_with_a_column_of_another_type_is_quarantined_and_its_trials_run_again(swept, capsys, command):
+def test_a_curves_file_with_a_column_of_another_type_is_quarantined_and_its_trials_run_again(swept, capsys, command,
+                                                                                            shared_ray):
     (curves,) = swept.curves_dir.glob("*.parquet")
     table = pq.read_table(curves)
     text = table.set_column(table.schema.get_field_index("t"), "t", pc.cast(table["t"], pa.string()))

@@ -11,9 +11,12 @@ import re
 import shutil
 import threading
 import time
+import types
 
 import pytest
 import yaml
+from module_results import command, results_folder
+from store_builders import write_spec_results
 
 from banditsweep.sweeps.cli.main import main
 from banditsweep.sweeps.spec.model import load_sweep
@@ -34,40 +37,55 @@ def _heartbeat(path):
         return None
 
 
-def test_status_of_a_running_sweep_lists_each_running_trial_with_its_round(tmp_path, monkeypatch, plugins,
-                                                                          shared_ray, capsys):
-    monkeypatch.chdir(tmp_path)
+@pytest.fixture(scope="module")
+def watched(tmp_path_factory, shared_ray_session):
+    """A sweep of two slow trials run once for the module's tests below (in another thread), with
+    `status` of it while a trial is part way (what running.json said then is kept), and after."""
+    shared_ray_session.ensure()
+    folder = tmp_path_factory.mktemp("watch")
     horizon = 400   # 400 rounds of 20 ms: 8 s a trial, two trials at once
     spec = {"sweep": "watch", "horizon": horizon, "seeds": 2, "log_every": 10, "environments": ENVIRONMENTS,
             "algorithms": [{"name": "slow_random", "params": {"pause": 0.02}}]}
-    (tmp_path / "watch.yaml").write_text(yaml.safe_dump(spec))
-    codes = []
-    run = threading.Thread(target=lambda: codes.append(
-        main(["run", "watch.yaml", "--no-progress", "--sink", "none", "--max-workers", "2"])))
-    run.start()
-    try:
-        path = tmp_path / "results" / "watch" / "running.json"
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and run.is_alive():
-            beat = _heartbeat(path)
-            if beat and any(0 < trial["round"] < horizon for trial in beat["trials"]):
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail(f"no progress in running.json: {_heartbeat(path)}")
-        code, out, err = _status(capsys)
-    finally:
-        run.join(300)
+    seen = types.SimpleNamespace(horizon=horizon, codes=[])
+    with results_folder(folder, plugins=True):
+        (folder / "watch.yaml").write_text(yaml.safe_dump(spec))
+        # main, not module_results.command: the run's thread prints wherever the status of this one
+        # is being kept at the moment, as a terminal shows them both.
+        run = threading.Thread(target=lambda: seen.codes.append(
+            main(["run", "watch.yaml", "--no-progress", "--sink", "none", "--max-workers", "2"])))
+        run.start()
+        try:
+            path = folder / "results" / "watch" / "running.json"
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and run.is_alive():
+                beat = _heartbeat(path)
+                if beat and any(0 < trial["round"] < horizon for trial in beat["trials"]):
+                    break
+                time.sleep(0.1)
+            else:
+                pytest.fail(f"no progress in running.json: {_heartbeat(path)}")
+            seen.beat = beat
+            seen.during = command("status", "watch.yaml")
+        finally:
+            run.join(300)
+        seen.after = command("status", "watch.yaml")
+    return seen
+
+
+def test_status_of_a_running_sweep_lists_each_running_trial_with_its_round(watched):
+    code, out, err = watched.during
+    horizon = watched.horizon
     assert code == 0, err
-    assert f"running: {beat['running']} (driver pid {os.getpid()} on host " in out
+    assert f"running: {watched.beat['running']} (driver pid {os.getpid()} on host " in out
     rounds = [(int(r), int(t)) for r, t in re.findall(r"\| seed \d: round (\d+)/(\d+) on \S+, last progress \d+ s ago", out)]
     assert rounds and all(t == horizon for _, t in rounds)
     assert any(0 < r < horizon for r, _ in rounds), out
     assert re.search(r"watch: 2 trials: \d done, 0 failed, [12] running, \d pending", out), out
 
-    assert codes == [0]
-    capsys.readouterr()
-    code, out, _ = _status(capsys)
+
+def test_status_after_the_run_names_the_last_run_and_how_it_ended(watched):
+    assert watched.codes == [0]
+    code, out, _ = watched.after
     assert code == 0
     assert "watch: 2 trials: 2 done, 0 failed, 0 pending" in out
     assert re.search(r"running: none \(the last run, driver pid \d+ on host \S+, ended \d+ s ago: FINISHED\)", out)
@@ -172,15 +190,22 @@ def test_a_running_file_that_is_a_folder_is_ignored(tmp_path, monkeypatch, capsy
     assert err.strip().endswith("running.json: not a regular file; ignored")
 
 
-def test_status_and_report_without_the_set_of_the_run_show_its_trials_and_name_it(tmp_path, monkeypatch, plugins,
-                                                                                  shared_ray, capsys):
-    monkeypatch.chdir(tmp_path)
-    spec = {"sweep": "watch", "horizon": 1000, "seeds": 5, "environments": ENVIRONMENTS,
-            "algorithms": [{"name": "random"}, {"name": "linucb", "grid": {"nu": [0.1, 1.0]}}]}
-    (tmp_path / "watch.yaml").write_text(yaml.safe_dump(spec))
-    assert main(["run", "watch.yaml", "--no-progress", "--sink", "none", "--set", "horizon=20", "--set", "seeds=2"]) == 0
-    capsys.readouterr()
+NOTED = {"sweep": "watch", "horizon": 1000, "seeds": 5, "environments": ENVIRONMENTS,
+         "algorithms": [{"name": "random"}, {"name": "linucb", "grid": {"nu": [0.1, 1.0]}}]}
+FIRST = ("horizon=20", "seeds=2")
+SECOND = ("horizon=10", "seeds=1")
 
+
+@pytest.fixture
+def noted(tmp_path, monkeypatch):
+    """The store of NOTED run with --set horizon=20 --set seeds=2 (6 trials), the run noted as `run`
+    notes it (tests/workers/execution/test_end_to_end.py checks that it does), written directly."""
+    monkeypatch.chdir(tmp_path)
+    write_spec_results(tmp_path, NOTED, name="watch.yaml", overrides=FIRST, note_run=True)
+    return tmp_path / "results" / "watch"
+
+
+def test_status_without_the_set_of_the_run_shows_its_trials_and_names_the_set(noted, capsys):
     code, out, err = _status(capsys)
     assert code == 0, err
     assert out.startswith("note: the spec's trials have no results here; showing the 6 trials of the run with "
@@ -189,22 +214,27 @@ def test_status_and_report_without_the_set_of_the_run_show_its_trials_and_name_i
     assert "watch: 6 trials: 6 done, 0 failed, 0 pending" in out
     assert "curves 120 rows: 6 of 6 finished trials have every round" in out
 
+
+def test_report_without_the_set_of_the_run_reports_its_trials_and_names_the_set(noted, capsys):
     code = main(["report", "watch.yaml"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "showing the 6 trials of the run with --set horizon=20 --set seeds=2" in captured.out
     assert "Mean final cumulative regret (watch, 6 finished trials):" in captured.out
 
-    # Other --set (that planned nothing run): the same trials, and the note says which were asked for.
+
+def test_status_with_a_set_that_planned_nothing_run_shows_the_runs_trials_and_says_what_was_asked(noted, capsys):
     code, out, _ = _status(capsys, "--set", "seeds=3")
     assert code == 0
     assert out.startswith("note: the trials planned with --set seeds=3 have no results here; showing the 6 trials "
                           "of the run with --set horizon=20 --set seeds=2")
 
-    # A store written before runs were noted (a run record unreadable): the trial records say which
-    # horizon and seeds.
-    runs = tmp_path / "results" / "watch" / ".runs"
-    shutil.move(runs, tmp_path / "runs")
+
+def test_a_store_without_a_readable_run_note_is_matched_by_its_trials_records(noted, capsys):
+    """A store written before runs were noted (a run record unreadable): the trial records say which
+    horizon and seeds."""
+    runs = noted / ".runs"
+    shutil.rmtree(runs)
     runs.mkdir()
     (runs / "run-1.json").write_text("{not json")
     code, out, err = _status(capsys)
@@ -213,12 +243,10 @@ def test_status_and_report_without_the_set_of_the_run_show_its_trials_and_name_i
     assert out.startswith("note: the spec's trials have no results here; showing the 6 trials of the run with "
                           "--set horizon=20 --set seeds=2 (as its trials' records say) (6 finished)")
     assert "watch: 6 trials: 6 done, 0 failed, 0 pending" in out
-    shutil.rmtree(runs)
-    shutil.move(tmp_path / "runs", runs)
 
-    # A second run with other overrides: the latest is shown, the other one named.
-    assert main(["run", "watch.yaml", "--no-progress", "--sink", "none", "--set", "horizon=10", "--set", "seeds=1"]) == 0
-    capsys.readouterr()
+
+def test_of_two_runs_with_other_sets_the_latest_is_shown_and_the_other_named(noted, tmp_path, capsys):
+    write_spec_results(tmp_path, NOTED, name="watch.yaml", overrides=SECOND, note_run=True)
     code, out, _ = _status(capsys)
     assert code == 0
     assert out.startswith("note: the spec's trials have no results here; showing the 3 trials of the run with "
@@ -227,7 +255,9 @@ def test_status_and_report_without_the_set_of_the_run_show_its_trials_and_name_i
                           "(6 finished); shown: the latest run's\n")
     assert "watch: 3 trials: 3 done, 0 failed, 0 pending" in out
 
-    # The explicit --set of the first run selects it, and the note points at the other run's trials.
+
+def test_the_set_of_an_earlier_run_selects_it_and_the_note_points_at_the_other_runs_trials(noted, tmp_path, capsys):
+    write_spec_results(tmp_path, NOTED, name="watch.yaml", overrides=SECOND, note_run=True)
     code, out, _ = _status(capsys, "--set", "horizon=20", "--set", "seeds=2")
     assert code == 0
     assert "watch: 6 trials: 6 done, 0 failed, 0 pending" in out
