@@ -85,6 +85,10 @@ def test_runs_go_to_a_server_several_at_a_time_over_kept_connections(server, tmp
                 in_flight[0] -= 1
 
     monkeypatch.setattr(RestStore, "_call_endpoint", counted)
+    # MLflow made its HTTP session (keeping 10 connections) before the sink, as in a process that
+    # spoke to the server earlier: the sink's pool must still be the one that is used.
+    monkeypatch.delenv("MLFLOW_HTTP_POOL_MAXSIZE", raising=False)
+    MlflowClient(server.uri).search_experiments()
     context = SinkContext("in_flight", str(tmp_path / "results"),
                           sink_options=MLflowOptions(server.uri, "trials").sink_options())
     sink = MLflowSink(context)
@@ -103,3 +107,25 @@ def test_runs_go_to_a_server_several_at_a_time_over_kept_connections(server, tmp
     runs = MlflowClient(server.uri).search_runs([sink.experiment_id], "tags.kind = 'trial'", max_results=200)
     assert sorted((run.info.status, run.data.metrics["final_regret"]) for run in runs) == \
         [("FINISHED", float(seed)) for seed in range(96)]
+
+
+@pytest.mark.parametrize("pool, first, most", [("4", 4, 4), ("12", 8, 12), ("500", 8, 64)])
+def test_calls_in_flight_stay_within_a_pool_size_the_user_set(pool, first, most, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from banditsweep.workers.mirrors.mlflow.writers import ClientWriter
+
+    monkeypatch.setenv("MLFLOW_HTTP_POOL_MAXSIZE", pool)
+    writer = ClientWriter(MlflowClient("http://127.0.0.1:9"), "0")   # no request is made
+    assert (writer.concurrency, writer.in_flight.ceiling) == (first, most)
+
+
+@pytest.mark.parametrize("pool", ["0", "ten", ""])
+def test_a_pool_size_that_is_not_a_count_is_refused_naming_the_variable(pool, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from banditsweep.workers.mirrors.mlflow.writers import ClientWriter
+
+    monkeypatch.setenv("MLFLOW_HTTP_POOL_MAXSIZE", pool)
+    with pytest.raises(ValueError, match=f"MLFLOW_HTTP_POOL_MAXSIZE={pool!r}.*at least 1"):
+        ClientWriter(MlflowClient("http://127.0.0.1:9"), "0")

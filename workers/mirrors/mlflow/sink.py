@@ -46,7 +46,7 @@ from banditsweep.workers.mirrors.mlflow.run_content import (best_final_regret, p
                                                             parent_run_params, parent_run_tags, regret_metric,
                                                             run_name, run_tags, trial_end, trial_params)
 from banditsweep.workers.mirrors.mlflow.tracking_store import sqlite_path, store_setup_lock
-from banditsweep.workers.mirrors.mlflow.writers import (DONE, LOGGED, MADE, SERVER_CONCURRENCY, ClientWriter,
+from banditsweep.workers.mirrors.mlflow.writers import (DONE, LOGGED, MADE, ClientWriter,
                                                         RunWriter, log_batch, run_writer)
 from banditsweep.workers.mirrors.sinks import ENDED_PER_CALL, Points, SinkContext
 from banditsweep.workers.storage.record import FINISHED, TrialRecord, thinned_curve
@@ -75,8 +75,6 @@ class MLflowSink:
         # Ending a run through a tracking server would otherwise cost a request more (MLflow reads the
         # run back to print its URL) and two lines on the mirror's output per trial.
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-        # One kept connection per call in flight (MLflow keeps 10: the rest would each open their own).
-        os.environ.setdefault("MLFLOW_HTTP_POOL_MAXSIZE", str(SERVER_CONCURRENCY))
         tracking_uri = self.options.tracking_uri
         # MlflowClient opens the store when it is built, and that is when a new SQLite store gets its
         # tables: inside the lock, like the experiment.

@@ -12,6 +12,7 @@ a transaction is all or nothing, but the client's calls for one run are several.
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Protocol
@@ -36,6 +37,8 @@ Noted = Callable[[int, str, str], None]
 # and fails a request that waits 30 s for one.
 SERVER_FIRST_CONCURRENCY = 8
 SERVER_CONCURRENCY = 64
+# MLflow's setting of the connections its HTTP session keeps per host (10 unless set).
+POOL_VARIABLE = "MLFLOW_HTTP_POOL_MAXSIZE"
 # Through MLflow's client to its database store directly (where the bulk writer was passed over): no
 # more at once than SQLAlchemy's pool holds (5).
 DATABASE_CONCURRENCY = 4
@@ -113,6 +116,28 @@ class CallsInFlight:
             self.now, self.rate_below = self.now * 2, rate
 
 
+def kept_connections() -> int:
+    """Connections MLflow's HTTP session keeps to a server: :data:`SERVER_CONCURRENCY` unless the
+    user set ``MLFLOW_HTTP_POOL_MAXSIZE`` (then the calls in flight stay within it: a call beyond the
+    pool would open and discard a connection of its own). A session MLflow made earlier in this
+    process (with its default pool of 10) is dropped, so that the next call's session keeps them."""
+    os.environ.setdefault(POOL_VARIABLE, str(SERVER_CONCURRENCY))
+    value = os.environ[POOL_VARIABLE]
+    try:
+        size = int(value)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise ValueError(f"environment variable {POOL_VARIABLE}={value!r}: MLflow's HTTP connection pool "
+                         "size must be a whole number of at least 1")
+    try:   # MLflow caches its session per process (with the pool size of when it was made)
+        from mlflow.utils.request_utils import _cached_get_request_session
+        _cached_get_request_session.cache_clear()
+    except (ImportError, AttributeError):   # an MLflow that does not: its next session is new anyway
+        pass
+    return size
+
+
 class ClientWriter:
     """Runs written through MLflow's client, as to a tracking server: a new run is created with its
     tags, then gets its values in as few ``log_batch`` calls as MLflow's limits allow, then its end
@@ -127,8 +152,11 @@ class ClientWriter:
         self.unsure: set[str] = set()
         # Calls at once: as many as a tracking server keeps up with, a few to a database store the
         # client opens itself.
-        self.in_flight = (CallsInFlight(SERVER_FIRST_CONCURRENCY, SERVER_CONCURRENCY) if sql_store(client) is None
-                          else CallsInFlight(DATABASE_CONCURRENCY, DATABASE_CONCURRENCY))
+        if sql_store(client) is None:
+            most = min(SERVER_CONCURRENCY, kept_connections())
+            self.in_flight = CallsInFlight(min(SERVER_FIRST_CONCURRENCY, most), most)
+        else:
+            self.in_flight = CallsInFlight(DATABASE_CONCURRENCY, DATABASE_CONCURRENCY)
         # Runs a second the store took in the last write that kept every call in flight busy (None
         # before one): how many ended trials the mirror hands at a time follows it (MLflowSink).
         self.runs_per_second: float | None = None
