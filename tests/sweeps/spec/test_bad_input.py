@@ -251,6 +251,10 @@ CASES = [
          "--mlflow-uri 'mysql://lab:***@127.0.0.1/mlflow': the mysql driver 'mysqldb' (mysql://) is not installed, "
          "nor any other; install one of mysqlclient (mysql+mysqldb://), PyMySQL (mysql+pymysql://)",
          setup=_no_database_drivers),
+    # MLflow's connection pool setting, read by the sink's writer: refused before any trial (no server asked).
+    Case("mlflow-pool", "$MLFLOW_HTTP_POOL_MAXSIZE not a count", [*RUN, "--mlflow-uri", "http://127.0.0.1:9"],
+         "environment variable MLFLOW_HTTP_POOL_MAXSIZE='ten': MLflow's HTTP connection pool size must be a whole "
+         "number of at least 1", setup=lambda tmp_path, mp: mp.setenv("MLFLOW_HTTP_POOL_MAXSIZE", "ten")),
     # Nothing has failed: there is nothing to report (exit 2, as `verify` says it; 1 means failed trials).
     Case("report-nothing-finished", "report of a sweep with no finished trial",
          ["report", "{spec}", "--results", "{tmp}/res", "--mlflow-uri", "sqlite:///{tmp}/res/m.db"],

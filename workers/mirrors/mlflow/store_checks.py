@@ -98,6 +98,27 @@ def with_installed_driver(uri: str, source: str = "--mlflow-uri") -> str:
                      f"install one of {options}")
 
 
+# MLflow's setting of the connections its HTTP session keeps per host (10 unless set); the sink sets it
+# to its most calls in flight where the user has not (workers.mirrors.mlflow.writers).
+POOL_VARIABLE = "MLFLOW_HTTP_POOL_MAXSIZE"
+
+
+def pool_size_set() -> int | None:
+    """The connections the user told MLflow's HTTP session to keep (``$MLFLOW_HTTP_POOL_MAXSIZE``), or
+    None; a value that is not a whole number of at least 1 is refused naming the variable."""
+    value = os.environ.get(POOL_VARIABLE)
+    if value is None:
+        return None
+    try:
+        size = int(value)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise InputError(f"environment variable {POOL_VARIABLE}={value!r}: MLflow's HTTP connection pool size "
+                         "must be a whole number of at least 1; set one, or unset it")
+    return size
+
+
 def redacted(uri: str) -> str:
     """``uri`` as it may be shown or logged: a password in it (``postgresql://user:PASSWORD@host/db``,
     ``https://user:PASSWORD@host``) replaced by ``***``."""

@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 from banditsweep.workers.errors import InputError
 from banditsweep.workers.mirrors.mlflow.options import REQUESTS_PER_TRIAL_RUN, run_mode, trial_runs_seconds
-from banditsweep.workers.mirrors.mlflow.store_checks import (DRIVERS, check_login, redacted, refuse_another_database_schema,
-                                                          refuse_another_schema,
+from banditsweep.workers.mirrors.mlflow.store_checks import (DRIVERS, check_login, pool_size_set, redacted,
+                                                          refuse_another_database_schema, refuse_another_schema,
                                                           server_request_seconds, with_installed_driver)
 from banditsweep.workers.storage.writable_folders import first_existing, why_not_writable
 from banditsweep.workers.storage.root_entries import MLFLOW_ARTIFACTS, MLFLOW_DB, SQLITE_SIDE_FILES
@@ -165,6 +165,7 @@ def check_tracking_server(uri: str) -> None:
         return
     if not uri.startswith(("http://", "https://")):
         return
+    pool_size_set()   # the sink's HTTP pool: a bad setting stops the run here, not in the mirror
     shown = redacted(uri)
     shown = shown if len(shown) <= 200 else shown[:199] + "…"
     try:

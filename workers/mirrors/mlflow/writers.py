@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from banditsweep.workers.mirrors.mlflow.bulk import RUNS_PER_TRANSACTION, RunWrite, bulk_mismatch, sql_store, write_runs
 from banditsweep.workers.mirrors.mlflow.queries import search_all
+from banditsweep.workers.mirrors.mlflow.store_checks import POOL_VARIABLE, pool_size_set
 
 # How far a write got: a new run exists (its values may not be in yet); its tags, parameters and
 # metrics are in; its status too (the write is done).
@@ -37,8 +38,6 @@ Noted = Callable[[int, str, str], None]
 # and fails a request that waits 30 s for one.
 SERVER_FIRST_CONCURRENCY = 8
 SERVER_CONCURRENCY = 64
-# MLflow's setting of the connections its HTTP session keeps per host (10 unless set).
-POOL_VARIABLE = "MLFLOW_HTTP_POOL_MAXSIZE"
 # Through MLflow's client to its database store directly (where the bulk writer was passed over): no
 # more at once than SQLAlchemy's pool holds (5).
 DATABASE_CONCURRENCY = 4
@@ -121,15 +120,8 @@ def kept_connections() -> int:
     user set ``MLFLOW_HTTP_POOL_MAXSIZE`` (then the calls in flight stay within it: a call beyond the
     pool would open and discard a connection of its own). A session MLflow made earlier in this
     process (with its default pool of 10) is dropped, so that the next call's session keeps them."""
-    os.environ.setdefault(POOL_VARIABLE, str(SERVER_CONCURRENCY))
-    value = os.environ[POOL_VARIABLE]
-    try:
-        size = int(value)
-    except ValueError:
-        size = 0
-    if size < 1:
-        raise ValueError(f"environment variable {POOL_VARIABLE}={value!r}: MLflow's HTTP connection pool "
-                         "size must be a whole number of at least 1")
+    size = pool_size_set() or SERVER_CONCURRENCY
+    os.environ[POOL_VARIABLE] = str(size)
     try:   # MLflow caches its session per process (with the pool size of when it was made)
         from mlflow.utils.request_utils import _cached_get_request_session
         _cached_get_request_session.cache_clear()
