@@ -73,6 +73,16 @@ def _run(*args: str, check: bool = True, timeout: float = 30) -> subprocess.Comp
     return done
 
 
+def hidden_by_a_host() -> list[str]:
+    """The folders of the checkout and of its Python that lie under /tmp or /dev/shm (each host mounts
+    its own there), outermost only."""
+    found: list[str] = []
+    for folder in sorted({str(Path(__file__).resolve().parent.parent), str(Path(sys.prefix).resolve())}):
+        if folder.startswith(("/tmp/", "/dev/shm/")) and not any(folder.startswith(f + "/") for f in found):
+            found.append(folder)
+    return found
+
+
 def why_not_available() -> str | None:
     """Why hosts cannot be made here (None: they can)."""
     if sys.platform != "linux":
@@ -169,12 +179,18 @@ class Host:
         steps = ["mount -t tmpfs -o size=2g,mode=1777 bsh-tmp /tmp",
                  "mount -t tmpfs -o size=512m,mode=1777 bsh-shm /dev/shm",
                  f"mkdir -p {HOME} {DATA}"]
+        # A folder under this machine's /tmp or /dev/shm, which the host's own hide, is opened before
+        # those mounts and bound through its descriptor after them (a bind from a path of another mount
+        # namespace, /proc/PID/root/..., is refused by the kernel): the shared folder, at SHARED, and
+        # the checkout and its Python where they lie there, at their own paths (installed software is
+        # at the same path on every host). Not canonicalized: mount would resolve the descriptor to its
+        # path, which at the same path names the host's new, empty folder.
+        binds = [(folder, folder) for folder in hidden_by_a_host()]
         if self.hosts.shared is not None:
-            # The shared folder may be under this machine's /tmp, which the host's own /tmp hides: it is
-            # opened (fd 3) before that mount and bound through the descriptor after it. (A bind from a
-            # path of another mount namespace, /proc/PID/root/..., is refused by the kernel.)
-            steps = [f"exec 3< {shlex.quote(str(self.hosts.shared))}", *steps,
-                     f"mkdir -p {SHARED}", f"mount --bind /proc/self/fd/3 {SHARED}", "exec 3<&-"]
+            binds.append((str(self.hosts.shared), SHARED))
+        for fd, (source, target) in enumerate(binds, start=3):
+            steps = [f"exec {fd}< {shlex.quote(source)}", *steps, f"mkdir -p {shlex.quote(target)}",
+                     f"mount --no-canonicalize --bind /proc/self/fd/{fd} {shlex.quote(target)}", f"exec {fd}<&-"]
         script = " && ".join([*steps, "exec sleep infinity"])
         self.holder = subprocess.Popen(["ip", "netns", "exec", self.netns, "unshare", "-m", "--propagation", "private",
                                         "--", "sh", "-c", script], stdin=subprocess.DEVNULL,
