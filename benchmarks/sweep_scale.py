@@ -163,6 +163,22 @@ def run(folder: Path, spec: Path, sink: str, address: str | None = None, server=
     return row
 
 
+def group_cpu_seconds(groups: list[int]) -> float:
+    """CPU seconds (user and system) of the live processes of the process ``groups`` (Linux /proc): the
+    tracking server's workers and its database's backends, which live as long as their connections."""
+    total, tick = 0, os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:   # a process that ended meanwhile
+            continue
+        if int(fields[2]) in groups:   # after the name: state, ppid, pgrp, ..., utime (11), stime (12)
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
 def mirror_only(count: int, server=None, where: dict | None = None) -> None:
     from banditsweep.workers.mirrors.mlflow.options import MLflowOptions
     from banditsweep.workers.mirrors.mlflow.sink import MLflowSink
@@ -173,7 +189,10 @@ def mirror_only(count: int, server=None, where: dict | None = None) -> None:
     if server is None:
         cases = (("bulk", count), ("client", max(1, count // 10)))
     else:
-        cases = ((f"server, {SERVER_FIRST_CONCURRENCY} in flight (before)", count), ("server, paced (now)", count))
+        # a new server's first requests pay its workers' lazy start (several times a warm run's CPU):
+        # a warm-up set of runs goes first, not reported
+        cases = (("warm-up", min(count, 100)), (f"server, {SERVER_FIRST_CONCURRENCY} in flight (before)", count),
+                 ("server, paced (now)", count))
         if server.auth_password is not None:
             os.environ.update(MLFLOW_TRACKING_USERNAME=server.admin, MLFLOW_TRACKING_PASSWORD=server.auth_password)
     for number, (mode, n) in enumerate(cases):
@@ -191,7 +210,11 @@ def mirror_only(count: int, server=None, where: dict | None = None) -> None:
                                    final_regret=3.0, wall_seconds=0.1, seconds_per_round=0.01,
                                    diagnostics={"batch_size": 64.0}) for i in range(n)]
             sink.open(sink.context.store.journal(), [])
+            # the server's processes (and its database's), each started in a process group of its own
+            groups = [] if server is None else [p.pid for p in (server.process, getattr(server, "database_process", None))
+                                                if p is not None]
             started, first, levels, cpu = time.perf_counter(), 0, [], os.times()
+            server_cpu = group_cpu_seconds(groups)
             while first < n:   # as the mirror hands them (workers.mirrors.sinks): the sink's own chunk size
                 # (before: 4 rounds of 8 calls at a time)
                 size = 4 * SERVER_FIRST_CONCURRENCY if mode.endswith("(before)") else sink.ended_per_call
@@ -201,9 +224,13 @@ def mirror_only(count: int, server=None, where: dict | None = None) -> None:
             seconds = time.perf_counter() - started
             # the client's own CPU (this process: MLflow's client and the sink): the rest is the server's
             client_ms = 1000 * (os.times().user + os.times().system - cpu.user - cpu.system) / n
+            server_ms = 1000 * (group_cpu_seconds(groups) - server_cpu) / n if groups else None
             sink.close("FINISHED", {})
+            if mode == "warm-up":
+                continue
             print(json.dumps({"case": "mirror", **(where or {}), "mode": mode, "runs": n, "seconds": seconds,
                               "runs_per_second": n / seconds, "client_cpu_ms_per_run": client_ms,
+                              "server_cpu_ms_per_run": server_ms,
                               "in_flight_by_call": levels}), flush=True)
 
 
@@ -277,6 +304,7 @@ def servers(folder: Path, args):
         server = TrackingServer(folder / "server", workers=args.server_workers, backend_uri=backend,
                                 auth_password="bench-" + os.urandom(8).hex() if args.server == "auth" else None)
         server.start(within=600)   # 4 workers making a new store under load: minutes
+        server.database_process = database.process if database else None
         try:
             yield server
         finally:
