@@ -19,7 +19,8 @@ host writes there, every other host and the test read at once, the test at the f
 
 Every process is started in a session of its own and ended by its process group, then by SIGKILL to
 what is left of its session, then to any process still in the host's namespaces; nothing else on
-the machine is ever signalled (no ``ray stop``). The bridge, the veth pairs and the namespaces carry
+the machine is ever signalled (Ray's own stop command, which ends every Ray process of a machine,
+is never called). The bridge, the veth pairs and the namespaces carry
 a name unique to this run and are deleted when the :class:`Hosts` context ends, also after a failure
 or a KeyboardInterrupt (and at interpreter exit, should the context never have been left).
 """

@@ -470,10 +470,10 @@ def test_through_a_tracking_server_the_mirror_hands_the_sink_about_20_seconds_of
     assert len(_runs(uri, sink)) == 8
     # To a tracking server: 8 at once at first, two rounds until timed; then 20 s at the pace, from a
     # round of the calls in flight to 500.
-    sink.writer.in_flight, sink.writer.runs_per_second = CallsInFlight(8, SERVER_CONCURRENCY), None
+    sink.writer.in_flight = CallsInFlight(8, SERVER_CONCURRENCY)   # not yet timed
     assert sink.ended_per_call == 16
     for pace, handed in ((0.2, 8), (1.5, 30), (10.0, 200), (100.0, 500)):   # a login; a small server; a fast one
-        sink.writer.runs_per_second = pace
+        sink.writer.in_flight.runs_per_second = pace
         assert sink.ended_per_call == handed
 
 
@@ -482,9 +482,9 @@ def test_calls_in_flight_double_while_they_pay_and_halve_when_the_server_falls_b
 
     calls = CallsInFlight(8, 64)
     calls.after(16, 2.0, 1.0, False)            # 8 runs/s at 8: try 16
-    assert calls.now == 16
+    assert calls.now == 16 and calls.runs_per_second == 8.0
     calls.after(7, 0.5, 1.0, False)             # a round short of 16 calls tells nothing
-    assert calls.now == 16
+    assert calls.now == 16 and calls.runs_per_second == 8.0
     calls.after(32, 2.0, 1.0, False)            # 16 runs/s: doubling paid, try 32
     assert calls.now == 32
     calls.after(64, 3.8, 1.0, False)            # 16.8 runs/s: under 1.15x, back to 16 and stay there

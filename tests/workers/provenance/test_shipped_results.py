@@ -19,57 +19,49 @@ import banditsweep
 
 RESULTS = REPO / "docs" / "results"
 
-# folder -> (spec, --set values, trials of other code by label)
-SHIPPED = {
-    "kernel_exact_vs_rls": ("sweeps/kernel_exp3/exact_vs_rls.yaml", None, {}),
-    "kernel_exploration": ("sweeps/kernel_exp3/exploration.yaml", ["seeds=5"], {}),
-    "kernel_lower_bound": ("sweeps/kernel_exp3/lower_bound.yaml", ["seeds=5"], {}),
-    "kernel_sampler": ("sweeps/kernel_exp3/sampler.yaml", ["seeds=5"], {}),
-    "kernel_tuning": ("sweeps/kernel_exp3/tuning.yaml", ["seeds=3"], {}),
-    "neural_fig2_likelihoods_cpu": ("sweeps/neural_rbmle/fig2_likelihoods_cpu.yaml", None, {}),
-    "neural_fig3_alpha_cpu": ("sweeps/neural_rbmle/fig3_alpha_cpu.yaml", None, {}),
-    "neural_mushroom_8000": ("sweeps/neural_rbmle/mushroom_8000.yaml", None, {"NeuralRBMLE-GA": 3}),
-    "neural_reproduction_cpu": ("sweeps/neural_rbmle/reproduction_cpu.yaml", None, {}),
-    "neural_sensitivity": ("sweeps/neural_rbmle/sensitivity.yaml", None, {}),
-    "neural_sensitivity_baselines": ("sweeps/neural_rbmle/sensitivity_baselines.yaml", None, {}),
-    "neural_sensitivity_datasets": ("sweeps/neural_rbmle/sensitivity_datasets.yaml", None, {}),
-    "neural_sensitivity_long": ("sweeps/neural_rbmle/sensitivity_long.yaml", None, {}),
-    "neural_table3_timing_cpu": ("sweeps/neural_rbmle/table3_timing_cpu.yaml", None, {}),
+# case -> (folder, spec, --set values, --only values): each folder read as docs/reproduction.md reads it;
+# kernel_table3 holds two cuts of one spec (settings 1-2 at T = 1000, 5 seeds; settings 3-4 at T = 200,
+# 3 seeds, the learners that scale to |X| = 10^4 and Random).
+READS = {
+    "kernel_exact_vs_rls": ("kernel_exact_vs_rls", "sweeps/kernel_exp3/exact_vs_rls.yaml", None, None),
+    "kernel_exploration": ("kernel_exploration", "sweeps/kernel_exp3/exploration.yaml", ["seeds=5"], None),
+    "kernel_lower_bound": ("kernel_lower_bound", "sweeps/kernel_exp3/lower_bound.yaml", ["seeds=5"], None),
+    "kernel_sampler": ("kernel_sampler", "sweeps/kernel_exp3/sampler.yaml", ["seeds=5"], None),
+    "kernel_table3 settings 1-2": ("kernel_table3", "sweeps/kernel_exp3/table3.yaml", ["seeds=5"], ["setting=1,2"]),
+    "kernel_table3 settings 3-4": ("kernel_table3", "sweeps/kernel_exp3/table3.yaml", ["horizon=200", "seeds=3"],
+                                   ["setting=3,4", "algorithm=random,apg_exp3,rls_kernel_exp3"]),
+    "kernel_tuning": ("kernel_tuning", "sweeps/kernel_exp3/tuning.yaml", ["seeds=3"], None),
+    **{folder: (folder, f"sweeps/neural_rbmle/{folder.removeprefix('neural_')}.yaml", None, None)
+       for folder in ("neural_fig2_likelihoods_cpu", "neural_fig3_alpha_cpu", "neural_mushroom_8000",
+                      "neural_reproduction_cpu", "neural_sensitivity", "neural_sensitivity_baselines",
+                      "neural_sensitivity_datasets", "neural_sensitivity_long", "neural_table3_timing_cpu")},
 }
-# folder -> failed trials by label (the NaN guard's, docs/reproduction.md)
+# case -> trials of other code by label (docs/reproduction.md names them)
+STALE = {"neural_mushroom_8000": {"NeuralRBMLE-GA": 3}}
+# case -> failed trials by label (the NaN guard's, docs/reproduction.md)
 FAILED = {
     "neural_reproduction_cpu": {"NeuralRBMLE-GA": 1},
     "neural_sensitivity_datasets": {"GA mean lr=0.001 J=100 init=paper": 1, "GA mean lr=0.01 J=20 init=paper": 3,
                                     "GA sum lr=0.001 J=100 init=paper": 3},
 }
-# kernel_table3's cuts: settings 1-2 at T = 1000, 5 seeds; settings 3-4 at T = 200, 3 seeds, learners
-# that scale to |X| = 10^4 and Random.
-TABLE3 = {
-    "settings 1-2": (["seeds=5"], ["setting=1,2"], 120),
-    "settings 3-4": (["horizon=200", "seeds=3"], ["setting=3,4", "algorithm=random,apg_exp3,rls_kernel_exp3"], 54),
-}
+# case -> its trials, all done (the cuts of one folder must each find theirs)
+DONE = {"kernel_table3 settings 1-2": 120, "kernel_table3 settings 3-4": 54}
 
 
-@pytest.mark.parametrize("folder", sorted(SHIPPED))
-def test_a_shipped_folder_reads_as_todays_code(folder, tmp_path):
-    spec, overrides, stale = SHIPPED[folder]
+def _by_label(cells, column: str) -> dict[str, int]:
+    found = cells[cells[column] > 0].groupby("algorithm")[column].sum().to_dict()
+    return {label: int(count) for label, count in found.items()}
+
+
+@pytest.mark.parametrize("case", sorted(READS))
+def test_a_shipped_folder_reads_as_todays_code(case, tmp_path):
+    folder, spec, overrides, only = READS[case]
     shutil.copytree(RESULTS / folder, tmp_path / folder)   # status may set damaged files aside: on a copy
-    status = banditsweep.status(str(REPO / spec), results=tmp_path, overrides=overrides, quiet=True)
-    assert status.consistent, status.problems
-    other = status.cells[status.cells["other_code"] > 0]
-    found = other.groupby("algorithm")["other_code"].sum().to_dict() if len(other) else {}
-    assert {label: int(count) for label, count in found.items()} == stale
-    failed = status.cells[status.cells["failed"] > 0].groupby("algorithm")["failed"].sum().to_dict()
-    assert {label: int(count) for label, count in failed.items()} == FAILED.get(folder, {})
-    assert not status.cells[["running", "pending"]].to_numpy().any()
-
-
-@pytest.mark.parametrize("cut", sorted(TABLE3))
-def test_each_cut_of_the_shipped_kernel_table3_reads_as_todays_code(cut, tmp_path):
-    overrides, only, trials = TABLE3[cut]
-    shutil.copytree(RESULTS / "kernel_table3", tmp_path / "kernel_table3")
-    status = banditsweep.status(str(REPO / "sweeps/kernel_exp3/table3.yaml"), results=tmp_path,
-                                overrides=overrides, only=only, quiet=True)
+    status = banditsweep.status(str(REPO / spec), results=tmp_path, overrides=overrides, only=only, quiet=True)
     assert status.consistent, status.problems
     cells = status.cells
-    assert int(cells["done"].sum()) == trials and not cells[["failed", "running", "pending", "other_code"]].to_numpy().any()
+    assert _by_label(cells, "other_code") == STALE.get(case, {})
+    assert _by_label(cells, "failed") == FAILED.get(case, {})
+    assert not cells[["running", "pending"]].to_numpy().any()
+    if case in DONE:
+        assert int(cells["done"].sum()) == DONE[case]

@@ -31,11 +31,10 @@ MADE, LOGGED, DONE = "made", "logged", "done"
 Noted = Callable[[int, str, str], None]
 # Concurrent client calls to a tracking server: a trial's run costs it three requests whatever we do
 # (MLflow has no call that makes several runs, or makes one ended), so runs per second come from
-# calls in flight, as many as the server keeps up with (:class:`CallsInFlight`). Measured on a
-# 4-worker `mlflow server` (docs/benchmarks.md): 8 in flight gave 7-8 runs/s on either backend, 32
-# gave 15 (SQLite, whose writes queue behind one lock) and 26-30 (PostgreSQL); 64 no more. A 1-worker
-# server on SQLite given 32 at once failed calls: each of its processes holds 15 database connections
-# and fails a request that waits 30 s for one.
+# calls in flight, as many as the server keeps up with (:class:`CallsInFlight`): where the server
+# shares a machine's few cores, 8-16 (docs/benchmarks.md, "A lab's tracking server"); a server with
+# cores of its own takes more, up to 64. A 1-worker server on SQLite given 32 at once failed calls:
+# each of its processes holds 15 database connections and fails a request that waits 30 s for one.
 SERVER_FIRST_CONCURRENCY = 8
 SERVER_CONCURRENCY = 64
 # Through MLflow's client to its database store directly (where the bulk writer was passed over): no
@@ -99,15 +98,22 @@ class CallsInFlight:
     def __init__(self, first: int, most: int):
         self.now, self.ceiling = first, most
         self.rate_below: float | None = None   # runs/s at now // 2, measured just before the doubling
+        # Runs a second of the last round that kept every call busy (None before one): how many ended
+        # trials the mirror hands the sink at a time follows it (MLflowSink.ended_per_call).
+        self.runs_per_second: float | None = None
 
     def after(self, runs: int, seconds: float, slowest: float, failed: bool) -> None:
+        # A round that did not keep every call busy says nothing of the level or the pace.
+        busy = runs >= self.now
+        if busy and not failed:
+            self.runs_per_second = runs / max(seconds, 1e-3)
         if failed or slowest > SLOW_RUN_SECONDS:
             self.now = self.ceiling = max(1, self.now // 2)
             self.rate_below = None
             return
-        if runs < self.now:   # a round that did not keep every call busy says nothing of the level
+        if not busy:
             return
-        rate = runs / max(seconds, 1e-3)
+        rate = self.runs_per_second
         if self.rate_below is not None and rate < WORTH_DOUBLING * self.rate_below:
             self.now = self.ceiling = max(1, self.now // 2)
             self.rate_below = None
@@ -149,13 +155,14 @@ class ClientWriter:
             self.in_flight = CallsInFlight(min(SERVER_FIRST_CONCURRENCY, most), most)
         else:
             self.in_flight = CallsInFlight(DATABASE_CONCURRENCY, DATABASE_CONCURRENCY)
-        # Runs a second the store took in the last write that kept every call in flight busy (None
-        # before one): how many ended trials the mirror hands at a time follows it (MLflowSink).
-        self.runs_per_second: float | None = None
 
     @property
     def concurrency(self) -> int:
         return self.in_flight.now
+
+    @property
+    def runs_per_second(self) -> float | None:
+        return self.in_flight.runs_per_second
 
     def write(self, writes: list[RunWrite], noted: Noted, concurrent: bool = False) -> None:
         if not (concurrent and len(writes) > 1):
@@ -175,10 +182,7 @@ class ClientWriter:
                 list(pool.map(timed, range(len(writes))))
             failed = False
         finally:
-            seconds = time.perf_counter() - started
-            self.in_flight.after(len(writes), seconds, slowest[0], failed)
-            if not failed and len(writes) >= level:
-                self.runs_per_second = len(writes) / max(seconds, 1e-3)
+            self.in_flight.after(len(writes), time.perf_counter() - started, slowest[0], failed)
 
     def _write_one(self, index: int, write: RunWrite, noted: Noted) -> None:
         run_id, tags = write.run_id, write.tags
